@@ -1,0 +1,304 @@
+// Package e2e runs metabus end to end against a real kube-apiserver, etcd
+// and kube-controller-manager (built from Go modules by hack/kubeenv) and a
+// real embedded JetStream server.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/metabus/metabus/pkg/allinone"
+	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/kubeenv"
+	"github.com/metabus/metabus/pkg/obs"
+)
+
+var (
+	env  *kubeenv.Env
+	kube kubernetes.Interface
+	dyn  dynamic.Interface
+)
+
+var (
+	podsGVR       = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	configMapsGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	helloGVR      = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "helloworlds"}
+	widgetsGVR    = schema.GroupVersionResource{Group: "test.metabus.dev", Version: "v1", Resource: "widgets"}
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var err error
+	// Parent CRDs go in before kube-controller-manager starts: its garbage
+	// collector only rediscovers resource types every 30s.
+	env, err = kubeenv.Start(ctx, kubeenv.Options{
+		CRDs: []string{"../deploy/crds", "testdata/crds"},
+		Log:  func(f string, a ...any) { fmt.Fprintf(os.Stderr, "kubeenv: "+f+"\n", a...) },
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "start control plane: %v\n", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = 500, 1000
+	kube = kubernetes.NewForConfigOrDie(cfg)
+	dyn = dynamic.NewForConfigOrDie(cfg)
+	return m.Run()
+}
+
+// instance is one running metabus (all stages in this process).
+type instance struct {
+	reg      *prometheus.Registry
+	selector string
+	nats     *server.Server
+	url      string
+}
+
+// startMetabus runs metabus for the test. Each instance only serves
+// controllers labelled for it, so instances of different tests never
+// fight over a controller.
+func startMetabus(t *testing.T, cfg allinone.Config, trace obs.Tracer) *instance {
+	t.Helper()
+	inst := &instance{reg: prometheus.NewRegistry()}
+	label := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(label) > 63 {
+		label = label[:63]
+	}
+	inst.selector = label
+	cfg.Watcher.TargetLabelSelector = "metabus.dev/e2e=" + label
+	cfg.Watcher.DiscoveryInterval = 5 * time.Second
+	cfg.Applier.DiscoveryInterval = 5 * time.Second
+	cfg.Listen = ""
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
+	rc := rest.CopyConfig(env.Config)
+	rc.QPS, rc.Burst = 500, 1000
+	go func() {
+		done <- allinone.Run(ctx, cfg, allinone.Deps{
+			REST: rc, Log: log, Metrics: inst.reg, Trace: trace,
+			Started: func(s *server.Server, url string) { inst.nats, inst.url = s, url; close(started) },
+		})
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		cancel()
+		t.Fatalf("metabus did not start: %v", err)
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatal("metabus did not start in 60s")
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("metabus stopped with error: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("metabus did not stop in 30s")
+		}
+	})
+	return inst
+}
+
+// label returns the label that makes a controller served by inst.
+func (inst *instance) label() map[string]string {
+	return map[string]string{"metabus.dev/e2e": inst.selector}
+}
+
+// counter sums a counter metric over the series whose labels include want.
+func (inst *instance) counter(t *testing.T, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := inst.reg.Gather()
+	if err != nil {
+		t.Fatalf("gather metrics: %v", err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if matchLabels(m, want) {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+func matchLabels(m *dto.Metric, want map[string]string) bool {
+	for k, v := range want {
+		found := false
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == k && lp.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// newNamespace creates a namespace for the test and waits for its default
+// ServiceAccount (Pods are rejected without it).
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	ns, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	t.Cleanup(func() { _ = kube.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{}) })
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := env.WaitForDefaultServiceAccount(wctx, ns.Name); err != nil {
+		t.Fatalf("wait for default service account: %v", err)
+	}
+	return ns.Name
+}
+
+// hookServer serves h on a loopback URL for the test's lifetime.
+func hookServer(t *testing.T, h http.Handler) string {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// eventually polls f until it returns nil or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for {
+		if err = f(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// createController creates a CompositeController served by inst.
+func createController(t *testing.T, inst *instance, obj map[string]any) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: obj}
+	u.SetAPIVersion("metacontroller.k8s.io/v1alpha1")
+	u.SetKind("CompositeController")
+	labels := u.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	for k, v := range inst.label() {
+		labels[k] = v
+	}
+	u.SetLabels(labels)
+	out, err := dyn.Resource(v1alpha1.CompositeControllerGVR).Create(context.Background(), u, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create CompositeController: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = dyn.Resource(v1alpha1.CompositeControllerGVR).Delete(context.Background(), out.GetName(), metav1.DeleteOptions{})
+	})
+	return out
+}
+
+// jsonHook adapts a function of the decoded request to a JSON webhook.
+func jsonHook(f func(req map[string]any) (int, any)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		code, resp := f(req)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		if b, ok := resp.([]byte); ok {
+			_, _ = w.Write(b)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(resp)
+	})
+}
+
+// overlapTracer detects two replicas handling the same parent at once.
+type overlapTracer struct {
+	mu       sync.Mutex
+	active   map[string]int
+	overlaps atomic.Int64
+	calls    atomic.Int64
+}
+
+func newOverlapTracer() *overlapTracer { return &overlapTracer{active: map[string]int{}} }
+
+func (o *overlapTracer) trace(stage, uid string) func() {
+	key := stage + "/" + uid
+	o.calls.Add(1)
+	o.mu.Lock()
+	o.active[key]++
+	if o.active[key] > 1 {
+		o.overlaps.Add(1)
+	}
+	o.mu.Unlock()
+	return func() {
+		o.mu.Lock()
+		o.active[key]--
+		o.mu.Unlock()
+	}
+}
+
+func nestedString(obj *unstructured.Unstructured, path ...string) string {
+	s, _, _ := unstructured.NestedString(obj.Object, path...)
+	return s
+}
+
+func nestedInt(obj *unstructured.Unstructured, path ...string) (int64, bool) {
+	v, found, err := unstructured.NestedFieldNoCopy(obj.Object, path...)
+	if err != nil || !found {
+		return 0, false
+	}
+	switch n := v.(type) {
+	case int64:
+		return n, true
+	case float64:
+		return int64(n), true
+	}
+	return 0, false
+}

@@ -1,0 +1,202 @@
+// Package allinone composes the watcher, dispatcher and applier Run
+// functions into one process, with an embedded JetStream server unless an
+// external NATS URL is given. It serves `metabus` (the all-in-one binary),
+// `make run` and the e2e tests, which start extra dispatcher and applier
+// replicas with their own NATS connections to exercise multi-replica
+// behaviour.
+package allinone
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"k8s.io/client-go/rest"
+
+	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/pkg/obs"
+	"github.com/metabus/metabus/pkg/snapshot"
+	"github.com/metabus/metabus/services/applier"
+	"github.com/metabus/metabus/services/dispatcher"
+	"github.com/metabus/metabus/services/watcher"
+)
+
+// Config configures the composed process.
+type Config struct {
+	Watcher    watcher.Config
+	Dispatcher dispatcher.Config
+	Applier    applier.Config
+	// Dispatchers and Appliers are how many replicas of each stage to run
+	// in this process (default 1), each with its own NATS connection.
+	Dispatchers int
+	Appliers    int
+	// NATS is the external server to use; with an empty URL an embedded
+	// server is started.
+	NATS natsx.ConnOptions
+	// StoreDir is the embedded server's JetStream directory ("" → a
+	// temporary directory removed at exit).
+	StoreDir string
+	// Listen is the embedded server's client address ("" → random loopback
+	// port, "-" → in-process only).
+	Listen string
+	// SnapshotsOverNATS makes dispatchers and appliers use the NATS
+	// snapshot service instead of calling the watcher directly.
+	SnapshotsOverNATS bool
+}
+
+// Deps are shared by every component.
+type Deps struct {
+	REST    *rest.Config
+	Log     *zap.Logger
+	Metrics prometheus.Registerer
+	Health  *obs.Health
+	Trace   obs.Tracer
+	// Started, if set, is called once everything runs, with the embedded
+	// server (nil with external NATS) and the client URL.
+	Started func(s *server.Server, url string)
+}
+
+// Run runs everything until ctx is done.
+func Run(ctx context.Context, cfg Config, deps Deps) error {
+	log := deps.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if deps.Health == nil {
+		deps.Health = &obs.Health{}
+	}
+	var srv *server.Server
+	url := cfg.NATS.URL
+	if url == "" {
+		dir := cfg.StoreDir
+		if dir == "" {
+			tmp, err := os.MkdirTemp("", "metabus-nats-")
+			if err != nil {
+				return fmt.Errorf("nats store dir: %w", err)
+			}
+			defer os.RemoveAll(tmp)
+			dir = tmp
+		}
+		s, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: filepath.Clean(dir), Listen: cfg.Listen})
+		if err != nil {
+			return err
+		}
+		defer func() { s.Shutdown(); s.WaitForShutdown() }()
+		srv = s
+		if cfg.Listen != "-" {
+			url = s.ClientURL()
+		}
+		log.Info("embedded NATS JetStream started", zap.String("url", url), zap.String("storeDir", dir))
+	}
+	connect := func(name string) (*nats.Conn, jetstream.JetStream, error) {
+		o := cfg.NATS
+		o.Name, o.Logger = name, log
+		if srv != nil {
+			o.InProcess = srv
+		}
+		return natsx.Connect(o)
+	}
+	var conns []*nats.Conn
+	defer func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}()
+
+	nc, js, err := connect("metabus-watcher")
+	if err != nil {
+		return err
+	}
+	conns = append(conns, nc)
+	wcfg := cfg.Watcher
+	wcfg.EnsureStreams = true
+	w, err := watcher.New(wcfg, watcher.Deps{REST: deps.REST, NC: nc, JS: js, Log: log, Metrics: deps.Metrics, Health: deps.Health})
+	if err != nil {
+		return err
+	}
+	var src snapshot.Source = w
+	// The watcher creates the streams; the others wait for them.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 1+max(cfg.Dispatchers, 1)+max(cfg.Appliers, 1))
+	runIt := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil && ctx.Err() == nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	runIt("watcher", w.Run)
+	for i := 0; i < max(cfg.Dispatchers, 1); i++ {
+		nc, js, err := connect(fmt.Sprintf("metabus-dispatcher-%d", i))
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return err
+		}
+		conns = append(conns, nc)
+		d := dispatcher.Deps{REST: deps.REST, NC: nc, JS: js, Log: log.With(zap.Int("replica", i)), Health: deps.Health, Trace: deps.Trace}
+		if !cfg.SnapshotsOverNATS {
+			d.Snapshots = src
+		}
+		if i == 0 {
+			d.Metrics = deps.Metrics
+		}
+		dcfg := cfg.Dispatcher
+		dcfg.Bus = wcfg.Bus
+		disp, err := dispatcher.New(dcfg, d)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return err
+		}
+		runIt(fmt.Sprintf("dispatcher-%d", i), disp.Run)
+	}
+	for i := 0; i < max(cfg.Appliers, 1); i++ {
+		nc, js, err := connect(fmt.Sprintf("metabus-applier-%d", i))
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return err
+		}
+		conns = append(conns, nc)
+		a := applier.Deps{REST: deps.REST, NC: nc, JS: js, Log: log.With(zap.Int("replica", i)), Health: deps.Health, Trace: deps.Trace}
+		if !cfg.SnapshotsOverNATS {
+			a.Snapshots = src
+		}
+		if i == 0 {
+			a.Metrics = deps.Metrics
+		}
+		acfg := cfg.Applier
+		acfg.Bus = wcfg.Bus
+		app, err := applier.New(acfg, a)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return err
+		}
+		runIt(fmt.Sprintf("applier-%d", i), app.Run)
+	}
+	if deps.Started != nil {
+		deps.Started(srv, url)
+	}
+	<-ctx.Done()
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+	}
+	return nil
+}

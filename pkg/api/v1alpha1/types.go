@@ -1,0 +1,300 @@
+// Package v1alpha1 holds the metacontroller.k8s.io/v1alpha1 API types:
+// CompositeController, DecoratorController and ControllerRevision.
+//
+// The JSON shapes are wire-compatible with upstream Metacontroller so that
+// existing manifests and hooks work unchanged. The types are plain structs
+// decoded from unstructured objects (the services only read them through
+// dynamic informers), so no generated clientset or deepcopy is needed.
+package v1alpha1
+
+import (
+	"encoding/json"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Group and version of the API.
+const (
+	Group   = "metacontroller.k8s.io"
+	Version = "v1alpha1"
+)
+
+// GroupVersion is metacontroller.k8s.io/v1alpha1.
+var GroupVersion = schema.GroupVersion{Group: Group, Version: Version}
+
+// Resources served by the CRDs in deploy/crds.
+var (
+	CompositeControllerGVR = GroupVersion.WithResource("compositecontrollers")
+	DecoratorControllerGVR = GroupVersion.WithResource("decoratorcontrollers")
+	ControllerRevisionGVR  = GroupVersion.WithResource("controllerrevisions")
+)
+
+// Kinds.
+const (
+	CompositeControllerKind = "CompositeController"
+	DecoratorControllerKind = "DecoratorController"
+	ControllerRevisionKind  = "ControllerRevision"
+)
+
+// CompositeController manages a set of children for each parent object.
+type CompositeController struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   CompositeControllerSpec   `json:"spec"`
+	Status CompositeControllerStatus `json:"status,omitempty"`
+}
+
+// CompositeControllerSpec is the spec of a CompositeController.
+type CompositeControllerSpec struct {
+	ParentResource      CompositeControllerParentResourceRule  `json:"parentResource"`
+	ChildResources      []CompositeControllerChildResourceRule `json:"childResources,omitempty"`
+	Hooks               *CompositeControllerHooks              `json:"hooks,omitempty"`
+	ResyncPeriodSeconds *int32                                 `json:"resyncPeriodSeconds,omitempty"`
+	GenerateSelector    *bool                                  `json:"generateSelector,omitempty"`
+	EndpointConfigs     []EndpointConfig                       `json:"endpointConfigs,omitempty"`
+}
+
+// ResourceRule names a resource by API version and plural resource name.
+type ResourceRule struct {
+	APIVersion string `json:"apiVersion"`
+	Resource   string `json:"resource"`
+}
+
+// CompositeControllerParentResourceRule selects the parent resource.
+type CompositeControllerParentResourceRule struct {
+	ResourceRule        `json:",inline"`
+	RevisionHistory     *CompositeControllerRevisionHistory `json:"revisionHistory,omitempty"`
+	LabelSelector       *metav1.LabelSelector               `json:"labelSelector,omitempty"`
+	IgnoreStatusChanges *bool                               `json:"ignoreStatusChanges,omitempty"`
+}
+
+// CompositeControllerRevisionHistory selects the parent fields that roll out gradually.
+type CompositeControllerRevisionHistory struct {
+	FieldPaths []string `json:"fieldPaths,omitempty"`
+}
+
+// CompositeControllerChildResourceRule declares one child resource.
+type CompositeControllerChildResourceRule struct {
+	ResourceRule   `json:",inline"`
+	UpdateStrategy *CompositeControllerChildUpdateStrategy `json:"updateStrategy,omitempty"`
+}
+
+// ChildUpdateMethod says how existing children are updated.
+type ChildUpdateMethod string
+
+// Update methods.
+const (
+	ChildUpdateOnDelete        ChildUpdateMethod = "OnDelete"
+	ChildUpdateRecreate        ChildUpdateMethod = "Recreate"
+	ChildUpdateInPlace         ChildUpdateMethod = "InPlace"
+	ChildUpdateRollingRecreate ChildUpdateMethod = "RollingRecreate"
+	ChildUpdateRollingInPlace  ChildUpdateMethod = "RollingInPlace"
+)
+
+// CompositeControllerChildUpdateStrategy is a child resource's update strategy.
+type CompositeControllerChildUpdateStrategy struct {
+	Method       ChildUpdateMethod                    `json:"method,omitempty"`
+	StatusChecks CompositeControllerChildStatusChecks `json:"statusChecks,omitempty"`
+}
+
+// CompositeControllerChildStatusChecks gate rolling updates.
+type CompositeControllerChildStatusChecks struct {
+	Conditions []StatusConditionCheck `json:"conditions,omitempty"`
+}
+
+// StatusConditionCheck requires a status condition of a child.
+type StatusConditionCheck struct {
+	Type   string  `json:"type"`
+	Status *string `json:"status,omitempty"`
+	Reason *string `json:"reason,omitempty"`
+}
+
+// CompositeControllerHooks are the hooks of a CompositeController.
+type CompositeControllerHooks struct {
+	Sync      *Hook `json:"sync,omitempty"`
+	Finalize  *Hook `json:"finalize,omitempty"`
+	Customize *Hook `json:"customize,omitempty"`
+	// PreUpdateChild and PostUpdateChild are accepted for compatibility;
+	// upstream declares but never calls them.
+	PreUpdateChild  *Hook `json:"preUpdateChild,omitempty"`
+	PostUpdateChild *Hook `json:"postUpdateChild,omitempty"`
+}
+
+// CompositeControllerStatus is empty, as upstream.
+type CompositeControllerStatus struct{}
+
+// DecoratorController attaches children and metadata to existing objects.
+type DecoratorController struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   DecoratorControllerSpec   `json:"spec"`
+	Status DecoratorControllerStatus `json:"status,omitempty"`
+}
+
+// DecoratorControllerSpec is the spec of a DecoratorController.
+type DecoratorControllerSpec struct {
+	Resources           []DecoratorControllerResourceRule   `json:"resources"`
+	Attachments         []DecoratorControllerAttachmentRule `json:"attachments,omitempty"`
+	Hooks               *DecoratorControllerHooks           `json:"hooks,omitempty"`
+	ResyncPeriodSeconds *int32                              `json:"resyncPeriodSeconds,omitempty"`
+	EndpointConfigs     []EndpointConfig                    `json:"endpointConfigs,omitempty"`
+}
+
+// DecoratorControllerResourceRule selects target objects.
+type DecoratorControllerResourceRule struct {
+	ResourceRule        `json:",inline"`
+	LabelSelector       *metav1.LabelSelector `json:"labelSelector,omitempty"`
+	AnnotationSelector  *AnnotationSelector   `json:"annotationSelector,omitempty"`
+	IgnoreStatusChanges *bool                 `json:"ignoreStatusChanges,omitempty"`
+}
+
+// AnnotationSelector is a label-selector-shaped selector over annotations.
+type AnnotationSelector struct {
+	MatchAnnotations map[string]string                 `json:"matchAnnotations,omitempty"`
+	MatchExpressions []metav1.LabelSelectorRequirement `json:"matchExpressions,omitempty"`
+}
+
+// DecoratorControllerAttachmentRule declares one attachment resource.
+type DecoratorControllerAttachmentRule struct {
+	ResourceRule   `json:",inline"`
+	UpdateStrategy *DecoratorControllerAttachmentUpdateStrategy `json:"updateStrategy,omitempty"`
+}
+
+// DecoratorControllerAttachmentUpdateStrategy is an attachment's update strategy.
+type DecoratorControllerAttachmentUpdateStrategy struct {
+	Method ChildUpdateMethod `json:"method,omitempty"`
+}
+
+// DecoratorControllerHooks are the hooks of a DecoratorController.
+type DecoratorControllerHooks struct {
+	Sync      *Hook `json:"sync,omitempty"`
+	Finalize  *Hook `json:"finalize,omitempty"`
+	Customize *Hook `json:"customize,omitempty"`
+}
+
+// DecoratorControllerStatus is empty, as upstream.
+type DecoratorControllerStatus struct{}
+
+// HookVersion selects the request encoding of a hook.
+type HookVersion string
+
+// Hook versions.
+const (
+	HookVersionV1 HookVersion = "v1"
+	HookVersionV2 HookVersion = "v2"
+)
+
+// Hook says how to call one hook.
+type Hook struct {
+	Webhook *Webhook     `json:"webhook,omitempty"`
+	Version *HookVersion `json:"version,omitempty"`
+}
+
+// ResponseUnMarshallMode is how strictly a hook response is decoded.
+type ResponseUnMarshallMode string
+
+// Decoding modes.
+const (
+	ResponseUnMarshallModeLoose  ResponseUnMarshallMode = "loose"
+	ResponseUnMarshallModeStrict ResponseUnMarshallMode = "strict"
+)
+
+// Webhook is an HTTP(S) hook endpoint.
+type Webhook struct {
+	URL                    *string                 `json:"url,omitempty"`
+	Timeout                *metav1.Duration        `json:"timeout,omitempty"`
+	Path                   *string                 `json:"path,omitempty"`
+	Service                *ServiceReference       `json:"service,omitempty"`
+	Etag                   *WebhookEtagConfig      `json:"etag,omitempty"`
+	ResponseUnMarshallMode *ResponseUnMarshallMode `json:"responseUnMarshallMode,omitempty"`
+	WebhookAuth            `json:",inline"`
+}
+
+// WebhookAuth holds the TLS and authentication options of a webhook or an
+// endpoint config.
+type WebhookAuth struct {
+	CABundle      *CABundle      `json:"caBundle,omitempty"`
+	ClientTLS     *ClientTLS     `json:"clientTLS,omitempty"`
+	Authorization *Authorization `json:"authorization,omitempty"`
+	BasicAuth     *BasicAuth     `json:"basicAuth,omitempty"`
+}
+
+// ServiceReference addresses a hook through a Kubernetes Service.
+type ServiceReference struct {
+	Name      string  `json:"name"`
+	Namespace string  `json:"namespace"`
+	Port      *int32  `json:"port,omitempty"`
+	Protocol  *string `json:"protocol,omitempty"`
+}
+
+// WebhookEtagConfig enables If-None-Match caching of hook responses.
+type WebhookEtagConfig struct {
+	Enabled             *bool  `json:"enabled,omitempty"`
+	CacheTimeoutSeconds *int32 `json:"cacheTimeoutSeconds,omitempty"`
+	CacheCleanupSeconds *int32 `json:"cacheCleanupSeconds,omitempty"`
+}
+
+// EndpointConfig holds TLS/auth defaults for webhooks on one host.
+type EndpointConfig struct {
+	Host        string `json:"host"`
+	WebhookAuth `json:",inline"`
+}
+
+// CABundle is one source of CA certificates.
+type CABundle struct {
+	Inline       *string      `json:"inline,omitempty"`
+	SecretRef    *KeySelector `json:"secretRef,omitempty"`
+	ConfigMapRef *KeySelector `json:"configMapRef,omitempty"`
+}
+
+// KeySelector names a key of a Secret or ConfigMap.
+type KeySelector struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Key       string `json:"key,omitempty"`
+}
+
+// ObjectRef names a namespaced object.
+type ObjectRef struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+}
+
+// ClientTLS configures mutual TLS from a kubernetes.io/tls Secret.
+type ClientTLS struct {
+	SecretRef     ObjectRef `json:"secretRef"`
+	CertKey       string    `json:"certKey,omitempty"`
+	PrivateKeyKey string    `json:"privateKeyKey,omitempty"`
+}
+
+// Authorization sends "Authorization: <type> <token>".
+type Authorization struct {
+	Type      string      `json:"type,omitempty"`
+	SecretRef KeySelector `json:"secretRef"`
+}
+
+// BasicAuth sends HTTP basic credentials.
+type BasicAuth struct {
+	SecretRef   ObjectRef `json:"secretRef"`
+	UsernameKey string    `json:"usernameKey,omitempty"`
+	PasswordKey string    `json:"passwordKey,omitempty"`
+}
+
+// ControllerRevision records a parent revision for rolling updates.
+type ControllerRevision struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	ParentPatch json.RawMessage              `json:"parentPatch"`
+	Children    []ControllerRevisionChildren `json:"children,omitempty"`
+}
+
+// ControllerRevisionChildren lists the children of one group and kind at a revision.
+type ControllerRevisionChildren struct {
+	APIGroup string   `json:"apiGroup"`
+	Kind     string   `json:"kind"`
+	Names    []string `json:"names"`
+}

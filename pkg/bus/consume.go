@@ -1,0 +1,133 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Handler processes one message. It must settle the message (Ack, Nak or
+// Term); the context is cancelled when the consumer stops.
+type Handler func(ctx context.Context, m jetstream.Msg)
+
+// ConsumePartitions pulls from all Partitions consumers <prefix>pNN of
+// stream and runs h for each message, at most workers at a time, until ctx
+// is done. Every replica of a stage calls it: the server hands each
+// partition's single in-flight message to one of them, which is what makes
+// a parent's syncs serial cluster-wide without any membership protocol.
+//
+// While h runs, the message is kept alive with InProgress every ackWait/3,
+// so a slow hook is never redelivered to a second replica; a crashed
+// replica stops heartbeating and its message is redelivered after ackWait.
+func ConsumePartitions(ctx context.Context, js jetstream.JetStream, stream, prefix string, workers int, ackWait time.Duration, h Handler) error {
+	if workers <= 0 {
+		workers = Partitions
+	}
+	sem := make(chan struct{}, workers)
+	var inflight sync.WaitGroup
+	var contexts []jetstream.ConsumeContext
+	stopAll := func() {
+		for _, cc := range contexts {
+			cc.Stop()
+		}
+	}
+	for p := 0; p < Partitions; p++ {
+		cons, err := js.Consumer(ctx, stream, PartitionConsumerName(prefix, p))
+		if err != nil {
+			stopAll()
+			return fmt.Errorf("open consumer %s/%s: %w", stream, PartitionConsumerName(prefix, p), err)
+		}
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			// Blocking here is fine: this partition has at most one
+			// message in flight anyway, and holding it keeps the
+			// partition's order.
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				// Leave it unacked: redelivered after AckWait.
+				return
+			}
+			inflight.Add(1)
+			defer func() { <-sem; inflight.Done() }()
+			runWithHeartbeat(ctx, m, ackWait, h)
+		}, jetstream.PullMaxMessages(1), jetstream.PullExpiry(30*time.Second),
+			jetstream.ConsumeErrHandler(func(jetstream.ConsumeContext, error) {}))
+		if err != nil {
+			stopAll()
+			return fmt.Errorf("consume %s/%s: %w", stream, PartitionConsumerName(prefix, p), err)
+		}
+		contexts = append(contexts, cc)
+	}
+	<-ctx.Done()
+	for _, cc := range contexts {
+		cc.Drain()
+	}
+	inflight.Wait()
+	return nil
+}
+
+func runWithHeartbeat(ctx context.Context, m jetstream.Msg, ackWait time.Duration, h Handler) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(ackWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = m.InProgress()
+			}
+		}
+	}()
+	defer close(done)
+	h(ctx, m)
+}
+
+// Meta returns the stream sequence and delivery count of a message.
+func Meta(m jetstream.Msg) (streamSeq uint64, delivered uint64, err error) {
+	md, err := m.Metadata()
+	if err != nil {
+		return 0, 0, fmt.Errorf("message metadata: %w", err)
+	}
+	return md.Sequence.Stream, md.NumDelivered, nil
+}
+
+// RunRelay moves fired schedules (mc.due.*) into MC_WORK until ctx is done.
+// Any number of replicas may run it: a relayed item that was already queued
+// collapses into the pending one.
+func RunRelay(ctx context.Context, js jetstream.JetStream, onError func(error)) error {
+	cons, err := js.Consumer(ctx, SchedStream, DueConsumer)
+	if err != nil {
+		return fmt.Errorf("open relay consumer: %w", err)
+	}
+	pub := Publisher{JS: js}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		var item WorkItem
+		if err := Decode(m, TypeSyncRequested, &item); err != nil {
+			onError(err)
+			_ = m.Term()
+			return
+		}
+		if _, err := pub.PublishWork(ctx, item); err != nil {
+			onError(err)
+			_ = m.NakWithDelay(time.Second)
+			return
+		}
+		_ = m.Ack()
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			onError(err)
+		}
+	}))
+	if err != nil {
+		return fmt.Errorf("consume due schedules: %w", err)
+	}
+	<-ctx.Done()
+	cc.Drain()
+	return nil
+}

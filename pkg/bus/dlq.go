@@ -1,0 +1,110 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DeadLetter describes a message moved to MC_DLQ.
+type DeadLetter struct {
+	Stream     string
+	Subject    string
+	Deliveries uint64
+	Parent     ObjectRef
+}
+
+// maxDeliveriesAdvisory is the part of JetStream's MAX_DELIVERIES advisory
+// the DLQ worker needs.
+type maxDeliveriesAdvisory struct {
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+// RunDLQ moves poison messages out of MC_WORK and MC_DESIRED until ctx is
+// done. After MaxDeliver a WorkQueue message stays in its stream and keeps
+// one of its parent's two per-subject slots (measured), so it must be
+// deleted, not just reported.
+func RunDLQ(ctx context.Context, js jetstream.JetStream, onDead func(DeadLetter), onError func(error)) error {
+	cons, err := js.Consumer(ctx, AdvisoryStream, DLQConsumer)
+	if err != nil {
+		return fmt.Errorf("open dead-letter consumer: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		dl, err := deadLetter(ctx, js, m.Data())
+		if err != nil {
+			onError(err)
+			_ = m.Term()
+			return
+		}
+		if dl != nil && onDead != nil {
+			onDead(*dl)
+		}
+		_ = m.Ack()
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			onError(err)
+		}
+	}))
+	if err != nil {
+		return fmt.Errorf("consume advisories: %w", err)
+	}
+	<-ctx.Done()
+	cc.Drain()
+	return nil
+}
+
+func deadLetter(ctx context.Context, js jetstream.JetStream, data []byte) (*DeadLetter, error) {
+	var adv maxDeliveriesAdvisory
+	if err := json.Unmarshal(data, &adv); err != nil {
+		return nil, fmt.Errorf("decode max-deliveries advisory: %w", err)
+	}
+	stream, err := js.Stream(ctx, adv.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("open stream %s: %w", adv.Stream, err)
+	}
+	raw, err := stream.GetMsg(ctx, adv.StreamSeq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil // acked or deleted since
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %s seq %d: %w", adv.Stream, adv.StreamSeq, err)
+	}
+	stage := "work"
+	if adv.Stream == DesiredStream {
+		stage = "desired"
+	}
+	_, ctrlID, uid, err := ParseStoredSubject(raw.Subject)
+	if err != nil {
+		return nil, err
+	}
+	hdr := nats.Header{}
+	for k, v := range raw.Header {
+		hdr[k] = v
+	}
+	hdr.Set("Metabus-Dead-Reason", "max deliveries exceeded")
+	hdr.Set("Metabus-Deliveries", strconv.FormatUint(adv.Deliveries, 10))
+	hdr.Set("Metabus-Original-Subject", raw.Subject)
+	hdr.Del(jetstream.MsgIDHeader)
+	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: DLQSubject(stage, ctrlID, uid), Header: hdr, Data: raw.Data}); err != nil {
+		return nil, fmt.Errorf("park message in %s: %w", DLQStream, err)
+	}
+	if err := stream.DeleteMsg(ctx, adv.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("delete %s seq %d: %w", adv.Stream, adv.StreamSeq, err)
+	}
+	dl := &DeadLetter{Stream: adv.Stream, Subject: raw.Subject, Deliveries: adv.Deliveries}
+	var body struct {
+		Parent ObjectRef `json:"parent"`
+	}
+	if json.Unmarshal(raw.Data, &body) == nil {
+		dl.Parent = body.Parent
+	}
+	return dl, nil
+}

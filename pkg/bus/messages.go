@@ -1,0 +1,131 @@
+package bus
+
+import (
+	"encoding/json"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// CloudEvent types (design.md §5). Every message on the bus is a CloudEvent
+// in binary mode: ce-* NATS headers and a plain JSON body.
+const (
+	TypeSyncRequested   = "io.k8s.metacontroller.sync.requested.v1"
+	TypeDesired         = "io.k8s.metacontroller.desired.v1"
+	TypeApplied         = "io.k8s.metacontroller.applied.v1"
+	TypeRevisionUpdated = "io.k8s.metacontroller.revision.updated.v1"
+	// TypeHookPrefix + "<hook>.v1" is the type of hook requests over HTTP.
+	TypeHookPrefix = "io.k8s.metacontroller.hook."
+)
+
+// CloudEvent extension names (lowercase alphanumeric, as the spec requires).
+const (
+	ExtPartitionKey = "partitionkey"
+	ExtWorkSeq      = "workseq"
+	ExtParentUID    = "parentuid"
+	ExtParentRV     = "parentrv"
+	ExtTraceParent  = "traceparent"
+	ExtReason       = "reason"
+)
+
+// Reasons a work item was enqueued. Resyncs are distinguished from real
+// changes so they can be measured and, later, prioritised below them.
+const (
+	ReasonEvent       = "event"
+	ReasonResync      = "resync"
+	ReasonRetry       = "retry"
+	ReasonResyncAfter = "resyncAfter"
+	ReasonConflict    = "conflict"
+)
+
+// ControllerRef identifies the controller object a message belongs to.
+type ControllerRef struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	UID  string `json:"uid,omitempty"`
+}
+
+// ID returns the controller's subject token.
+func (c ControllerRef) ID() string { return ControllerID(c.Kind, c.Name) }
+
+// ObjectRef identifies one Kubernetes object precisely enough to find it in
+// a cache and to write it with a precondition.
+type ObjectRef struct {
+	APIVersion      string `json:"apiVersion"`
+	Kind            string `json:"kind,omitempty"`
+	Resource        string `json:"resource,omitempty"`
+	Namespace       string `json:"namespace,omitempty"`
+	Name            string `json:"name"`
+	UID             string `json:"uid"`
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+	Generation      int64  `json:"generation,omitempty"`
+}
+
+// WorkItem (type TypeSyncRequested, stream MC_WORK) says that a parent needs
+// a sync. It is only a trigger: the dispatcher reads fresh observed state.
+type WorkItem struct {
+	Controller ControllerRef `json:"controller"`
+	Parent     ObjectRef     `json:"parent"`
+	Reason     string        `json:"reason"`
+	// Attempt counts consecutive failed syncs (retry backoff).
+	Attempt int `json:"attempt,omitempty"`
+	// MinResourceVersions maps "<group>/<resource>" to the lowest
+	// resourceVersion the snapshot must reflect: the watcher saw that
+	// version when it enqueued the item.
+	MinResourceVersions map[string]string `json:"minResourceVersions,omitempty"`
+	EnqueuedAt          time.Time         `json:"enqueuedAt"`
+}
+
+// DesiredState (type TypeDesired, stream MC_DESIRED) is what a hook asked
+// for, plus the identities of what it observed, so that the applier can
+// converge the cluster without calling the hook again.
+type DesiredState struct {
+	Controller ControllerRef `json:"controller"`
+	Parent     ObjectRef     `json:"parent"`
+	// WorkSeq is the MC_WORK stream sequence of the work item that produced
+	// this state; together with the parent UID it is the message id.
+	WorkSeq uint64 `json:"workSeq"`
+	// Hook is the hook that produced the state: "sync" or "finalize".
+	Hook string `json:"hook"`
+	// Children are the desired children as the hook returned them (apply
+	// semantics: only the fields the hook cares about).
+	Children []*unstructured.Unstructured `json:"children"`
+	// Status replaces the parent's status (with observedGeneration added);
+	// nil means the hook returned none.
+	Status map[string]any `json:"status,omitempty"`
+	// ResyncAfterSeconds is the hook's one-time resync request (0: none).
+	ResyncAfterSeconds float64 `json:"resyncAfterSeconds,omitempty"`
+	// Finalized is the finalize hook's "done" answer.
+	Finalized bool `json:"finalized,omitempty"`
+	// Observed lists the children the hook was shown.
+	Observed []ObjectRef `json:"observed,omitempty"`
+	// MinResourceVersions carries the freshness floor of the snapshot the
+	// hook saw, so the applier never acts on older observed state.
+	MinResourceVersions map[string]string `json:"minResourceVersions,omitempty"`
+	// Attempt carries the retry count of the work item forward, so apply
+	// failures back off too.
+	Attempt int `json:"attempt,omitempty"`
+	// ProducedAt is when the hook answered.
+	ProducedAt time.Time `json:"producedAt"`
+}
+
+// DueMessage is the body of a schedule in MC_SCHED: the work item to
+// publish when it fires.
+type DueMessage = WorkItem
+
+// MarshalJSON helpers keep one encoding for every message.
+func encode(v any) ([]byte, error) { return json.Marshal(v) }
+
+// Stub returns enough of the object to reference it (e.g. to hang a
+// Kubernetes Event on it) without reading it.
+func (o ObjectRef) Stub() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(o.APIVersion)
+	u.SetKind(o.Kind)
+	u.SetNamespace(o.Namespace)
+	u.SetName(o.Name)
+	u.SetUID(types.UID(o.UID))
+	u.SetResourceVersion(o.ResourceVersion)
+	return u
+}

@@ -1,0 +1,123 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// errCodeMaxMsgsPerSubject is JetStream's "maximum messages per subject
+// exceeded". On MC_WORK it means the parent already has an item pending
+// behind the one in flight, and that pending item will read fresh state:
+// the publish is covered, not lost.
+const errCodeMaxMsgsPerSubject jetstream.ErrorCode = 10077
+
+// IsAlreadyQueued reports whether a publish to MC_WORK was refused because the
+// parent is already queued.
+func IsAlreadyQueued(err error) bool {
+	var jsErr jetstream.JetStreamError
+	if errors.As(err, &jsErr) && jsErr.APIError() != nil {
+		return jsErr.APIError().ErrorCode == errCodeMaxMsgsPerSubject
+	}
+	return false
+}
+
+// Publisher publishes work items, desired states and schedules.
+type Publisher struct {
+	JS jetstream.JetStream
+}
+
+// PublishWork enqueues a work item. queued is false when the parent was
+// already queued (error 10077), which is success.
+func (p Publisher) PublishWork(ctx context.Context, item WorkItem) (queued bool, err error) {
+	subject, err := WorkSubject(item.Controller.ID(), item.Parent.UID)
+	if err != nil {
+		return false, err
+	}
+	if item.EnqueuedAt.IsZero() {
+		item.EnqueuedAt = time.Now()
+	}
+	msg, err := NewMsg(ctx, subject, TypeSyncRequested, "", item.Controller, item.Parent, item,
+		map[string]string{ExtReason: item.Reason})
+	if err != nil {
+		return false, err
+	}
+	if _, err := p.JS.PublishMsg(ctx, msg); err != nil {
+		if IsAlreadyQueued(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("publish work item for %s/%s: %w", item.Controller.ID(), item.Parent.UID, err)
+	}
+	return true, nil
+}
+
+// DesiredMsgID is the Nats-Msg-Id (and CloudEvent id) of a desired state:
+// a dispatcher that crashes after publishing but before acking republishes
+// the same id and the stream drops the duplicate.
+func DesiredMsgID(parentUID string, workSeq uint64) string {
+	return parentUID + ":" + WorkSeqString(workSeq)
+}
+
+// PublishDesired publishes a desired state. Call it before acking the work
+// item that produced it.
+func (p Publisher) PublishDesired(ctx context.Context, ds DesiredState) error {
+	subject, err := DesiredSubject(ds.Controller.ID(), ds.Parent.UID)
+	if err != nil {
+		return err
+	}
+	id := DesiredMsgID(ds.Parent.UID, ds.WorkSeq)
+	msg, err := NewMsg(ctx, subject, TypeDesired, id, ds.Controller, ds.Parent, ds,
+		map[string]string{ExtWorkSeq: WorkSeqString(ds.WorkSeq)})
+	if err != nil {
+		return err
+	}
+	if _, err := p.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(id)); err != nil {
+		return fmt.Errorf("publish desired state for %s/%s: %w", ds.Controller.ID(), ds.Parent.UID, err)
+	}
+	return nil
+}
+
+// Schedule arranges for item to be enqueued at (or right after) at. A parent
+// has one schedule: a new one replaces the previous (so a retry after a
+// failure replaces a pending resync, and vice versa). Schedules have second
+// granularity; earlier deadlines fire as soon as the server sees them.
+func (p Publisher) Schedule(ctx context.Context, item WorkItem, at time.Time) error {
+	ctrlID := item.Controller.ID()
+	subject, err := SchedSubject(ctrlID, item.Parent.UID)
+	if err != nil {
+		return err
+	}
+	target, err := DueSubject(ctrlID, item.Parent.UID)
+	if err != nil {
+		return err
+	}
+	msg, err := NewMsg(ctx, subject, TypeSyncRequested, "", item.Controller, item.Parent, item,
+		map[string]string{ExtReason: item.Reason})
+	if err != nil {
+		return err
+	}
+	// Round up so a schedule never fires before it is due.
+	at = at.Add(time.Second - 1).Truncate(time.Second)
+	if _, err := p.JS.PublishMsg(ctx, msg, jetstream.WithScheduleAt(at), jetstream.WithScheduleTarget(target)); err != nil {
+		return fmt.Errorf("schedule %s/%s at %s: %w", ctrlID, item.Parent.UID, at.Format(time.RFC3339), err)
+	}
+	return nil
+}
+
+// Backoff is the per-parent retry delay after attempt consecutive failures:
+// 1s doubling to 5 minutes, like a workqueue's exponential limiter but
+// bounded for hooks that are down for a while.
+func Backoff(attempt int) time.Duration {
+	if attempt < 1 {
+		attempt = 1
+	}
+	d := time.Duration(float64(time.Second) * math.Pow(2, float64(attempt-1)))
+	if d > 5*time.Minute || d <= 0 {
+		return 5 * time.Minute
+	}
+	return d
+}

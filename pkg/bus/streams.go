@@ -1,0 +1,294 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Stream names.
+const (
+	// WorkStream (MC_WORK) carries work items: "parent P of controller C
+	// needs a sync". It is the client-go workqueue contract on JetStream:
+	// at most one item in flight (MaxAckPending=1 per partition) plus one
+	// pending per parent (MaxMsgsPerSubject=2 with DiscardNewPerSubject).
+	WorkStream = "MC_WORK"
+	// DesiredStream (MC_DESIRED) carries desired states as CloudEvents from
+	// dispatchers to appliers, ordered per parent.
+	DesiredStream = "MC_DESIRED"
+	// SchedStream (MC_SCHED) holds one message schedule per parent (retry
+	// backoff, resyncAfterSeconds, periodic resync) and the due messages the
+	// schedules fire. It cannot be MC_WORK itself: schedules are refused in
+	// DiscardNew streams (error 10052).
+	SchedStream = "MC_SCHED"
+	// AdvisoryStream (MC_ADV) captures MAX_DELIVERIES advisories of the work
+	// and desired consumers so poison messages can be moved to MC_DLQ.
+	AdvisoryStream = "MC_ADV"
+	// DLQStream (MC_DLQ) keeps poison messages for a week for inspection.
+	DLQStream = "MC_DLQ"
+)
+
+// Consumer name prefixes; partition p has consumer <prefix>p<NN>.
+const (
+	WorkConsumerPrefix    = "work-"
+	DesiredConsumerPrefix = "desired-"
+	// DueConsumer relays fired schedules into MC_WORK.
+	DueConsumer = "due-relay"
+	// DLQConsumer reads MC_ADV.
+	DLQConsumer = "dlq"
+)
+
+// Timing defaults for consumers (design.md §2, jetstream-findings §2.7).
+const (
+	// WorkAckWait is how long a dispatcher may hold a work item without a
+	// heartbeat before it is redelivered (to another replica after a crash).
+	WorkAckWait = 15 * time.Second
+	// DesiredAckWait is the same for appliers; API writes can be slow.
+	DesiredAckWait = 30 * time.Second
+	// MaxDeliver bounds redeliveries of a message whose handler keeps
+	// crashing; application errors never count (they ack and reschedule).
+	MaxDeliver = 5
+)
+
+// Options tune the bus for an installation. The zero value is production
+// defaults with R1 (embedded) streams.
+type Options struct {
+	// Replicas of every stream (3 in a production NATS cluster).
+	Replicas int
+	// WorkAckWait and DesiredAckWait override the defaults (tests shorten
+	// them to exercise crash redelivery quickly).
+	WorkAckWait    time.Duration
+	DesiredAckWait time.Duration
+}
+
+func (o Options) replicas() int {
+	if o.Replicas <= 0 {
+		return 1
+	}
+	return o.Replicas
+}
+
+func (o Options) workAckWait() time.Duration {
+	if o.WorkAckWait > 0 {
+		return o.WorkAckWait
+	}
+	return WorkAckWait
+}
+
+func (o Options) desiredAckWait() time.Duration {
+	if o.DesiredAckWait > 0 {
+		return o.DesiredAckWait
+	}
+	return DesiredAckWait
+}
+
+// WorkStreamConfig is MC_WORK. No stream-wide MaxMsgs/MaxBytes: with
+// DiscardNew on a WorkQueue stream those lose messages silently
+// (nats-server #4771); the per-subject cap already bounds the stream to two
+// messages per (controller, parent).
+func WorkStreamConfig(o Options) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:                 WorkStream,
+		Description:          "metabus work items: one in flight and one pending per parent",
+		Subjects:             []string{workRoot + ".*.*"},
+		Retention:            jetstream.WorkQueuePolicy,
+		Storage:              jetstream.FileStorage,
+		Replicas:             o.replicas(),
+		MaxMsgsPerSubject:    2,
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+		Duplicates:           2 * time.Minute,
+		SubjectTransform: &jetstream.SubjectTransformConfig{
+			Source:      workRoot + ".*.*",
+			Destination: fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", workRoot, Partitions),
+		},
+	}
+}
+
+// DesiredStreamConfig is MC_DESIRED: WorkQueue, partitioned like MC_WORK, no
+// per-subject limit (every desired state is kept until applied or
+// superseded), direct gets for the superseded check.
+func DesiredStreamConfig(o Options) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        DesiredStream,
+		Description: "metabus desired states (CloudEvents), ordered per parent",
+		Subjects:    []string{desiredRoot + ".*.*"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    o.replicas(),
+		Discard:     jetstream.DiscardOld,
+		Duplicates:  2 * time.Minute,
+		AllowDirect: true,
+		Compression: jetstream.S2Compression,
+		SubjectTransform: &jetstream.SubjectTransformConfig{
+			Source:      desiredRoot + ".*.*",
+			Destination: fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", desiredRoot, Partitions),
+		},
+	}
+}
+
+// SchedStreamConfig is MC_SCHED: schedules on mc.sched.<ctrl>.<uid> (one per
+// parent: a new schedule replaces the old one) firing into
+// mc.due.<ctrl>.<uid>, which the relay moves to MC_WORK.
+func SchedStreamConfig(o Options) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              SchedStream,
+		Description:       "metabus per-parent schedules: retry backoff and resyncs",
+		Subjects:          []string{schedRoot + ".*.*", dueRoot + ".*.*"},
+		Retention:         jetstream.LimitsPolicy,
+		Storage:           jetstream.FileStorage,
+		Replicas:          o.replicas(),
+		MaxMsgsPerSubject: 1,
+		Discard:           jetstream.DiscardOld,
+		AllowMsgSchedules: true,
+		AllowMsgTTL:       true,
+	}
+}
+
+// AdvisoryStreamConfig is MC_ADV: max-deliveries advisories of the work and
+// desired consumers, kept for a day.
+func AdvisoryStreamConfig(o Options) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        AdvisoryStream,
+		Description: "metabus consumer advisories feeding the DLQ worker",
+		Subjects: []string{
+			"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + WorkStream + ".>",
+			"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + DesiredStream + ".>",
+		},
+		Retention: jetstream.WorkQueuePolicy,
+		Storage:   jetstream.FileStorage,
+		Replicas:  o.replicas(),
+		MaxAge:    24 * time.Hour,
+	}
+}
+
+// DLQStreamConfig is MC_DLQ: poison messages, kept for a week.
+func DLQStreamConfig(o Options) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        DLQStream,
+		Description: "metabus poison messages (max deliveries exceeded)",
+		Subjects:    []string{dlqRoot + ".>"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    o.replicas(),
+		MaxAge:      7 * 24 * time.Hour,
+	}
+}
+
+// partitionBackoff is the redelivery schedule of a crashed or hung handler.
+// It bounds how long a poison message blocks its partition (about 4 min)
+// before the DLQ takes it.
+var partitionBackoff = []time.Duration{15 * time.Second, 30 * time.Second, 60 * time.Second, 120 * time.Second}
+
+// PartitionConsumerName is the durable name of partition p.
+func PartitionConsumerName(prefix string, p int) string {
+	return fmt.Sprintf("%sp%02d", prefix, p)
+}
+
+func partitionConsumer(prefix, root string, p int, ackWait time.Duration, replicas int) jetstream.ConsumerConfig {
+	backoff := make([]time.Duration, len(partitionBackoff))
+	copy(backoff, partitionBackoff)
+	backoff[0] = ackWait
+	return jetstream.ConsumerConfig{
+		Durable:       PartitionConsumerName(prefix, p),
+		Description:   fmt.Sprintf("partition %d of %s", p, root),
+		FilterSubject: fmt.Sprintf("%s.%d.>", root, p),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		// One message in flight per partition is what serializes a parent
+		// across every replica, including across a replica crash.
+		MaxAckPending: 1,
+		AckWait:       ackWait,
+		MaxDeliver:    MaxDeliver,
+		BackOff:       backoff,
+		// WorkQueue consumers must have the stream's replica count.
+		Replicas: replicas,
+	}
+}
+
+// WorkConsumerConfig is the consumer of MC_WORK partition p.
+func WorkConsumerConfig(o Options, p int) jetstream.ConsumerConfig {
+	return partitionConsumer(WorkConsumerPrefix, workRoot, p, o.workAckWait(), o.replicas())
+}
+
+// DesiredConsumerConfig is the consumer of MC_DESIRED partition p.
+func DesiredConsumerConfig(o Options, p int) jetstream.ConsumerConfig {
+	return partitionConsumer(DesiredConsumerPrefix, desiredRoot, p, o.desiredAckWait(), o.replicas())
+}
+
+// DueConsumerConfig relays fired schedules. Any number of relays may pull
+// from it; relaying is idempotent because MC_WORK collapses duplicates.
+func DueConsumerConfig(o Options) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       DueConsumer,
+		Description:   "moves fired schedules into MC_WORK",
+		FilterSubject: dueRoot + ".>",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       10 * time.Second,
+		MaxAckPending: 1024,
+		Replicas:      o.replicas(),
+	}
+}
+
+// DLQConsumerConfig reads MC_ADV.
+func DLQConsumerConfig(o Options) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       DLQConsumer,
+		Description:   "moves poison messages to MC_DLQ",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxAckPending: 64,
+		Replicas:      o.replicas(),
+	}
+}
+
+// Ensure creates or updates every stream and consumer. It is idempotent and
+// safe to run from every replica at start.
+func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
+	streams := []jetstream.StreamConfig{
+		WorkStreamConfig(o), DesiredStreamConfig(o), SchedStreamConfig(o),
+		AdvisoryStreamConfig(o), DLQStreamConfig(o),
+	}
+	for _, cfg := range streams {
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+		}
+	}
+	for p := 0; p < Partitions; p++ {
+		if _, err := js.CreateOrUpdateConsumer(ctx, WorkStream, WorkConsumerConfig(o, p)); err != nil {
+			return fmt.Errorf("ensure consumer %s/%d: %w", WorkStream, p, err)
+		}
+		if _, err := js.CreateOrUpdateConsumer(ctx, DesiredStream, DesiredConsumerConfig(o, p)); err != nil {
+			return fmt.Errorf("ensure consumer %s/%d: %w", DesiredStream, p, err)
+		}
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, SchedStream, DueConsumerConfig(o)); err != nil {
+		return fmt.Errorf("ensure consumer %s: %w", DueConsumer, err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, AdvisoryStream, DLQConsumerConfig(o)); err != nil {
+		return fmt.Errorf("ensure consumer %s: %w", DLQConsumer, err)
+	}
+	return nil
+}
+
+// WaitReady waits until the streams exist (created by another replica's
+// Ensure), so services without stream-management permissions can start.
+func WaitReady(ctx context.Context, js jetstream.JetStream) error {
+	for {
+		_, err := js.Stream(ctx, WorkStream)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("look up %s: %w", WorkStream, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

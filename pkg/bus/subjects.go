@@ -1,0 +1,174 @@
+// Package bus is the single home of metabus' wire contracts on NATS
+// JetStream: stream and consumer configurations, subjects, CloudEvent types
+// and the message schemas exchanged by the watcher, dispatcher, applier and
+// revisions services, plus the small publish/consume helpers that implement
+// the delivery rules every stage relies on.
+//
+// Delivery model (see design.md §2 and §4): Kubernetes is the system of
+// record, every message can be derived again, delivery is at least once and
+// every consumer is idempotent. Per-parent serialization comes from
+// partitioning each stream 64 ways with a subject transform and consuming each
+// partition through a durable consumer with MaxAckPending=1 that every
+// replica pulls from.
+package bus
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strings"
+)
+
+// Partitions is the number of partitions of MC_WORK and MC_DESIRED. It bounds
+// the number of syncs (and applies) in flight cluster-wide per stage. It is
+// fixed at install time: changing it needs a drained cut-over, because the
+// messages of one parent would otherwise sit in two partitions at once.
+const Partitions = 64
+
+// Subject roots. Publishers address a (controller, parent) pair; the streams
+// insert the partition token when storing.
+const (
+	workRoot    = "mc.work"
+	desiredRoot = "mc.desired"
+	schedRoot   = "mc.sched"
+	dueRoot     = "mc.due"
+	dlqRoot     = "mc.dlq"
+
+	// SnapshotSubject is the request/reply subject of the watcher's
+	// observed-state snapshot service (a nats micro service, queue group
+	// SnapshotQueue).
+	SnapshotSubject = "mc.svc.snapshot"
+	// SnapshotQueue is the queue group of the snapshot service.
+	SnapshotQueue = "mc-snapshot"
+	// SnapshotServiceName is the micro service name of the snapshot service.
+	SnapshotServiceName = "metabus-snapshot"
+)
+
+// ControllerID returns the subject token that identifies a controller:
+// "cc-<name>" for CompositeController, "dc-<name>" for DecoratorController,
+// "mc-<name>" for MapController. Kubernetes names may contain ".", the NATS
+// token separator, but never "_", so "." is mapped to "_" reversibly.
+func ControllerID(kind, name string) string {
+	prefix := "x"
+	switch kind {
+	case "CompositeController":
+		prefix = "cc"
+	case "DecoratorController":
+		prefix = "dc"
+	case "MapController":
+		prefix = "mc"
+	}
+	return prefix + "-" + strings.ReplaceAll(name, ".", "_")
+}
+
+// ParseControllerID reverses ControllerID.
+func ParseControllerID(id string) (kind, name string, err error) {
+	prefix, rest, ok := strings.Cut(id, "-")
+	if !ok || rest == "" {
+		return "", "", fmt.Errorf("malformed controller id %q", id)
+	}
+	name = strings.ReplaceAll(rest, "_", ".")
+	switch prefix {
+	case "cc":
+		return "CompositeController", name, nil
+	case "dc":
+		return "DecoratorController", name, nil
+	case "mc":
+		return "MapController", name, nil
+	}
+	return "", "", fmt.Errorf("unknown controller id prefix in %q", id)
+}
+
+// validToken reports whether s can be used as one NATS subject token.
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r == '.' || r == '*' || r == '>' || r <= ' ' || r > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+func key(root, ctrlID, parentUID string) (string, error) {
+	if !validToken(ctrlID) || !validToken(parentUID) {
+		return "", fmt.Errorf("invalid subject tokens %q/%q", ctrlID, parentUID)
+	}
+	return root + "." + ctrlID + "." + parentUID, nil
+}
+
+// WorkSubject is where work items for a parent are published:
+// mc.work.<ctrlID>.<parentUID>. The UID, not the name, keys the parent:
+// names may contain "." and a recreated object is a different parent.
+func WorkSubject(ctrlID, parentUID string) (string, error) {
+	return key(workRoot, ctrlID, parentUID)
+}
+
+// DesiredSubject is where desired states for a parent are published:
+// mc.desired.<ctrlID>.<parentUID>.
+func DesiredSubject(ctrlID, parentUID string) (string, error) {
+	return key(desiredRoot, ctrlID, parentUID)
+}
+
+// StoredDesiredSubject is the subject MC_DESIRED stores a parent's desired
+// states under, after the partition transform. The applier reads the last
+// message of this subject to skip superseded desired states.
+func StoredDesiredSubject(ctrlID, parentUID string) string {
+	return fmt.Sprintf("%s.%d.%s.%s", desiredRoot, Partition(ctrlID, parentUID), ctrlID, parentUID)
+}
+
+// StoredWorkSubject is the subject MC_WORK stores a parent's work items under.
+func StoredWorkSubject(ctrlID, parentUID string) string {
+	return fmt.Sprintf("%s.%d.%s.%s", workRoot, Partition(ctrlID, parentUID), ctrlID, parentUID)
+}
+
+// SchedSubject holds the single pending schedule (retry or resync) of a
+// parent: re-publishing it replaces the earlier schedule.
+func SchedSubject(ctrlID, parentUID string) (string, error) {
+	return key(schedRoot, ctrlID, parentUID)
+}
+
+// DueSubject is the target a schedule fires into; the relay moves due
+// messages into MC_WORK.
+func DueSubject(ctrlID, parentUID string) (string, error) {
+	return key(dueRoot, ctrlID, parentUID)
+}
+
+// DLQSubject is where poison messages of a stage are parked.
+func DLQSubject(stage, ctrlID, parentUID string) string {
+	return dlqRoot + "." + stage + "." + ctrlID + "." + parentUID
+}
+
+// Partition computes the partition the server's {{partition(64,1,2)}}
+// transform assigns to (ctrlID, parentUID): FNV-1a 32 over the two tokens
+// concatenated without a separator, modulo Partitions. Clients use it for
+// metrics and to address stored subjects.
+func Partition(ctrlID, parentUID string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(ctrlID))
+	_, _ = h.Write([]byte(parentUID))
+	return int(h.Sum32() % Partitions)
+}
+
+// ParseStoredSubject splits a stored subject <root>.<p>.<ctrlID>.<parentUID>.
+func ParseStoredSubject(subject string) (partition int, ctrlID, parentUID string, err error) {
+	parts := strings.Split(subject, ".")
+	if len(parts) != 5 {
+		return 0, "", "", fmt.Errorf("unexpected stored subject %q", subject)
+	}
+	if _, err := fmt.Sscanf(parts[2], "%d", &partition); err != nil {
+		return 0, "", "", fmt.Errorf("unexpected partition in %q: %w", subject, err)
+	}
+	return partition, parts[3], parts[4], nil
+}
+
+// ParseKeySubject splits an unpartitioned subject <a>.<b>.<ctrlID>.<parentUID>
+// (a due or schedule subject).
+func ParseKeySubject(subject string) (ctrlID, parentUID string, err error) {
+	parts := strings.Split(subject, ".")
+	if len(parts) != 4 {
+		return "", "", fmt.Errorf("unexpected subject %q", subject)
+	}
+	return parts[2], parts[3], nil
+}

@@ -1,0 +1,334 @@
+package children
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/apply"
+)
+
+// Op is the kind of write an Action asks for.
+type Op string
+
+// Operations.
+const (
+	OpCreate Op = "Create"
+	OpUpdate Op = "Update"
+	OpDelete Op = "Delete"
+)
+
+// Reasons recorded on actions (for events, logs and metrics labels).
+const (
+	ReasonMissing         = "missing"
+	ReasonNotDesired      = "not desired"
+	ReasonChangedRecreate = "changed (Recreate)"
+	ReasonChangedInPlace  = "changed (InPlace)"
+)
+
+// Action is one write that converges a child towards its desired state.
+type Action struct {
+	Op   Op
+	Rule *Rule // points into the rules given to Plan
+	// Object is, for Create, the object to create (last-applied annotation and controller
+	// reference set); for Update, the merged object to PUT (it carries the observed
+	// resourceVersion, so a concurrent change fails with a conflict instead of being lost); for
+	// Delete, the observed object itself (not a copy), whose UID callers use as a precondition.
+	Object *unstructured.Unstructured
+	Reason string
+}
+
+// Key returns the identity of the action's child.
+func (a Action) Key() ChildKey {
+	var k ChildKey
+	if a.Rule != nil {
+		k.APIVersion, k.Kind = a.Rule.APIVersion, a.Rule.Kind
+	}
+	if a.Object != nil {
+		k.Name = a.Object.GetName()
+		if a.Rule == nil || a.Rule.Namespaced {
+			k.Namespace = a.Object.GetNamespace()
+		}
+	}
+	return k
+}
+
+// Plan compares the observed children (grouped by index into rules) with the normalized desired
+// set and returns the actions that converge them:
+//   - desired and not observed: Create, with the last-applied annotation (apply.PrepareCreate)
+//     and then a controller reference to the owner (ControllerRef). References the hook set
+//     are kept, except one to the owner's own UID, which is replaced rather than duplicated
+//     (a second reference to the same owner would at best be dropped by the API server). The
+//     reference is added after the annotation is computed, as upstream does, so it is not part
+//     of the last-applied configuration and later merges never remove it. Server-owned
+//     metadata (uid, resourceVersion, ...) echoed by the hook is dropped from the object;
+//   - observed and not desired: Delete, unless the child is already being deleted;
+//   - both, by the rule's update method: OnDelete (or ""): nothing. InPlace: apply.UpdateChild,
+//     and Update if it changed anything. Recreate: apply.UpdateChild, and Delete if it changed
+//     anything; the next sync, which the deletion triggers, creates it again.
+//     RollingRecreate and RollingInPlace currently behave as Recreate and InPlace: every
+//     changed child is acted on in the same sync, without the one-at-a-time rollout and
+//     status checks of upstream, which need parent revisions that Plan does not track; the
+//     gradual rollout is a separate layer that will decide which of these actions to run.
+//     A child with a deletionTimestamp is never updated (nor recreated until it is gone).
+//
+// Observed objects whose controller reference is not the owner (see IsOwnedBy) are ignored:
+// callers are expected to pass claimed children only, and ignoring the rest makes a caller
+// mistake cost a failed create (AlreadyExists) rather than a deleted object.
+//
+// The order is deterministic: deletes, then creates, then updates; within each, by rule order,
+// namespace and name. Deletes go first so that a Recreate or a rename frees names and quota
+// before new objects need them.
+//
+// Invalid input (an owner without UID, bad rules, desired children that do not belong to the
+// rules or collide, observed groups for unknown rules) fails the whole plan with a nil action
+// list. A failure confined to one child (for example an apply error on a malformed observed
+// object) is joined into the returned error while the actions for all other children are still
+// returned, so that callers can make progress as upstream does and report the rest.
+func Plan(owner Owner, rules []Rule, observed map[int][]*unstructured.Unstructured, desired []Desired) ([]Action, error) {
+	if owner.UID == "" {
+		return nil, fmt.Errorf("children: owner %s %q has no UID to reference", owner.Kind, owner.Name)
+	}
+	if err := checkOwner(owner); err != nil {
+		return nil, err
+	}
+	if err := checkRules(rules); err != nil {
+		return nil, err
+	}
+	for i := range observed {
+		if i < 0 || i >= len(rules) {
+			return nil, fmt.Errorf("children: observed children for rule %d, but only %d rules are declared", i, len(rules))
+		}
+	}
+	want, err := indexDesired(rules, desired)
+	if err != nil {
+		return nil, err
+	}
+
+	p := planner{owner: owner, ownerGroup: apiGroup(owner.APIVersion), rules: rules}
+	seen := make(map[childKey]bool, len(want.list))
+	for ruleIdx := range rules {
+		rule := &rules[ruleIdx]
+		for _, obs := range observed[ruleIdx] {
+			if obs == nil || obs.Object == nil || !isOwnedRaw(obs.Object, owner, p.ownerGroup) {
+				continue
+			}
+			key := keyOf(ruleIdx, rule, obs)
+			if seen[key] {
+				p.fail(key, errors.New("observed twice; ignoring the second copy"))
+				continue
+			}
+			seen[key] = true
+			pos, isDesired := want.byKey[key]
+			switch {
+			case isDeleting(obs.Object):
+				// Being deleted: neither deleted again nor updated; once it is gone, the next
+				// sync creates it again if it is still desired.
+			case !isDesired:
+				p.add(key, Action{Op: OpDelete, Rule: rule, Object: obs, Reason: ReasonNotDesired})
+			default:
+				p.update(key, rule, obs, want.list[pos].object)
+			}
+		}
+	}
+	for _, d := range want.list {
+		if !seen[d.key] {
+			p.create(d)
+		}
+	}
+	slices.SortStableFunc(p.actions, func(a, b plannedAction) int {
+		return cmp.Or(
+			cmp.Compare(phase(a.Op), phase(b.Op)),
+			cmp.Compare(a.key.rule, b.key.rule),
+			cmp.Compare(a.key.namespace, b.key.namespace),
+			cmp.Compare(a.key.name, b.key.name),
+		)
+	})
+	out := make([]Action, len(p.actions))
+	for i, a := range p.actions {
+		out[i] = a.Action
+	}
+	return out, errors.Join(p.errs...)
+}
+
+// desiredIndex is the desired set resolved against the rules, in the caller's order.
+type desiredIndex struct {
+	list  []indexedDesired
+	byKey map[childKey]int // position in list
+}
+
+type indexedDesired struct {
+	key    childKey
+	rule   *Rule // &rules[key.rule]
+	object *unstructured.Unstructured
+}
+
+type planner struct {
+	owner      Owner
+	ownerGroup string
+	rules      []Rule
+	actions    []plannedAction
+	errs       []error
+}
+
+type plannedAction struct {
+	Action
+	key childKey
+}
+
+func (p *planner) add(key childKey, a Action) {
+	p.actions = append(p.actions, plannedAction{Action: a, key: key})
+}
+
+func (p *planner) fail(key childKey, err error) {
+	r := p.rules[key.rule]
+	p.errs = append(p.errs, fmt.Errorf("children: %s: %w", ChildKey{r.APIVersion, r.Kind, key.namespace, key.name}, err))
+}
+
+func (p *planner) update(key childKey, rule *Rule, observed, desired *unstructured.Unstructured) {
+	var op Op
+	var reason string
+	switch rule.Method {
+	case v1alpha1.ChildUpdateInPlace, v1alpha1.ChildUpdateRollingInPlace:
+		op, reason = OpUpdate, ReasonChangedInPlace
+	case v1alpha1.ChildUpdateRecreate, v1alpha1.ChildUpdateRollingRecreate:
+		op, reason = OpDelete, ReasonChangedRecreate
+	default: // OnDelete: existing children are left alone until someone else deletes them
+		return
+	}
+	merged, changed, err := apply.UpdateChild(observed, desired)
+	if err != nil {
+		p.fail(key, fmt.Errorf("computing update: %w", err))
+		return
+	}
+	if !changed {
+		return
+	}
+	obj := merged
+	if op == OpDelete {
+		obj = observed
+	}
+	p.add(key, Action{Op: op, Rule: rule, Object: obj, Reason: reason})
+}
+
+func (p *planner) create(d indexedDesired) {
+	obj, err := apply.PrepareCreate(d.object)
+	if err != nil {
+		p.fail(d.key, fmt.Errorf("preparing create: %w", err))
+		return
+	}
+	if err := setControllerRef(obj, p.owner); err != nil {
+		p.fail(d.key, err)
+		return
+	}
+	// A hook that copies objects from its request may echo server-owned metadata; the API
+	// server refuses a create that carries a resourceVersion, so drop them from the object (the
+	// annotation keeps them, and updates revert them to the observed values anyway).
+	meta := obj.Object["metadata"].(map[string]any) // setControllerRef made sure it exists
+	for _, f := range serverOwnedMetadata {
+		delete(meta, f)
+	}
+	p.add(d.key, Action{Op: OpCreate, Rule: d.rule, Object: obj, Reason: ReasonMissing})
+}
+
+// serverOwnedMetadata are metadata fields that only the API server sets.
+var serverOwnedMetadata = [...]string{
+	"uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
+	"deletionGracePeriodSeconds", "managedFields", "selfLink",
+}
+
+// setControllerRef appends the owner's controller reference to obj's ownerReferences (which obj
+// owns: it is PrepareCreate's copy), dropping any existing reference to the same UID.
+func setControllerRef(obj *unstructured.Unstructured, owner Owner) error {
+	meta, err := metadata(obj.Object)
+	if err != nil {
+		return err
+	}
+	var refs []any
+	switch existing := meta["ownerReferences"].(type) {
+	case []any:
+		refs = make([]any, 0, len(existing)+1)
+		for _, r := range existing {
+			if m, ok := r.(map[string]any); ok && m["uid"] == owner.UID {
+				continue
+			}
+			refs = append(refs, r)
+		}
+	case nil:
+	default:
+		return fmt.Errorf("metadata.ownerReferences must be a list, got %T", existing)
+	}
+	meta["ownerReferences"] = append(refs, map[string]any{
+		"apiVersion":         owner.APIVersion,
+		"kind":               owner.Kind,
+		"name":               owner.Name,
+		"uid":                owner.UID,
+		"controller":         true,
+		"blockOwnerDeletion": true,
+	})
+	return nil
+}
+
+// indexDesired checks that every desired entry belongs to rules and that keys are unique.
+// Entries are matched to rules by pointer (as Normalize returns them) or else by apiVersion and
+// kind, so that a caller holding a copy of the rules still works.
+func indexDesired(rules []Rule, desired []Desired) (desiredIndex, error) {
+	byPtr := make(map[*Rule]int, len(rules))
+	byType := make(map[[2]string]int, len(rules))
+	for j := len(rules) - 1; j >= 0; j-- { // backwards so the first declaration wins
+		byPtr[&rules[j]] = j
+		byType[[2]string{rules[j].APIVersion, rules[j].Kind}] = j
+	}
+	want := desiredIndex{list: make([]indexedDesired, 0, len(desired)), byKey: make(map[childKey]int, len(desired))}
+	for i, d := range desired {
+		if d.Rule == nil || d.Object == nil || d.Object.Object == nil {
+			return desiredIndex{}, fmt.Errorf("children: desired entry %d has no rule or no object", i)
+		}
+		ruleIdx, ok := byPtr[d.Rule]
+		if !ok {
+			ruleIdx, ok = byType[[2]string{d.Rule.APIVersion, d.Rule.Kind}]
+		}
+		if !ok {
+			return desiredIndex{}, fmt.Errorf("children: desired entry %d (%s.%s) matches no rule", i, d.Rule.Kind, d.Rule.APIVersion)
+		}
+		rule := &rules[ruleIdx]
+		key := keyOf(ruleIdx, rule, d.Object)
+		if key.name == "" {
+			return desiredIndex{}, fmt.Errorf("children: desired entry %d (%s.%s) has no name", i, rule.Kind, rule.APIVersion)
+		}
+		if _, dup := want.byKey[key]; dup {
+			return desiredIndex{}, fmt.Errorf("children: desired entry %d duplicates %s", i, ChildKey{rule.APIVersion, rule.Kind, key.namespace, key.name})
+		}
+		want.byKey[key] = len(want.list)
+		want.list = append(want.list, indexedDesired{key: key, rule: rule, object: d.Object})
+	}
+	return want, nil
+}
+
+func keyOf(ruleIdx int, rule *Rule, obj *unstructured.Unstructured) childKey {
+	k := childKey{rule: ruleIdx, name: obj.GetName()}
+	if rule.Namespaced {
+		k.namespace = obj.GetNamespace()
+	}
+	return k
+}
+
+func isDeleting(obj map[string]any) bool {
+	meta, _ := obj["metadata"].(map[string]any)
+	return meta["deletionTimestamp"] != nil
+}
+
+func phase(op Op) int {
+	switch op {
+	case OpDelete:
+		return 0
+	case OpCreate:
+		return 1
+	default:
+		return 2
+	}
+}

@@ -1,0 +1,57 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/metabus/metabus/pkg/obs"
+)
+
+// Env is what a service's run function gets from Main.
+type Env struct {
+	Flags    *CommonFlags
+	Log      *zap.Logger
+	Registry *prometheus.Registry
+	Health   *obs.Health
+}
+
+// Main is the body of every service main: it registers the common flags and
+// the service's own (register), parses os.Args, sets up logging, metrics and
+// probes, and runs run until SIGINT/SIGTERM. It exits the process.
+func Main(name string, register func(fs *flag.FlagSet), run func(ctx context.Context, env Env) error) {
+	fs := flag.NewFlagSet(name, flag.ExitOnError)
+	common := &CommonFlags{}
+	common.Register(fs, ":9999", ":8081")
+	if register != nil {
+		register(fs)
+	}
+	_ = fs.Parse(os.Args[1:])
+	log, err := obs.NewLogger(common.Log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(2)
+	}
+	defer func() { _ = log.Sync() }()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	env := Env{Flags: common, Log: log.Named(name), Registry: obs.NewRegistry(), Health: &obs.Health{}}
+	go func() {
+		if err := obs.Serve(ctx, log, common.MetricsAddr, common.HealthAddr, env.Registry, env.Health); err != nil {
+			log.Error("metrics/health server", zap.Error(err))
+			stop()
+		}
+	}()
+	if err := run(ctx, env); err != nil && ctx.Err() == nil {
+		log.Error(name+" stopped", zap.Error(err))
+		_ = log.Sync()
+		os.Exit(1)
+	}
+	log.Info(name + " stopped")
+}

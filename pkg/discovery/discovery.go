@@ -1,0 +1,182 @@
+// Package discovery keeps a map of the API server's resources (group,
+// version, resource, kind, scope, subresources), refreshed periodically and
+// on demand, so controllers can name resources by apiVersion + resource or
+// apiVersion + kind.
+package discovery
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+)
+
+// Resource is one served resource.
+type Resource struct {
+	GVR        schema.GroupVersionResource
+	Kind       string
+	Namespaced bool
+	// HasStatus reports a status subresource: status must then be written
+	// through it, and (for parents) observedGeneration is meaningful.
+	HasStatus bool
+	Verbs     []string
+}
+
+// APIVersion returns group/version (or version for the core group).
+func (r *Resource) APIVersion() string { return r.GVR.GroupVersion().String() }
+
+// Map is a snapshot of discovery, safe for concurrent use.
+type Map struct {
+	client discovery.DiscoveryInterface
+
+	mu         sync.RWMutex
+	byResource map[string]*Resource // apiVersion + "/" + resource
+	byKind     map[string]*Resource // apiVersion + "/" + kind
+	refreshed  time.Time
+
+	// refreshMu serializes refreshes; lastForced rate-limits on-demand ones.
+	refreshMu  sync.Mutex
+	lastForced time.Time
+}
+
+// New returns an empty map; call Refresh or Run.
+func New(client discovery.DiscoveryInterface) *Map {
+	return &Map{client: client, byResource: map[string]*Resource{}, byKind: map[string]*Resource{}}
+}
+
+// Refresh reloads discovery. A partial failure (one aggregated API down)
+// keeps what was discovered and reports the error.
+func (m *Map) Refresh(ctx context.Context) error {
+	m.refreshMu.Lock()
+	defer m.refreshMu.Unlock()
+	_, lists, err := m.client.ServerGroupsAndResources()
+	if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
+		return fmt.Errorf("discovery: %w", err)
+	}
+	byResource, byKind := index(lists)
+	m.mu.Lock()
+	m.byResource, m.byKind, m.refreshed = byResource, byKind, time.Now()
+	m.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("partial discovery: %w", err)
+	}
+	return nil
+}
+
+func index(lists []*metav1.APIResourceList) (map[string]*Resource, map[string]*Resource) {
+	byResource := map[string]*Resource{}
+	byKind := map[string]*Resource{}
+	for _, list := range lists {
+		if list == nil {
+			continue
+		}
+		gv, err := schema.ParseGroupVersion(list.GroupVersion)
+		if err != nil {
+			continue
+		}
+		subs := map[string]bool{}
+		for _, r := range list.APIResources {
+			if base, sub, ok := strings.Cut(r.Name, "/"); ok && sub == "status" {
+				subs[base] = true
+			}
+		}
+		for _, r := range list.APIResources {
+			if strings.Contains(r.Name, "/") {
+				continue
+			}
+			res := &Resource{
+				GVR:        gv.WithResource(r.Name),
+				Kind:       r.Kind,
+				Namespaced: r.Namespaced,
+				HasStatus:  subs[r.Name],
+				Verbs:      r.Verbs,
+			}
+			byResource[list.GroupVersion+"/"+r.Name] = res
+			byKind[list.GroupVersion+"/"+r.Kind] = res
+		}
+	}
+	return byResource, byKind
+}
+
+// Run refreshes every interval until ctx is done.
+func (m *Map) Run(ctx context.Context, interval time.Duration, onError func(error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := m.Refresh(ctx); err != nil && onError != nil {
+				onError(err)
+			}
+		}
+	}
+}
+
+// Get finds a resource by apiVersion and plural resource name.
+func (m *Map) Get(apiVersion, resource string) (*Resource, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	r, ok := m.byResource[apiVersion+"/"+resource]
+	return r, ok
+}
+
+// GetKind finds a resource by apiVersion and kind.
+func (m *Map) GetKind(apiVersion, kind string) (*Resource, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	r, ok := m.byKind[apiVersion+"/"+kind]
+	return r, ok
+}
+
+// Resolve is Get, refreshing discovery once (at most every 2s) on a miss, so
+// a controller created right after its CRD does not wait for the next
+// periodic refresh.
+func (m *Map) Resolve(ctx context.Context, apiVersion, resource string) (*Resource, error) {
+	if r, ok := m.Get(apiVersion, resource); ok {
+		return r, nil
+	}
+	if err := m.forceRefresh(ctx); err != nil {
+		return nil, err
+	}
+	if r, ok := m.Get(apiVersion, resource); ok {
+		return r, nil
+	}
+	return nil, fmt.Errorf("resource %q in %q is not served by the API server", resource, apiVersion)
+}
+
+// ResolveKind is GetKind with the same on-demand refresh.
+func (m *Map) ResolveKind(ctx context.Context, apiVersion, kind string) (*Resource, error) {
+	if r, ok := m.GetKind(apiVersion, kind); ok {
+		return r, nil
+	}
+	if err := m.forceRefresh(ctx); err != nil {
+		return nil, err
+	}
+	if r, ok := m.GetKind(apiVersion, kind); ok {
+		return r, nil
+	}
+	return nil, fmt.Errorf("kind %q in %q is not served by the API server", kind, apiVersion)
+}
+
+func (m *Map) forceRefresh(ctx context.Context) error {
+	m.refreshMu.Lock()
+	recent := time.Since(m.lastForced) < 2*time.Second
+	if !recent {
+		m.lastForced = time.Now()
+	}
+	m.refreshMu.Unlock()
+	if recent {
+		return nil
+	}
+	if err := m.Refresh(ctx); err != nil && !strings.HasPrefix(err.Error(), "partial") {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,80 @@
+// Package events records Kubernetes Events on parents and controllers, rate
+// limited per object so a failing hook cannot flood the API server.
+package events
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+)
+
+// Reasons, as upstream Metacontroller emits them.
+const (
+	ReasonSyncError   = "SyncError"
+	ReasonCreateError = "CreateError"
+	ReasonStarted     = "Started"
+	ReasonStopped     = "Stopped"
+	// ReasonInvalidDesired is metabus' reason for a hook response rejected
+	// as a whole (children outside the allowed kinds or namespaces...).
+	ReasonInvalidDesired = "InvalidDesiredState"
+	// ReasonApplyError reports a failed write of a child or the parent.
+	ReasonApplyError = "ApplyError"
+	// ReasonDeadLetter reports a message moved to the DLQ.
+	ReasonDeadLetter = "DeadLetter"
+)
+
+// Options tune the per-object spam filter (upstream flags --events-qps and
+// --events-burst).
+type Options struct {
+	QPS   float32
+	Burst int
+	// Component is the reporting component ("metabus-dispatcher"...).
+	Component string
+}
+
+// Recorder records events.
+type Recorder struct {
+	record.EventRecorder
+	broadcaster record.EventBroadcaster
+}
+
+// New starts a broadcaster writing through client.
+func New(client kubernetes.Interface, o Options) *Recorder {
+	opts := record.CorrelatorOptions{}
+	if o.QPS > 0 {
+		opts.QPS = o.QPS
+	}
+	if o.Burst > 0 {
+		opts.BurstSize = o.Burst
+	}
+	b := record.NewBroadcasterWithCorrelatorOptions(opts)
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	return &Recorder{
+		EventRecorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: o.Component}),
+		broadcaster:   b,
+	}
+}
+
+// Shutdown flushes and stops the broadcaster.
+func (r *Recorder) Shutdown(context.Context) { r.broadcaster.Shutdown() }
+
+// Warning records a Warning event.
+func (r *Recorder) Warning(obj runtime.Object, reason, msg string) {
+	if r == nil || obj == nil {
+		return
+	}
+	r.Event(obj, corev1.EventTypeWarning, reason, msg)
+}
+
+// Normal records a Normal event.
+func (r *Recorder) Normal(obj runtime.Object, reason, msg string) {
+	if r == nil || obj == nil {
+		return
+	}
+	r.Event(obj, corev1.EventTypeNormal, reason, msg)
+}

@@ -1,0 +1,284 @@
+package hooks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/metabus/metabus/pkg/api/v1alpha1"
+)
+
+// DefaultMaxResponseBytes bounds hook replies unless Options.MaxResponseBytes says otherwise.
+const DefaultMaxResponseBytes int64 = 32 << 20
+
+// Secrets resolves Secret and ConfigMap data for the TLS/auth options. Services implement it
+// with their Kubernetes client (ideally an informer cache); tests use a fake. Errors must not
+// contain the data.
+type Secrets interface {
+	Secret(ctx context.Context, namespace, name string) (map[string][]byte, error)
+	ConfigMap(ctx context.Context, namespace, name string) (map[string]string, error)
+}
+
+// Options configure a Client. The zero value is usable.
+type Options struct {
+	// Secrets resolves secret-backed options; nil makes any such option fail with a clear error.
+	Secrets Secrets
+	// Registerer receives the hook metrics; nil records none.
+	Registerer prometheus.Registerer
+	// Logger defaults to zap.NewNop().
+	Logger *zap.Logger
+	// MaxResponseBytes bounds a reply body (DefaultMaxResponseBytes if ≤0); a larger one is a
+	// DecodeError, so a hostile or broken hook cannot exhaust memory.
+	MaxResponseBytes int64
+	// DefaultTimeout applies to webhooks without a positive timeout (DefaultTimeout if ≤0).
+	DefaultTimeout time.Duration
+	// Now is the clock for ETag expiry, Secret refresh, Retry-After dates and ce-time
+	// (time.Now if nil).
+	Now func() time.Time
+}
+
+// Client calls hooks. It is safe for concurrent use; share one per process so that
+// connections, resolved credentials and the ETag cache are shared.
+type Client struct {
+	secrets        Secrets
+	log            *zap.Logger
+	maxBody        int64
+	defaultTimeout time.Duration
+	now            func() time.Time
+	metrics        *metrics
+
+	baseTransport *http.Transport
+	plain         *resolvedEndpoint // hooks without TLS/auth options
+
+	mu        sync.Mutex
+	endpoints map[string]*endpoint
+
+	etags etagCache
+}
+
+// New returns a Client.
+func New(opts Options) *Client {
+	c := &Client{
+		secrets:        opts.Secrets,
+		log:            opts.Logger,
+		maxBody:        opts.MaxResponseBytes,
+		defaultTimeout: opts.DefaultTimeout,
+		now:            opts.Now,
+		endpoints:      make(map[string]*endpoint),
+	}
+	if c.log == nil {
+		c.log = zap.NewNop()
+	}
+	if c.maxBody <= 0 {
+		c.maxBody = DefaultMaxResponseBytes
+	}
+	if c.defaultTimeout <= 0 {
+		c.defaultTimeout = DefaultTimeout
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	c.baseTransport = newBaseTransport()
+	// No http.Client.Timeout: the per-call context carries the webhook timeout, which also
+	// bounds Secret resolution and reading the body.
+	c.plain = &resolvedEndpoint{client: &http.Client{Transport: c.baseTransport}}
+	c.metrics = newMetrics(opts.Registerer, c.log)
+	return c
+}
+
+// Call describes one hook invocation.
+type Call struct {
+	Hook            *v1alpha1.Hook
+	EndpointConfigs []v1alpha1.EndpointConfig
+	// Kind is the hook kind ("sync", "finalize", "customize", "map", "tombstone"); the CE type
+	// is io.k8s.metacontroller.hook.<kind>.v1. It is also the metrics "hook" label.
+	Kind string
+	// ControllerType ("CompositeController", "DecoratorController", ...) and ControllerName
+	// label the metrics.
+	ControllerType string
+	ControllerName string
+	// Source is the CE source, the controller object path, e.g.
+	// /apis/metacontroller.k8s.io/v1alpha1/compositecontrollers/<name>. When empty it is
+	// derived from ControllerType and ControllerName.
+	Source string
+	// Subject is the CE subject: the parent path.
+	Subject string
+	// ID is the CE id (e.g. <parentUID>:<workseq>); "" means a random UUID.
+	ID string
+	// Extensions are extra CE extensions; names must be lower-case a-z0-9, at most 20 long
+	// (e.g. parentuid, partitionkey, workseq, traceparent).
+	Extensions map[string]string
+	// CacheKey keys the ETag cache (e.g. the parent UID); "" disables ETags for this call.
+	CacheKey string
+	// Request is marshalled (encoding/json) as the JSON body.
+	Request any
+}
+
+// Do POSTs call.Request to the hook and decodes a successful reply into resp, a pointer
+// (nil: the reply is checked but discarded). It never retries. Errors are *HTTPError,
+// *TooManyRequestsError, *DecodeError, errors matching ErrTimeout, and plain errors for
+// invalid configuration, cancellation and transport failures.
+func (c *Client) Do(ctx context.Context, call Call, resp any) error {
+	if call.Hook == nil {
+		return errors.New("hooks: call has no hook")
+	}
+	w := call.Hook.Webhook
+	if w == nil {
+		return fmt.Errorf("hooks: %s hook of %s %s has no webhook", call.Kind, call.ControllerType, call.ControllerName)
+	}
+	if call.Kind == "" {
+		return errors.New("hooks: call has no kind")
+	}
+	u, err := parseWebhookURL(w)
+	if err != nil {
+		return fmt.Errorf("hooks: %s hook of %s %s: %w", call.Kind, call.ControllerType, call.ControllerName, err)
+	}
+	target := u.Redacted() // for errors and logs: never a password
+	strict, err := strictMode(call.Hook)
+	if err != nil {
+		return fmt.Errorf("hooks: %s: %w", target, err)
+	}
+	body, err := json.Marshal(call.Request)
+	if err != nil {
+		return fmt.Errorf("hooks: %s: cannot marshal request: %w", target, err)
+	}
+
+	timeout := timeoutOr(w, c.defaultTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	done := c.metrics.start(call.ControllerType, call.ControllerName, call.Kind)
+	code, err := c.do(ctx, &call, u, target, body, strict, resp)
+	done(code)
+	if err != nil {
+		c.log.Debug("hook call failed", zap.String("url", target), zap.String("hook", call.Kind),
+			zap.String("controller", call.ControllerName), zap.String("code", code), zap.Error(err))
+	}
+	return err
+}
+
+// do performs the call and returns the metrics code label with the result.
+func (c *Client) do(ctx context.Context, call *Call, u *url.URL, target string, body []byte, strict bool, resp any) (string, error) {
+	w := call.Hook.Webhook
+	ep, err := c.endpointFor(ctx, w, call.EndpointConfigs, u)
+	if err != nil {
+		if ctxErr := contextError(ctx, target, err); ctxErr != nil {
+			return codeTimeout, ctxErr
+		}
+		return codeError, fmt.Errorf("hooks: %s: %w", target, err)
+	}
+	now := c.now()
+	req, err := newRequest(ctx, u, call, body, now)
+	if err != nil {
+		return codeError, fmt.Errorf("hooks: %s: %w", target, err)
+	}
+	if ep.authHeader != "" {
+		req.Header.Set("Authorization", ep.authHeader)
+	}
+
+	var (
+		store  *etagStore
+		cfg    etagConfig
+		cached etagEntry
+		hit    bool
+	)
+	if ec, ok := etagOf(w); ok && call.CacheKey != "" {
+		cfg, store = ec, c.etags.store(u.String())
+		// The entry is taken now, so a 304 can be served even if it expires mid-call.
+		if cached, hit = store.get(call.CacheKey, cfg, now); hit {
+			req.Header.Set("If-None-Match", cached.etag)
+		}
+	}
+
+	res, err := ep.client.Do(req)
+	if err != nil {
+		if te := contextError(ctx, target, err); te != nil {
+			return codeTimeout, te
+		}
+		return codeError, fmt.Errorf("hooks: POST %s: %w", target, unwrapURLError(err))
+	}
+	defer closeBody(res.Body)
+	code := strconv.Itoa(res.StatusCode)
+
+	switch {
+	case res.StatusCode == http.StatusOK:
+	case hit && (res.StatusCode == http.StatusNotModified || res.StatusCode == http.StatusPreconditionFailed):
+		// 412 is what RFC 9110 prescribes for a matching If-None-Match on a POST; 304 is
+		// what hooks written for upstream send. Both mean "same as last time".
+		return code, decode(cached.body, strict, resp, target)
+	case res.StatusCode == http.StatusTooManyRequests:
+		return code, &TooManyRequestsError{RetryAfter: retryAfter(res.Header.Get("Retry-After"), c.now()), URL: target}
+	default:
+		b, err := io.ReadAll(io.LimitReader(res.Body, maxErrorBody+1))
+		if err != nil {
+			if te := contextError(ctx, target, err); te != nil {
+				return codeTimeout, te
+			}
+		}
+		return code, &HTTPError{StatusCode: res.StatusCode, Body: snippet(b), URL: target}
+	}
+
+	raw, err := readBody(res.Body, res.ContentLength, c.maxBody)
+	if err != nil {
+		if te := contextError(ctx, target, err); te != nil {
+			return codeTimeout, te
+		}
+		if errors.Is(err, ErrResponseTooLarge) {
+			return code, &DecodeError{Err: err, Body: snippet(raw), URL: target}
+		}
+		return codeError, fmt.Errorf("hooks: %s: cannot read response: %w", target, err)
+	}
+	data, err := responseData(res.Header, raw)
+	if err != nil {
+		return code, &DecodeError{Err: err, Body: snippet(raw), URL: target}
+	}
+	if err := decode(data, strict, resp, target); err != nil {
+		return code, err
+	}
+	if store != nil {
+		store.put(call.CacheKey, res.Header.Get("ETag"), data, cfg, c.now())
+	}
+	return code, nil
+}
+
+// contextError returns a typed error when err was caused by the call's deadline (ErrTimeout)
+// or the caller's cancellation, and nil otherwise.
+func contextError(ctx context.Context, target string, err error) error {
+	var ne net.Error
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("hooks: POST %s: %w: %w", target, ErrTimeout, context.DeadlineExceeded)
+	case errors.Is(ctx.Err(), context.Canceled):
+		return fmt.Errorf("hooks: POST %s: %w", target, context.Canceled)
+	case errors.As(err, &ne) && ne.Timeout():
+		// Transport-level timeouts (dial, TLS handshake) are timeouts of the hook too.
+		return fmt.Errorf("hooks: POST %s: %w: %w (%w)", target, ErrTimeout, context.DeadlineExceeded, unwrapURLError(err))
+	}
+	return nil
+}
+
+// unwrapURLError drops the *url.Error wrapper, whose message repeats the method and URL.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// closeBody drains a little of what is left so the connection can be reused, then closes.
+func closeBody(b io.ReadCloser) {
+	_, _ = io.CopyN(io.Discard, b, 64<<10)
+	_ = b.Close()
+}

@@ -1,0 +1,176 @@
+package hooks
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/binding"
+	"github.com/cloudevents/sdk-go/v2/event"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+)
+
+// EventTypePrefix starts the CloudEvents type of a hook request:
+// io.k8s.metacontroller.hook.<kind>.v1.
+const EventTypePrefix = "io.k8s.metacontroller.hook."
+
+const maxExtensionName = 20 // CloudEvents spec recommendation, enforced so brokers accept them
+
+// newRequest builds the POST for a call: the JSON body as the data of a binary-mode CloudEvent.
+func newRequest(ctx context.Context, u *url.URL, call *Call, body []byte, now time.Time) (*http.Request, error) {
+	ev := event.New() // specversion 1.0
+	id := call.ID
+	if id == "" {
+		id = newUUID()
+	}
+	ev.SetID(id)
+	ev.SetType(EventTypePrefix + call.Kind + ".v1")
+	ev.SetSource(sourceOf(call))
+	if call.Subject != "" {
+		ev.SetSubject(call.Subject)
+	}
+	ev.SetTime(now)
+	ev.SetDataContentType(event.ApplicationJSON)
+	// Set the bytes directly: SetData would re-encode, and marks []byte as base64 data.
+	ev.DataEncoded = body
+	for name, value := range call.Extensions {
+		if err := checkExtensionName(name); err != nil {
+			return nil, err
+		}
+		ev.SetExtension(name, value)
+	}
+	if err := ev.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid CloudEvent attributes: %w", err)
+	}
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("cannot build request: %w", err)
+	}
+	// Binary mode is the sdk's default for an event message; it is forced anyway because a
+	// legacy hook only understands a plain JSON body.
+	if err := cehttp.WriteRequest(binding.WithForceBinary(ctx), binding.ToMessage(&ev), req); err != nil {
+		return nil, fmt.Errorf("cannot encode CloudEvent: %w", err)
+	}
+	for k, vs := range req.Header {
+		if strings.HasPrefix(k, "Ce-") {
+			for i, v := range vs {
+				vs[i] = percentEncode(v)
+			}
+		}
+	}
+	return req, nil
+}
+
+// sourceOf returns the CE source: call.Source, or the controller object path derived from
+// the controller type and name.
+func sourceOf(call *Call) string {
+	if call.Source != "" {
+		return call.Source
+	}
+	if call.ControllerType != "" && call.ControllerName != "" {
+		return "/apis/metacontroller.k8s.io/v1alpha1/" + strings.ToLower(call.ControllerType) + "s/" + call.ControllerName
+	}
+	return "metabus"
+}
+
+// checkExtensionName enforces the CloudEvents naming rule (lower-case a-z and 0-9); the sdk
+// also accepts upper case, which HTTP headers would not preserve.
+func checkExtensionName(name string) error {
+	if name == "" || len(name) > maxExtensionName {
+		return fmt.Errorf("invalid CloudEvents extension name %q: must be 1-%d characters", name, maxExtensionName)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return fmt.Errorf("invalid CloudEvents extension name %q: only a-z and 0-9 are allowed", name)
+		}
+	}
+	return nil
+}
+
+// percentEncode applies the CloudEvents HTTP binding rule for header values: space, '"', '%'
+// and every byte outside printable ASCII are percent-encoded (UTF-8 bytes for non-ASCII).
+// The sdk writes values verbatim, and net/http refuses control characters.
+func percentEncode(s string) string {
+	i := 0
+	for i < len(s) && !mustEncode(s[i]) {
+		i++
+	}
+	if i == len(s) {
+		return s // the common case: no allocation
+	}
+	const hexdigits = "0123456789ABCDEF"
+	var sb strings.Builder
+	sb.Grow(len(s) + 16)
+	sb.WriteString(s[:i])
+	for ; i < len(s); i++ {
+		c := s[i]
+		if mustEncode(c) {
+			sb.WriteByte('%')
+			sb.WriteByte(hexdigits[c>>4])
+			sb.WriteByte(hexdigits[c&0xf])
+		} else {
+			sb.WriteByte(c)
+		}
+	}
+	return sb.String()
+}
+
+func mustEncode(c byte) bool {
+	return c <= ' ' || c > '~' || c == '"' || c == '%'
+}
+
+// newUUID returns a random (version 4) UUID.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	var out [36]byte
+	hex.Encode(out[0:8], b[0:4])
+	out[8] = '-'
+	hex.Encode(out[9:13], b[4:6])
+	out[13] = '-'
+	hex.Encode(out[14:18], b[6:8])
+	out[18] = '-'
+	hex.Encode(out[19:23], b[8:10])
+	out[23] = '-'
+	hex.Encode(out[24:], b[10:])
+	return string(out[:])
+}
+
+// responseData returns the JSON payload of a 200 reply: the data of a CloudEvent when the reply
+// is one (binary mode: a ce-specversion header; structured mode: an application/cloudevents
+// content type), else the body itself.
+func responseData(h http.Header, body []byte) ([]byte, error) {
+	mt, _, _ := mime.ParseMediaType(h.Get("Content-Type"))
+	structured := strings.HasPrefix(mt, "application/cloudevents")
+	if h.Get("Ce-Specversion") == "" && !structured {
+		return body, nil
+	}
+	if mt == event.ApplicationCloudEventsBatchJSON {
+		return nil, errors.New("batched CloudEvents replies are not supported")
+	}
+	msg := cehttp.NewMessage(h, io.NopCloser(bytes.NewReader(body)))
+	ev, err := binding.ToEvent(context.Background(), msg)
+	if err != nil {
+		return nil, fmt.Errorf("malformed CloudEvent reply: %w", err)
+	}
+	if dt := ev.DataMediaType(); !jsonMediaType(dt) {
+		return nil, fmt.Errorf("CloudEvent reply has datacontenttype %q, want application/json", dt)
+	}
+	return ev.Data(), nil
+}
+
+func jsonMediaType(mt string) bool {
+	return mt == "" || mt == event.ApplicationJSON || mt == event.TextJSON || strings.HasSuffix(mt, "+json")
+}

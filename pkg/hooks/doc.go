@@ -1,0 +1,39 @@
+// Package hooks calls user hooks over HTTP(S). It is the one hook client every metabus service
+// uses, so that the wire contract of upstream Metacontroller is implemented exactly once.
+//
+// # Request
+//
+// A hook is called with a POST whose body is the JSON of the request, unchanged from what an
+// upstream Metacontroller hook has always received. The request is also a CloudEvent in binary
+// mode: the event's attributes travel as ce-* headers (ce-specversion, ce-type, ce-source,
+// ce-id, ce-subject, ce-time and the extensions) and datacontenttype is the ordinary
+// Content-Type: application/json. A legacy hook therefore ignores headers it does not know and
+// works unchanged, while a CloudEvents-aware hook sees a well-formed event. Attribute values
+// are percent-encoded as the CloudEvents HTTP binding requires, because the sdk writes them
+// verbatim and net/http rejects control characters.
+//
+// # Response
+//
+// Only 200 is success (and 304/412 when ETag caching is enabled and a cached body exists).
+// A reply carrying ce-specversion (binary mode) or Content-Type: application/cloudevents+json
+// (structured mode) is read as a CloudEvent and its data is the response; anything else is
+// plain JSON. The sdk's client.Request cannot be used because it fails on plain JSON replies.
+// Bodies are capped (Options.MaxResponseBytes) because a hook is untrusted input.
+//
+// Decoding follows upstream: JSON keys are matched case-sensitively and integers are kept as
+// int64 (sigs.k8s.io/json), so unstructured children behave like objects read from the API
+// server. Strict mode (default for hook version v2) also rejects unknown and duplicate fields.
+//
+// # Errors
+//
+// Do never retries: the caller owns back-off, as upstream's work queue does. Errors are typed so
+// the caller can pick the right back-off: *TooManyRequestsError (429, honour RetryAfter),
+// *HTTPError (other statuses), *DecodeError (a 200 whose body is unusable) and ErrTimeout.
+//
+// # TLS and authentication
+//
+// caBundle, clientTLS, authorization and basicAuth come from the webhook, or, when it sets none
+// of them, from the first endpointConfigs entry whose host matches. Secret-backed material is
+// re-read at most every 30s so that rotated credentials are picked up without a restart
+// (upstream resolves them once). Credentials never appear in errors or logs.
+package hooks

@@ -1,0 +1,120 @@
+package hooks
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	kjson "sigs.k8s.io/json"
+
+	"github.com/metabus/metabus/pkg/api/v1alpha1"
+)
+
+// strictMode returns whether unknown and duplicate fields are errors: responseUnMarshallMode,
+// else strict for hook version v2 and loose for v1 (the default), as upstream.
+func strictMode(h *v1alpha1.Hook) (bool, error) {
+	if m := h.Webhook.ResponseUnMarshallMode; m != nil && *m != "" {
+		switch *m {
+		case v1alpha1.ResponseUnMarshallModeStrict:
+			return true, nil
+		case v1alpha1.ResponseUnMarshallModeLoose:
+			return false, nil
+		default:
+			return false, fmt.Errorf("unknown responseUnMarshallMode %q (want loose or strict)", *m)
+		}
+	}
+	if h.Version == nil || *h.Version == "" || *h.Version == v1alpha1.HookVersionV1 {
+		return false, nil
+	}
+	if *h.Version == v1alpha1.HookVersionV2 {
+		return true, nil
+	}
+	return false, fmt.Errorf("unknown hook version %q (want v1 or v2)", *h.Version)
+}
+
+// decode unmarshals a reply. Both modes decode case-sensitively and keep integers as int64
+// (sigs.k8s.io/json), as upstream; strict mode also fails on unknown and duplicate fields.
+func decode(data []byte, strict bool, resp any, target string) error {
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
+		return &DecodeError{Err: errors.New("empty response body"), URL: target}
+	}
+	if bytes.Equal(trimmed, []byte("null")) {
+		return &DecodeError{Err: errors.New("response is null"), Body: "null", URL: target}
+	}
+	if resp == nil {
+		if !json.Valid(trimmed) {
+			return &DecodeError{Err: errors.New("malformed JSON"), Body: snippet(data), URL: target}
+		}
+		return nil
+	}
+	strictErrs, err := kjson.UnmarshalStrict(data, resp)
+	if err != nil {
+		return &DecodeError{Err: err, Body: snippet(data), URL: target}
+	}
+	if strict && len(strictErrs) > 0 {
+		return &DecodeError{Err: fmt.Errorf("strict decoding: %w", errors.Join(strictErrs...)), Body: snippet(data), URL: target}
+	}
+	return nil
+}
+
+// readBody reads at most limit bytes; more is ErrResponseTooLarge (with the start of the body).
+func readBody(r io.Reader, contentLength, limit int64) ([]byte, error) {
+	if contentLength > limit {
+		return nil, fmt.Errorf("%w: Content-Length %d > %d bytes", ErrResponseTooLarge, contentLength, limit)
+	}
+	size := int64(512)
+	if contentLength >= 0 {
+		size = contentLength + 1 // +1: the read that reports EOF needs no growth
+	}
+	buf := make([]byte, 0, size)
+	lr := io.LimitReader(r, limit+1)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := lr.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+	if int64(len(buf)) > limit {
+		return buf, fmt.Errorf("%w: more than %d bytes", ErrResponseTooLarge, limit)
+	}
+	return buf, nil
+}
+
+// retryAfter parses a Retry-After value: delay-seconds or an HTTP-date. Missing, malformed and
+// past values mean 0.
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		if secs > int64(maxRetryAfter/time.Second) {
+			return maxRetryAfter
+		}
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// maxRetryAfter only prevents overflow; capping the delay is the caller's policy.
+const maxRetryAfter = time.Duration(1<<63 - 1)

@@ -1,0 +1,309 @@
+// Package informers shares one dynamic informer per resource across every
+// controller in a process, with the indexes metabus needs (controller owner
+// UID, object UID, namespace) and a freshness mark per resource.
+//
+// Sharing matters for memory: a cluster with many controllers watching Pods
+// keeps one Pod cache, not one per controller. Subscriptions are reference
+// counted so that re-wiring a controller (subscribe new, then release old)
+// never stops and relists an informer that another controller still uses.
+package informers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Index names.
+const (
+	// IndexOwnerUID indexes objects by the UID of their controller
+	// ownerReference: the children of a parent in one lookup.
+	IndexOwnerUID = "ownerUID"
+	// IndexUID indexes objects by their own UID (work items name parents by
+	// UID).
+	IndexUID = "uid"
+	// IndexOrphan holds objects with no controller ownerReference under the
+	// key of their namespace (candidates for adoption).
+	IndexOrphan = "orphan"
+)
+
+func indexers() cache.Indexers {
+	return cache.Indexers{
+		cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
+		IndexOwnerUID: func(obj any) ([]string, error) {
+			m, err := meta.Accessor(obj)
+			if err != nil {
+				return nil, nil
+			}
+			if ref := metav1.GetControllerOfNoCopy(m); ref != nil {
+				return []string{string(ref.UID)}, nil
+			}
+			return nil, nil
+		},
+		IndexUID: func(obj any) ([]string, error) {
+			m, err := meta.Accessor(obj)
+			if err != nil {
+				return nil, nil
+			}
+			return []string{string(m.GetUID())}, nil
+		},
+		IndexOrphan: func(obj any) ([]string, error) {
+			m, err := meta.Accessor(obj)
+			if err != nil {
+				return nil, nil
+			}
+			if metav1.GetControllerOfNoCopy(m) == nil {
+				return []string{m.GetNamespace()}, nil
+			}
+			return nil, nil
+		},
+	}
+}
+
+// stripManagedFields drops metadata.managedFields from cached objects: hooks
+// never need them (kubectl hides them too) and they are often half of an
+// object's size.
+func stripManagedFields(obj any) (any, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		unstructured.RemoveNestedField(u.Object, "metadata", "managedFields")
+	}
+	return obj, nil
+}
+
+// Registry owns the shared informers.
+type Registry struct {
+	client dynamic.Interface
+	resync time.Duration
+
+	mu      sync.Mutex
+	entries map[schema.GroupVersionResource]*entry
+}
+
+type entry struct {
+	informer cache.SharedIndexInformer
+	stop     chan struct{}
+	refs     int
+
+	mu   sync.Mutex
+	seen string // highest resourceVersion delivered to handlers
+	cond *sync.Cond
+}
+
+// New returns a registry. resync is the informer resync period (0: none;
+// the watcher runs its own cache-flush resync through the bus).
+func New(client dynamic.Interface, resync time.Duration) *Registry {
+	return &Registry{client: client, resync: resync, entries: map[schema.GroupVersionResource]*entry{}}
+}
+
+// Handle is one subscription to a resource's informer.
+type Handle struct {
+	r     *Registry
+	gvr   schema.GroupVersionResource
+	e     *entry
+	mu    sync.Mutex
+	regs  []cache.ResourceEventHandlerRegistration
+	freed bool
+}
+
+// Acquire subscribes to gvr, starting its informer if this is the first
+// subscriber.
+func (r *Registry) Acquire(gvr schema.GroupVersionResource) *Handle {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.entries[gvr]
+	if !ok {
+		inf := dynamicinformer.NewFilteredDynamicInformer(r.client, gvr, metav1.NamespaceAll, r.resync, indexers(), nil).Informer()
+		_ = inf.SetTransform(stripManagedFields)
+		e = &entry{informer: inf, stop: make(chan struct{})}
+		e.cond = sync.NewCond(&e.mu)
+		// The freshness mark is fed by a handler registered before any
+		// other: handlers run after the indexer is updated, so "seen"
+		// never runs ahead of what lookups return.
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { e.observe(obj) },
+			UpdateFunc: func(_, obj any) { e.observe(obj) },
+			DeleteFunc: func(obj any) { e.observe(obj) },
+		})
+		r.entries[gvr] = e
+		go inf.Run(e.stop)
+	}
+	e.refs++
+	return &Handle{r: r, gvr: gvr, e: e}
+}
+
+func (e *entry) observe(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	rv := m.GetResourceVersion()
+	e.mu.Lock()
+	if e.seen == "" {
+		e.seen = rv
+	} else if c, err := resourceversion.CompareResourceVersion(rv, e.seen); err == nil && c > 0 {
+		e.seen = rv
+	}
+	e.cond.Broadcast()
+	e.mu.Unlock()
+}
+
+// Informer returns the shared informer.
+func (h *Handle) Informer() cache.SharedIndexInformer { return h.e.informer }
+
+// GVR returns the handle's resource.
+func (h *Handle) GVR() schema.GroupVersionResource { return h.gvr }
+
+// AddHandler adds an event handler; it receives synthetic adds for every
+// object already cached, so a new subscriber sees the current world
+// without a relist.
+func (h *Handle) AddHandler(handler cache.ResourceEventHandler) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.freed {
+		return fmt.Errorf("informer handle for %s already released", h.gvr)
+	}
+	reg, err := h.e.informer.AddEventHandler(handler)
+	if err != nil {
+		return fmt.Errorf("add handler to %s informer: %w", h.gvr, err)
+	}
+	h.regs = append(h.regs, reg)
+	return nil
+}
+
+// HasSynced reports whether the informer finished its initial list.
+func (h *Handle) HasSynced() bool { return h.e.informer.HasSynced() }
+
+// Release removes the handle's handlers and stops the informer when no other
+// subscriber remains. Safe to call twice.
+func (h *Handle) Release() {
+	h.mu.Lock()
+	if h.freed {
+		h.mu.Unlock()
+		return
+	}
+	h.freed = true
+	for _, reg := range h.regs {
+		_ = h.e.informer.RemoveEventHandler(reg)
+	}
+	h.regs = nil
+	h.mu.Unlock()
+
+	h.r.mu.Lock()
+	defer h.r.mu.Unlock()
+	h.e.refs--
+	if h.e.refs == 0 {
+		close(h.e.stop)
+		delete(h.r.entries, h.gvr)
+	}
+}
+
+// ByUID returns the cached object with uid.
+func (h *Handle) ByUID(uid string) (*unstructured.Unstructured, bool) {
+	objs, err := h.e.informer.GetIndexer().ByIndex(IndexUID, uid)
+	if err != nil || len(objs) == 0 {
+		return nil, false
+	}
+	u, ok := objs[0].(*unstructured.Unstructured)
+	return u, ok
+}
+
+// OwnedBy returns the cached objects whose controller ownerReference has uid.
+func (h *Handle) OwnedBy(uid string) []*unstructured.Unstructured {
+	return h.byIndex(IndexOwnerUID, uid)
+}
+
+// Orphans returns cached objects in namespace ns with no controller.
+func (h *Handle) Orphans(ns string) []*unstructured.Unstructured {
+	return h.byIndex(IndexOrphan, ns)
+}
+
+// InNamespace returns the cached objects of namespace ns.
+func (h *Handle) InNamespace(ns string) []*unstructured.Unstructured {
+	return h.byIndex(cache.NamespaceIndex, ns)
+}
+
+// List returns every cached object.
+func (h *Handle) List() []*unstructured.Unstructured {
+	objs := h.e.informer.GetStore().List()
+	out := make([]*unstructured.Unstructured, 0, len(objs))
+	for _, o := range objs {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+func (h *Handle) byIndex(index, key string) []*unstructured.Unstructured {
+	objs, err := h.e.informer.GetIndexer().ByIndex(index, key)
+	if err != nil {
+		return nil
+	}
+	out := make([]*unstructured.Unstructured, 0, len(objs))
+	for _, o := range objs {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// Seen returns the highest resourceVersion the informer has delivered.
+func (h *Handle) Seen() string {
+	h.e.mu.Lock()
+	defer h.e.mu.Unlock()
+	return h.e.seen
+}
+
+// WaitSeen waits until the informer has delivered resourceVersion rv (or a
+// later one), or ctx ends. It returns whether the cache is that fresh. An
+// unparseable rv is treated as satisfied: freshness is an optimisation on
+// top of the periodic resync, never a reason to block forever.
+func (h *Handle) WaitSeen(ctx context.Context, rv string) bool {
+	if rv == "" {
+		return true
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-ctx.Done():
+			h.e.mu.Lock()
+			h.e.cond.Broadcast()
+			h.e.mu.Unlock()
+		case <-done:
+		}
+	}()
+	h.e.mu.Lock()
+	defer h.e.mu.Unlock()
+	for {
+		if h.e.seen != "" {
+			c, err := resourceversion.CompareResourceVersion(h.e.seen, rv)
+			if err != nil || c >= 0 {
+				return true
+			}
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		h.e.cond.Wait()
+	}
+}
+
+// WaitForSync waits for the initial list of the informer.
+func (h *Handle) WaitForSync(ctx context.Context) bool {
+	return cache.WaitForCacheSync(ctx.Done(), h.e.informer.HasSynced)
+}

@@ -1,0 +1,186 @@
+// Package natsx connects services to NATS and runs the embedded nats-server
+// used by the all-in-one process, `make run` and the tests.
+package natsx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// MaxPayload of the embedded server. Snapshots and desired states of parents
+// with many children exceed the 1 MB default.
+const MaxPayload = 8 << 20
+
+// EmbeddedOptions configure an embedded server.
+type EmbeddedOptions struct {
+	// StoreDir is the JetStream file store directory.
+	StoreDir string
+	// Listen is host:port for clients ("" → 127.0.0.1 on a random port;
+	// "-" → no listener, in-process connections only).
+	Listen string
+	// SyncAlways fsyncs every write (see design.md §6: ~15x slower).
+	SyncAlways bool
+}
+
+// StartEmbedded starts a JetStream-enabled nats-server in this process.
+func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
+	if o.StoreDir == "" {
+		return nil, errors.New("embedded nats: StoreDir is required")
+	}
+	opts := &server.Options{
+		ServerName: "metabus-embedded",
+		JetStream:  true,
+		StoreDir:   o.StoreDir,
+		MaxPayload: MaxPayload,
+		NoSigs:     true,
+		NoLog:      true,
+		SyncAlways: o.SyncAlways,
+	}
+	switch o.Listen {
+	case "":
+		opts.Host, opts.Port = "127.0.0.1", -1
+	case "-":
+		opts.DontListen = true
+	default:
+		host, port, err := net.SplitHostPort(o.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats listen address %q: %w", o.Listen, err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats port %q: %w", port, err)
+		}
+		opts.Host, opts.Port = host, p
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("create embedded nats: %w", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		return nil, errors.New("embedded nats did not become ready in 10s")
+	}
+	return s, nil
+}
+
+// ConnOptions configure a client connection.
+type ConnOptions struct {
+	URL   string
+	Name  string
+	Creds string // path of a .creds file (per-service credentials)
+	// NKeySeed is a path of an nkey seed file.
+	NKeySeed string
+	// TLS
+	CAFile, CertFile, KeyFile string
+	// InProcess connects to an embedded server without TCP.
+	InProcess *server.Server
+	Logger    *zap.Logger
+}
+
+// Connect dials NATS and returns the connection and a JetStream handle. It
+// reconnects forever: the bus is allowed to blip, the services wait.
+func Connect(o ConnOptions) (*nats.Conn, jetstream.JetStream, error) {
+	log := o.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	opts := []nats.Option{
+		nats.Name(o.Name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(500 * time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", zap.Error(err))
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", zap.String("url", c.ConnectedUrlRedacted())) }),
+	}
+	if o.Creds != "" {
+		opts = append(opts, nats.UserCredentials(o.Creds))
+	}
+	if o.NKeySeed != "" {
+		opt, err := nats.NkeyOptionFromSeed(o.NKeySeed)
+		if err != nil {
+			return nil, nil, fmt.Errorf("load nkey seed: %w", err)
+		}
+		opts = append(opts, opt)
+	}
+	if o.CAFile != "" {
+		opts = append(opts, nats.RootCAs(o.CAFile))
+	}
+	if o.CertFile != "" || o.KeyFile != "" {
+		opts = append(opts, nats.ClientCert(o.CertFile, o.KeyFile))
+	}
+	url := o.URL
+	if o.InProcess != nil {
+		opts = append(opts, nats.InProcessServer(o.InProcess))
+		url = ""
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to nats %s: %w", redact(url), err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return nc, js, nil
+}
+
+// redact drops user info from a URL for logs.
+func redact(url string) string {
+	if i := indexAt(url); i >= 0 {
+		if j := indexScheme(url); j >= 0 && j < i {
+			return url[:j+3] + "***@" + url[i+1:]
+		}
+		return "***@" + url[i+1:]
+	}
+	return url
+}
+
+func indexAt(s string) int {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '@' {
+			return i
+		}
+	}
+	return -1
+}
+
+func indexScheme(s string) int {
+	for i := 0; i+2 < len(s); i++ {
+		if s[i] == ':' && s[i+1] == '/' && s[i+2] == '/' {
+			return i
+		}
+	}
+	return -1
+}
+
+// Drain closes a connection after flushing, bounded by ctx.
+func Drain(ctx context.Context, nc *nats.Conn) {
+	if nc == nil {
+		return
+	}
+	done := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(done) })
+	if err := nc.Drain(); err != nil {
+		nc.Close()
+		return
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		nc.Close()
+	}
+}

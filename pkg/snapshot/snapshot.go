@@ -1,0 +1,135 @@
+// Package snapshot defines the observed-state snapshot protocol: the
+// watcher's informer caches answer "what does parent P of controller C look
+// like now, with its children and related objects" for the dispatcher
+// (before calling hooks) and the applier (before writing). Over NATS it is a
+// request/reply micro service on bus.SnapshotSubject; in one process the same
+// Source is called directly.
+package snapshot
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/metabus/metabus/pkg/bus"
+)
+
+// Request asks for the observed state of one parent.
+type Request struct {
+	Controller bus.ControllerRef `json:"controller"`
+	ParentUID  string            `json:"parentUID"`
+	// MinResourceVersions maps "<group>/<resource>" to a resourceVersion the
+	// answer must reflect (the version that triggered the work).
+	MinResourceVersions map[string]string `json:"minResourceVersions,omitempty"`
+}
+
+// Result codes.
+const (
+	// OK: the snapshot is complete and at least as fresh as requested.
+	OK = "ok"
+	// NotFound: the controller or the parent does not exist (any more).
+	NotFound = "notFound"
+	// Retry: the cache has not caught up yet (or is still syncing); ask again
+	// shortly.
+	Retry = "retry"
+	// Invalid: the controller cannot be served (e.g. its resources are not
+	// served by the API server); Message says why.
+	Invalid = "invalid"
+)
+
+// Group is the observed objects of one declared child (or related)
+// resource.
+type Group struct {
+	APIVersion string                       `json:"apiVersion"`
+	Resource   string                       `json:"resource"`
+	Kind       string                       `json:"kind"`
+	Namespaced bool                         `json:"namespaced"`
+	Objects    []*unstructured.Unstructured `json:"objects"`
+}
+
+// Response is the observed state of a parent.
+type Response struct {
+	Result  string `json:"result"`
+	Message string `json:"message,omitempty"`
+	// Controller is the controller object as the watcher sees it.
+	Controller *unstructured.Unstructured `json:"controllerObject,omitempty"`
+	Parent     *unstructured.Unstructured `json:"parent,omitempty"`
+	// ParentResource is the parent's resource name and scope.
+	ParentResource  string `json:"parentResource,omitempty"`
+	ParentHasStatus bool   `json:"parentHasStatus,omitempty"`
+	// Children has one group per declared child resource, in spec order,
+	// holding the children the parent controls.
+	Children []Group `json:"children,omitempty"`
+	// Related has one group per related-resource rule.
+	Related []Group `json:"related,omitempty"`
+}
+
+// Source answers snapshot requests.
+type Source interface {
+	Snapshot(ctx context.Context, req Request) (*Response, error)
+}
+
+// Client is a Source over NATS request/reply.
+type Client struct {
+	NC      *nats.Conn
+	Timeout time.Duration
+}
+
+// Snapshot sends req to the snapshot service.
+func (c Client) Snapshot(ctx context.Context, req Request) (*Response, error) {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encode snapshot request: %w", err)
+	}
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	msg, err := c.NC.RequestWithContext(ctx, bus.SnapshotSubject, data)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, fmt.Errorf("no snapshot service is running (is the watcher up?): %w", err)
+		}
+		return nil, fmt.Errorf("snapshot request for %s/%s: %w", req.Controller.ID(), req.ParentUID, err)
+	}
+	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
+		return nil, fmt.Errorf("snapshot service error %s: %s", code, msg.Header.Get("Nats-Service-Error"))
+	}
+	var resp Response
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return nil, fmt.Errorf("decode snapshot response: %w", err)
+	}
+	return &resp, nil
+}
+
+// Fetch asks src until it answers something other than Retry, waiting
+// between attempts, for at most wait in total. A Retry after that is
+// returned as is.
+func Fetch(ctx context.Context, src Source, req Request, wait time.Duration) (*Response, error) {
+	deadline := time.Now().Add(wait)
+	delay := 20 * time.Millisecond
+	for {
+		resp, err := src.Snapshot(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		if resp.Result != Retry || time.Now().After(deadline) {
+			return resp, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		if delay < 500*time.Millisecond {
+			delay *= 2
+		}
+	}
+}

@@ -1,0 +1,235 @@
+// Package applier is the metabus stage that converges the cluster towards
+// desired states: it consumes MC_DESIRED (per-parent order, any number of
+// replicas), validates the hook's desired children, creates, updates and
+// deletes children with optimistic concurrency, and writes the parent's
+// status only when it changed.
+//
+// It reads observed state from the watcher's snapshot service, never with a
+// GET: a no-op apply costs no API call at all.
+package applier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/discovery"
+	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/obs"
+	"github.com/metabus/metabus/pkg/snapshot"
+)
+
+// Config is the applier's configuration (flags).
+type Config struct {
+	// Workers bounds concurrent applies in this replica.
+	Workers           int
+	SnapshotWait      time.Duration
+	DiscoveryInterval time.Duration
+	EventsQPS         float32
+	EventsBurst       int
+	Bus               bus.Options
+}
+
+// Defaults fills unset fields.
+func (c *Config) Defaults() {
+	if c.Workers <= 0 {
+		c.Workers = 16
+	}
+	if c.SnapshotWait <= 0 {
+		c.SnapshotWait = 5 * time.Second
+	}
+	if c.DiscoveryInterval <= 0 {
+		c.DiscoveryInterval = 30 * time.Second
+	}
+}
+
+// Deps are the applier's connections.
+type Deps struct {
+	REST      *rest.Config
+	NC        *nats.Conn
+	JS        jetstream.JetStream
+	Snapshots snapshot.Source
+	Log       *zap.Logger
+	Metrics   prometheus.Registerer
+	Health    *obs.Health
+	Trace     obs.Tracer
+}
+
+// Applier is a running applier.
+type Applier struct {
+	cfg     Config
+	log     *zap.Logger
+	js      jetstream.JetStream
+	pub     bus.Publisher
+	dyn     dynamic.Interface
+	disc    *discovery.Map
+	snaps   snapshot.Source
+	rec     *events.Recorder
+	health  *obs.Health
+	metrics *metrics
+	trace   obs.Tracer
+
+	streamOnce sync.Once
+	stream     jetstream.Stream
+	streamErr  error
+}
+
+// New builds an applier.
+func New(cfg Config, deps Deps) (*Applier, error) {
+	cfg.Defaults()
+	if deps.REST == nil || deps.JS == nil || deps.NC == nil {
+		return nil, errors.New("applier: REST config and NATS connection are required")
+	}
+	log := deps.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	dyn, err := dynamic.NewForConfig(deps.REST)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(deps.REST)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	snaps := deps.Snapshots
+	if snaps == nil {
+		snaps = snapshot.Client{NC: deps.NC}
+	}
+	health := deps.Health
+	if health == nil {
+		health = &obs.Health{}
+	}
+	return &Applier{
+		cfg:     cfg,
+		log:     log.Named("applier"),
+		js:      deps.JS,
+		pub:     bus.Publisher{JS: deps.JS},
+		dyn:     dyn,
+		disc:    discovery.New(kube.Discovery()),
+		snaps:   snaps,
+		rec:     events.New(kube, events.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-applier"}),
+		health:  health,
+		metrics: newMetrics(deps.Metrics),
+		trace:   deps.Trace,
+	}, nil
+}
+
+// Run consumes desired states until ctx is done.
+func (a *Applier) Run(ctx context.Context) error {
+	defer a.rec.Shutdown(ctx)
+	if err := bus.WaitReady(ctx, a.js); err != nil {
+		return err
+	}
+	if err := a.disc.Refresh(ctx); err != nil {
+		a.log.Warn("initial discovery incomplete", zap.Error(err))
+	}
+	go a.disc.Run(ctx, a.cfg.DiscoveryInterval, func(err error) { a.log.Warn("discovery refresh", zap.Error(err)) })
+	ackWait := a.cfg.Bus.DesiredAckWait
+	if ackWait <= 0 {
+		ackWait = bus.DesiredAckWait
+	}
+	a.health.SetReady("applier", func() error { return nil })
+	a.log.Info("applier started", zap.Int("workers", a.cfg.Workers))
+	return bus.ConsumePartitions(ctx, a.js, bus.DesiredStream, bus.DesiredConsumerPrefix, a.cfg.Workers, ackWait, a.handle)
+}
+
+func (a *Applier) desiredStream(ctx context.Context) (jetstream.Stream, error) {
+	a.streamOnce.Do(func() { a.stream, a.streamErr = a.js.Stream(ctx, bus.DesiredStream) })
+	return a.stream, a.streamErr
+}
+
+// superseded reports whether a newer desired state for the same parent is
+// already in the stream: applying this one would only be undone.
+func (a *Applier) superseded(ctx context.Context, ds *bus.DesiredState, seq uint64) bool {
+	st, err := a.desiredStream(ctx)
+	if err != nil {
+		return false
+	}
+	last, err := st.GetLastMsgForSubject(ctx, bus.StoredDesiredSubject(ds.Controller.ID(), ds.Parent.UID))
+	if err != nil {
+		return false // apply: correctness does not depend on skipping
+	}
+	return last.Sequence > seq
+}
+
+func (a *Applier) handle(ctx context.Context, m jetstream.Msg) {
+	var ds bus.DesiredState
+	if err := bus.Decode(m, bus.TypeDesired, &ds); err != nil {
+		a.log.Error("dropping malformed desired state", zap.Error(err))
+		_ = m.TermWithReason("malformed desired state")
+		return
+	}
+	seq, _, err := bus.Meta(m)
+	if err != nil {
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	if a.superseded(ctx, &ds, seq) {
+		a.metrics.applies.WithLabelValues("superseded").Inc()
+		_ = m.Ack()
+		return
+	}
+	if a.trace != nil {
+		defer a.trace("applier", ds.Parent.UID)()
+	}
+	start := time.Now()
+	res := a.apply(ctx, &ds)
+	a.metrics.applies.WithLabelValues(res.result).Inc()
+	a.metrics.applySeconds.WithLabelValues(res.result).Observe(time.Since(start).Seconds())
+	if res.infra {
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	_ = m.Ack()
+}
+
+type result struct {
+	result string
+	infra  bool
+}
+
+// workItem is the work item that re-runs this parent's sync.
+func workItem(ds *bus.DesiredState, reason string, attempt int) bus.WorkItem {
+	return bus.WorkItem{Controller: ds.Controller, Parent: ds.Parent, Reason: reason, Attempt: attempt}
+}
+
+// retry schedules another sync of the parent with backoff, after an apply
+// failure. The sync reads fresh state and calls the hook again, which is
+// what a changed world calls for.
+func (a *Applier) retry(ctx context.Context, ds *bus.DesiredState, reason string, err error) result {
+	n := ds.Attempt + 1
+	delay := bus.Backoff(n)
+	a.log.Warn("apply failed; retrying with backoff", zap.String("controller", ds.Controller.Name),
+		zap.String("parent", ds.Parent.Namespace+"/"+ds.Parent.Name), zap.Int("attempt", n),
+		zap.Duration("retryIn", delay), zap.Error(err))
+	if reason != "" {
+		a.rec.Warning(ds.Parent.Stub(), reason, err.Error())
+	}
+	if serr := a.pub.Schedule(ctx, workItem(ds, bus.ReasonRetry, n), time.Now().Add(delay)); serr != nil {
+		a.log.Error("schedule retry", zap.Error(serr))
+		return result{result: "error", infra: true}
+	}
+	return result{result: "error"}
+}
+
+// requeue re-runs the sync now: the cluster changed under us (409), so
+// there is nothing to back off from.
+func (a *Applier) requeue(ctx context.Context, ds *bus.DesiredState) result {
+	if _, err := a.pub.PublishWork(ctx, workItem(ds, bus.ReasonConflict, ds.Attempt)); err != nil {
+		a.log.Warn("requeue after conflict", zap.Error(err))
+		return result{result: "conflict", infra: true}
+	}
+	return result{result: "conflict"}
+}

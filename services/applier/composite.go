@@ -1,0 +1,273 @@
+package applier
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/children"
+	"github.com/metabus/metabus/pkg/composite"
+	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/snapshot"
+)
+
+func (a *Applier) apply(ctx context.Context, ds *bus.DesiredState) result {
+	switch ds.Controller.Kind {
+	case v1alpha1.CompositeControllerKind:
+		return a.applyComposite(ctx, ds)
+	default:
+		a.log.Error("dropping desired state for an unsupported controller kind", zap.String("kind", ds.Controller.Kind))
+		return result{result: "unsupported"}
+	}
+}
+
+func (a *Applier) applyComposite(ctx context.Context, ds *bus.DesiredState) result {
+	snap, err := snapshot.Fetch(ctx, a.snaps, snapshot.Request{
+		Controller: ds.Controller, ParentUID: ds.Parent.UID, MinResourceVersions: ds.MinResourceVersions,
+	}, a.cfg.SnapshotWait)
+	if err != nil {
+		if ctx.Err() != nil {
+			return result{result: "cancelled", infra: true}
+		}
+		return a.retry(ctx, ds, "", fmt.Errorf("observed state unavailable: %w", err))
+	}
+	switch snap.Result {
+	case snapshot.OK:
+	case snapshot.NotFound:
+		return result{result: "notfound"}
+	case snapshot.Retry:
+		return a.retry(ctx, ds, "", fmt.Errorf("observed state not fresh yet: %s", snap.Message))
+	default:
+		return result{result: "invalid"}
+	}
+	cc, err := composite.Decode(snap.Controller)
+	if err != nil {
+		return result{result: "invalid"}
+	}
+	parent := snap.Parent
+	if parent.GetDeletionTimestamp() != nil {
+		// The parent is going away and we hold no finalizer on it: the
+		// garbage collector owns the children now.
+		return result{result: "parent_deleting"}
+	}
+
+	rules, err := a.rules(ctx, cc)
+	if err != nil {
+		return a.retry(ctx, ds, events.ReasonApplyError, err)
+	}
+	sel, err := composite.ParentSelector(cc.Spec, parent)
+	if err != nil {
+		return a.retry(ctx, ds, events.ReasonSyncError, err)
+	}
+	owner := children.Owner{
+		APIVersion:  parent.GetAPIVersion(),
+		Kind:        parent.GetKind(),
+		Namespace:   parent.GetNamespace(),
+		Name:        parent.GetName(),
+		UID:         string(parent.GetUID()),
+		Namespaced:  parent.GetNamespace() != "",
+		Selector:    sel,
+		ExtraLabels: composite.ExtraLabels(cc.Spec, parent),
+	}
+	desired, err := children.Normalize(owner, rules, ds.Children)
+	if err != nil {
+		// Reject the whole desired state: a partial apply of a response
+		// we know to be wrong could leave the cluster worse.
+		a.metrics.rejected.Inc()
+		return a.retry(ctx, ds, events.ReasonInvalidDesired, fmt.Errorf("%s hook response rejected, nothing applied: %w", ds.Hook, err))
+	}
+	observed := map[int][]*unstructured.Unstructured{}
+	for i, g := range snap.Children {
+		if i < len(rules) {
+			observed[i] = g.Objects
+		}
+	}
+	actions, err := children.Plan(owner, rules, observed, desired)
+	if err != nil {
+		return a.retry(ctx, ds, events.ReasonApplyError, fmt.Errorf("plan children: %w", err))
+	}
+	var errs []error
+	conflict := false
+	for _, act := range actions {
+		if err := a.write(ctx, act); err != nil {
+			if apierrors.IsConflict(err) {
+				conflict = true
+				continue
+			}
+			errs = append(errs, err)
+		}
+	}
+	// Status reports what the hook observed; write it even if a child
+	// write failed, as upstream does.
+	if err := a.writeStatus(ctx, ds, parent); err != nil {
+		if apierrors.IsConflict(err) {
+			conflict = true
+		} else {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return a.retry(ctx, ds, events.ReasonApplyError, errors.Join(errs...))
+	}
+	if conflict {
+		return a.requeue(ctx, ds)
+	}
+	if len(actions) == 0 {
+		return result{result: "noop"}
+	}
+	return result{result: "ok"}
+}
+
+// rules resolves the controller's child resources.
+func (a *Applier) rules(ctx context.Context, cc *v1alpha1.CompositeController) ([]children.Rule, error) {
+	rules := make([]children.Rule, 0, len(cc.Spec.ChildResources))
+	for i, c := range cc.Spec.ChildResources {
+		res, err := a.disc.Resolve(ctx, c.APIVersion, c.Resource)
+		if err != nil {
+			return nil, fmt.Errorf("spec.childResources[%d]: %w", i, err)
+		}
+		r := children.Rule{APIVersion: c.APIVersion, Resource: c.Resource, Kind: res.Kind, Namespaced: res.Namespaced}
+		if c.UpdateStrategy != nil {
+			r.Method = c.UpdateStrategy.Method
+		}
+		rules = append(rules, r)
+	}
+	return rules, nil
+}
+
+func (a *Applier) client(rule *children.Rule, ns string) (dynamic.ResourceInterface, error) {
+	gv, err := schema.ParseGroupVersion(rule.APIVersion)
+	if err != nil {
+		return nil, fmt.Errorf("child apiVersion %q: %w", rule.APIVersion, err)
+	}
+	r := a.dyn.Resource(gv.WithResource(rule.Resource))
+	if rule.Namespaced {
+		return r.Namespace(ns), nil
+	}
+	return r, nil
+}
+
+// write performs one child action with optimistic concurrency.
+func (a *Applier) write(ctx context.Context, act children.Action) error {
+	obj := act.Object
+	c, err := a.client(act.Rule, obj.GetNamespace())
+	if err != nil {
+		return err
+	}
+	what := fmt.Sprintf("%s %s", act.Rule.Kind, key(obj))
+	a.log.Debug("child write", zap.String("op", string(act.Op)), zap.String("child", what), zap.String("reason", act.Reason))
+	switch act.Op {
+	case children.OpCreate:
+		a.metrics.writes.WithLabelValues("create", act.Rule.Resource).Inc()
+		if _, err := c.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				// Someone else's object (or ours, not yet seen by the
+				// cache): never overwrite it.
+				return fmt.Errorf("create %s: it already exists and is not controlled by this parent", what)
+			}
+			return fmt.Errorf("create %s: %w", what, err)
+		}
+	case children.OpUpdate:
+		a.metrics.writes.WithLabelValues("update", act.Rule.Resource).Inc()
+		if _, err := c.Update(ctx, obj, metav1.UpdateOptions{}); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil // deleted meanwhile; the next sync recreates it
+			}
+			if apierrors.IsConflict(err) {
+				return err
+			}
+			return fmt.Errorf("update %s: %w", what, err)
+		}
+	case children.OpDelete:
+		a.metrics.writes.WithLabelValues("delete", act.Rule.Resource).Inc()
+		uid := obj.GetUID()
+		policy := metav1.DeletePropagationBackground
+		err := c.Delete(ctx, obj.GetName(), metav1.DeleteOptions{
+			Preconditions:     &metav1.Preconditions{UID: &uid},
+			PropagationPolicy: &policy,
+		})
+		if err != nil && !apierrors.IsNotFound(err) {
+			if apierrors.IsConflict(err) {
+				return err // the UID changed: a new object with that name
+			}
+			return fmt.Errorf("delete %s: %w", what, err)
+		}
+	default:
+		return fmt.Errorf("unknown child action %q", act.Op)
+	}
+	return nil
+}
+
+// writeStatus replaces the parent's status with the hook's (plus
+// observedGeneration) if, and only if, it differs from the cached one. The
+// write carries the cached resourceVersion, so a parent that changed since
+// yields a conflict (requeue) instead of a lost update.
+func (a *Applier) writeStatus(ctx context.Context, ds *bus.DesiredState, parent *unstructured.Unstructured) error {
+	status := map[string]any{}
+	for k, v := range ds.Status {
+		status[k] = v
+	}
+	status["observedGeneration"] = ds.Parent.Generation
+	current, _, _ := unstructured.NestedFieldNoCopy(parent.Object, "status")
+	same, err := jsonEqual(current, status)
+	if err != nil {
+		return fmt.Errorf("compare status: %w", err)
+	}
+	if same {
+		return nil
+	}
+	gv, err := schema.ParseGroupVersion(parent.GetAPIVersion())
+	if err != nil {
+		return fmt.Errorf("parent apiVersion: %w", err)
+	}
+	updated := parent.DeepCopy()
+	updated.Object["status"] = status
+	r := a.dyn.Resource(gv.WithResource(ds.Parent.Resource))
+	var ri dynamic.ResourceInterface = r
+	if parent.GetNamespace() != "" {
+		ri = r.Namespace(parent.GetNamespace())
+	}
+	a.metrics.writes.WithLabelValues("update_status", ds.Parent.Resource).Inc()
+	if _, err := ri.UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if apierrors.IsConflict(err) {
+			return err
+		}
+		return fmt.Errorf("update status of %s: %w", key(parent), err)
+	}
+	return nil
+}
+
+// jsonEqual compares two JSON-like values by their canonical encoding, so
+// int64(1) from the API and float64(1) from a hook are equal.
+func jsonEqual(a, b any) (bool, error) {
+	ja, err := json.Marshal(a)
+	if err != nil {
+		return false, err
+	}
+	jb, err := json.Marshal(b)
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(ja, jb), nil
+}
+
+func key(o *unstructured.Unstructured) string {
+	if o.GetNamespace() == "" {
+		return o.GetName()
+	}
+	return o.GetNamespace() + "/" + o.GetName()
+}

@@ -1,0 +1,36 @@
+package applier
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	applies      *prometheus.CounterVec
+	applySeconds *prometheus.HistogramVec
+	writes       *prometheus.CounterVec
+	rejected     prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "metabus_applier_applies_total",
+			Help: "Desired states handled, by result (ok, noop, superseded, conflict, error...).",
+		}, []string{"result"}),
+		applySeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "metabus_applier_apply_duration_seconds",
+			Help:    "Time to apply one desired state.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 3, 12),
+		}, []string{"result"}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "metabus_applier_api_writes_total",
+			Help: "Kubernetes API writes, by verb and resource.",
+		}, []string{"verb", "resource"}),
+		rejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "metabus_applier_rejected_desired_states_total",
+			Help: "Hook responses rejected as a whole by validation.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.applies, m.applySeconds, m.writes, m.rejected)
+	}
+	return m
+}

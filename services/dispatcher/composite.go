@@ -1,0 +1,199 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/composite"
+	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/hookapi"
+	"github.com/metabus/metabus/pkg/hooks"
+	"github.com/metabus/metabus/pkg/snapshot"
+)
+
+func (d *Dispatcher) sync(ctx context.Context, item bus.WorkItem, seq uint64) outcome {
+	switch item.Controller.Kind {
+	case v1alpha1.CompositeControllerKind:
+		return d.syncComposite(ctx, item, seq)
+	default:
+		d.log.Error("dropping work item for an unsupported controller kind", zap.String("kind", item.Controller.Kind))
+		return outcome{result: "unsupported"}
+	}
+}
+
+// ObservedRefs lists the identities of the children a hook was shown.
+func ObservedRefs(groups []snapshot.Group) []bus.ObjectRef {
+	var refs []bus.ObjectRef
+	for _, g := range groups {
+		for _, o := range g.Objects {
+			refs = append(refs, bus.ObjectRef{
+				APIVersion: g.APIVersion, Kind: g.Kind, Resource: g.Resource,
+				Namespace: o.GetNamespace(), Name: o.GetName(), UID: string(o.GetUID()),
+				ResourceVersion: o.GetResourceVersion(),
+			})
+		}
+	}
+	return refs
+}
+
+func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq uint64) outcome {
+	snap, err := snapshot.Fetch(ctx, d.snaps, snapshot.Request{
+		Controller: item.Controller, ParentUID: item.Parent.UID, MinResourceVersions: item.MinResourceVersions,
+	}, d.cfg.SnapshotWait)
+	if err != nil {
+		if ctx.Err() != nil {
+			return outcome{result: "cancelled", infra: true}
+		}
+		return d.failedQuietly(ctx, item, fmt.Errorf("observed state unavailable: %w", err))
+	}
+	switch snap.Result {
+	case snapshot.OK:
+	case snapshot.NotFound:
+		// The parent (or controller) is gone; the garbage collector
+		// removes its children.
+		d.succeeded(item)
+		return outcome{result: "notfound"}
+	case snapshot.Retry:
+		return d.failedQuietly(ctx, item, fmt.Errorf("observed state not fresh yet: %s", snap.Message))
+	default:
+		d.log.Warn("controller cannot be served", zap.String("controller", item.Controller.Name), zap.String("why", snap.Message))
+		return outcome{result: "invalid"}
+	}
+	cc, err := composite.Decode(snap.Controller)
+	if err != nil {
+		return outcome{result: "invalid"}
+	}
+	parent := snap.Parent
+	pref := parentRef(parent, item.Parent)
+
+	hook, kind, finalizing := composite.ChooseHook(cc, parent)
+	if hook == nil {
+		if kind == "" {
+			// Deleting (or deselected) without a finalize hook: nothing to
+			// do, the garbage collector takes the children.
+			d.succeeded(item)
+			return outcome{result: "skipped"}
+		}
+		return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("CompositeController %s has no %s hook", cc.Name, kind))
+	}
+	version := v1alpha1.HookVersionV1
+	if hook.Version != nil && *hook.Version != "" {
+		version = *hook.Version
+	}
+	parentNamespaced := parent.GetNamespace() != ""
+	children := hookapi.NewObjectMap(version, parentNamespaced)
+	for _, g := range snap.Children {
+		children.Ensure(g.APIVersion, g.Kind)
+		for _, o := range g.Objects {
+			if err := children.Add(o, g.Namespaced); err != nil {
+				return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("build hook request: %w", err))
+			}
+		}
+	}
+	req := hookapi.CompositeSyncRequest{
+		Controller: snap.Controller,
+		Parent:     parent,
+		Children:   children.Map(),
+		Related:    hookapi.NewObjectMap(version, parentNamespaced).Map(),
+		Finalizing: finalizing,
+	}
+	var resp hookapi.CompositeSyncResponse
+	hookStart := time.Now()
+	err = d.hooks.Do(ctx, hooks.Call{
+		Hook:            hook,
+		EndpointConfigs: cc.Spec.EndpointConfigs,
+		Kind:            kind,
+		ControllerType:  v1alpha1.CompositeControllerKind,
+		ControllerName:  cc.Name,
+		Source:          bus.ControllerSource(item.Controller),
+		Subject:         bus.ObjectPath(pref),
+		ID:              bus.DesiredMsgID(pref.UID, seq),
+		Extensions: map[string]string{
+			bus.ExtParentUID:    pref.UID,
+			bus.ExtWorkSeq:      bus.WorkSeqString(seq),
+			bus.ExtPartitionKey: item.Controller.ID() + "/" + pref.UID,
+		},
+		CacheKey: pref.UID,
+		Request:  req,
+	}, &resp)
+	d.metrics.hookSeconds.WithLabelValues(kind).Observe(time.Since(hookStart).Seconds())
+	if err != nil {
+		var tooMany *hooks.TooManyRequestsError
+		if errors.As(err, &tooMany) {
+			// The hook asked us to come back later: not a failure.
+			d.log.Info("hook throttled; retrying after Retry-After", zap.String("controller", cc.Name),
+				zap.String("parent", pref.Namespace+"/"+pref.Name), zap.Duration("retryAfter", tooMany.RetryAfter))
+			if serr := d.retry(ctx, item, time.Now().Add(tooMany.RetryAfter)); serr != nil {
+				return outcome{result: "throttled", infra: true}
+			}
+			return outcome{result: "throttled"}
+		}
+		return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("%s hook failed: %w", kind, err))
+	}
+
+	minRVs := map[string]string{}
+	for k, v := range item.MinResourceVersions {
+		minRVs[k] = v
+	}
+	if gv, err := schema.ParseGroupVersion(pref.APIVersion); err == nil && pref.ResourceVersion != "" {
+		minRVs[gv.Group+"/"+pref.Resource] = pref.ResourceVersion
+	}
+	ds := bus.DesiredState{
+		Controller:          item.Controller,
+		Parent:              pref,
+		WorkSeq:             seq,
+		Hook:                kind,
+		Children:            resp.Children,
+		Status:              resp.Status,
+		ResyncAfterSeconds:  resp.ResyncAfterSeconds,
+		Finalized:           resp.Finalized,
+		Observed:            ObservedRefs(snap.Children),
+		MinResourceVersions: minRVs,
+		Attempt:             d.attempt(item),
+		ProducedAt:          time.Now(),
+	}
+	if ds.Children == nil {
+		ds.Children = []*unstructured.Unstructured{}
+	}
+	if err := d.pub.PublishDesired(ctx, ds); err != nil {
+		d.log.Warn("publish desired state", zap.Error(err))
+		return outcome{result: "error", infra: true}
+	}
+	d.succeeded(item)
+	if resp.ResyncAfterSeconds > 0 {
+		next := item
+		next.Reason, next.Attempt, next.EnqueuedAt = bus.ReasonResyncAfter, 0, time.Time{}
+		next.MinResourceVersions = nil
+		if err := d.pub.Schedule(ctx, next, time.Now().Add(time.Duration(resp.ResyncAfterSeconds*float64(time.Second)))); err != nil {
+			d.log.Warn("schedule resyncAfterSeconds", zap.Error(err))
+		}
+	}
+	return outcome{result: "ok"}
+}
+
+// failedQuietly is failed without an Event: the parent did nothing wrong.
+func (d *Dispatcher) failedQuietly(ctx context.Context, item bus.WorkItem, err error) outcome {
+	return d.failed(ctx, item, "", err)
+}
+
+// parentRef describes the parent as observed.
+func parentRef(parent *unstructured.Unstructured, from bus.ObjectRef) bus.ObjectRef {
+	return bus.ObjectRef{
+		APIVersion:      parent.GetAPIVersion(),
+		Kind:            parent.GetKind(),
+		Resource:        from.Resource,
+		Namespace:       parent.GetNamespace(),
+		Name:            parent.GetName(),
+		UID:             string(parent.GetUID()),
+		ResourceVersion: parent.GetResourceVersion(),
+		Generation:      parent.GetGeneration(),
+	}
+}

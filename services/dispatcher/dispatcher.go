@@ -1,0 +1,261 @@
+// Package dispatcher is the metabus stage that turns work items into desired
+// states: for each work item it fetches the parent's observed state from the
+// snapshot service, calls the controller's hook, and publishes the hook's
+// answer as a CloudEvent to MC_DESIRED before acking the work item.
+//
+// Every replica pulls from every MC_WORK partition consumer; each partition
+// has one message in flight, so a parent is never synced by two replicas at
+// once. Hook failures never hold a partition: the item is acked and a retry
+// with per-parent exponential backoff is scheduled through MC_SCHED.
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/hooks"
+	"github.com/metabus/metabus/pkg/obs"
+	"github.com/metabus/metabus/pkg/snapshot"
+)
+
+// Config is the dispatcher's configuration (flags).
+type Config struct {
+	// Workers bounds concurrent syncs in this replica.
+	Workers int
+	// SnapshotWait bounds how long a sync waits for a fresh snapshot before
+	// rescheduling itself.
+	SnapshotWait time.Duration
+	// RunRelay moves fired schedules into MC_WORK in this replica.
+	RunRelay bool
+	// RunDLQ moves poison messages to MC_DLQ in this replica.
+	RunDLQ      bool
+	EventsQPS   float32
+	EventsBurst int
+	Bus         bus.Options
+}
+
+// Defaults fills unset fields.
+func (c *Config) Defaults() {
+	if c.Workers <= 0 {
+		c.Workers = 16
+	}
+	if c.SnapshotWait <= 0 {
+		c.SnapshotWait = 5 * time.Second
+	}
+}
+
+// Deps are the dispatcher's connections.
+type Deps struct {
+	REST *rest.Config
+	NC   *nats.Conn
+	JS   jetstream.JetStream
+	// Snapshots is the observed-state source; nil uses the NATS service.
+	Snapshots snapshot.Source
+	Log       *zap.Logger
+	Metrics   prometheus.Registerer
+	Health    *obs.Health
+	Trace     obs.Tracer
+}
+
+// Dispatcher is a running dispatcher.
+type Dispatcher struct {
+	cfg     Config
+	log     *zap.Logger
+	js      jetstream.JetStream
+	pub     bus.Publisher
+	snaps   snapshot.Source
+	hooks   *hooks.Client
+	rec     *events.Recorder
+	health  *obs.Health
+	metrics *metrics
+	trace   obs.Tracer
+
+	// failures counts consecutive failed syncs per parent, so items that
+	// did not come from a retry still back off.
+	fmu      sync.Mutex
+	failures map[string]int
+}
+
+// New builds a dispatcher.
+func New(cfg Config, deps Deps) (*Dispatcher, error) {
+	cfg.Defaults()
+	if deps.REST == nil || deps.JS == nil || deps.NC == nil {
+		return nil, errors.New("dispatcher: REST config and NATS connection are required")
+	}
+	log := deps.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	kube, err := kubernetes.NewForConfig(deps.REST)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	snaps := deps.Snapshots
+	if snaps == nil {
+		snaps = snapshot.Client{NC: deps.NC}
+	}
+	health := deps.Health
+	if health == nil {
+		health = &obs.Health{}
+	}
+	d := &Dispatcher{
+		cfg:      cfg,
+		log:      log.Named("dispatcher"),
+		js:       deps.JS,
+		pub:      bus.Publisher{JS: deps.JS},
+		snaps:    snaps,
+		rec:      events.New(kube, events.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-dispatcher"}),
+		health:   health,
+		metrics:  newMetrics(deps.Metrics),
+		trace:    deps.Trace,
+		failures: map[string]int{},
+	}
+	d.hooks = hooks.New(hooks.Options{
+		Secrets:    kubeSecrets{kube},
+		Registerer: deps.Metrics,
+		Logger:     d.log,
+	})
+	return d, nil
+}
+
+// Run consumes work items until ctx is done.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	defer d.rec.Shutdown(ctx)
+	if err := bus.WaitReady(ctx, d.js); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	logErr := func(err error) { d.log.Warn("bus", zap.Error(err)) }
+	if d.cfg.RunRelay {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := bus.RunRelay(ctx, d.js, logErr); err != nil && ctx.Err() == nil {
+				d.log.Error("schedule relay stopped", zap.Error(err))
+			}
+		}()
+	}
+	if d.cfg.RunDLQ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := bus.RunDLQ(ctx, d.js, d.onDeadLetter, logErr); err != nil && ctx.Err() == nil {
+				d.log.Error("dead-letter worker stopped", zap.Error(err))
+			}
+		}()
+	}
+	ackWait := d.cfg.Bus.WorkAckWait
+	if ackWait <= 0 {
+		ackWait = bus.WorkAckWait
+	}
+	d.health.SetReady("dispatcher", func() error { return nil })
+	d.log.Info("dispatcher started", zap.Int("workers", d.cfg.Workers))
+	return bus.ConsumePartitions(ctx, d.js, bus.WorkStream, bus.WorkConsumerPrefix, d.cfg.Workers, ackWait, d.handle)
+}
+
+// onDeadLetter reports a poison message on its parent.
+func (d *Dispatcher) onDeadLetter(dl bus.DeadLetter) {
+	d.log.Error("message moved to dead-letter queue", zap.String("stream", dl.Stream), zap.String("subject", dl.Subject),
+		zap.Uint64("deliveries", dl.Deliveries))
+	if dl.Parent.UID != "" {
+		d.rec.Warning(dl.Parent.Stub(), events.ReasonDeadLetter,
+			fmt.Sprintf("a %s message for this object failed %d deliveries and was moved to %s", dl.Stream, dl.Deliveries, bus.DLQStream))
+	}
+}
+
+func (d *Dispatcher) handle(ctx context.Context, m jetstream.Msg) {
+	var item bus.WorkItem
+	if err := bus.Decode(m, bus.TypeSyncRequested, &item); err != nil {
+		// Nothing can ever process it: drop it (the resync covers the
+		// parent, whichever it was).
+		d.log.Error("dropping malformed work item", zap.Error(err))
+		_ = m.TermWithReason("malformed work item")
+		return
+	}
+	seq, _, err := bus.Meta(m)
+	if err != nil {
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	if d.trace != nil {
+		defer d.trace("dispatcher", item.Parent.UID)()
+	}
+	start := time.Now()
+	d.metrics.queueLatency.Observe(start.Sub(item.EnqueuedAt).Seconds())
+	outcome := d.sync(ctx, item, seq)
+	d.metrics.syncs.WithLabelValues(item.Controller.Kind, outcome.result).Inc()
+	d.metrics.syncSeconds.WithLabelValues(outcome.result).Observe(time.Since(start).Seconds())
+	if outcome.infra {
+		// The bus or the snapshot service is unreachable: retrying soon
+		// on this partition is all we can do.
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	if err := m.Ack(); err != nil {
+		d.log.Warn("ack work item", zap.Error(err))
+	}
+}
+
+type outcome struct {
+	result string
+	infra  bool
+}
+
+func (d *Dispatcher) failureKey(item bus.WorkItem) string {
+	return item.Controller.ID() + "/" + item.Parent.UID
+}
+
+// retry schedules the next attempt with exponential backoff.
+func (d *Dispatcher) retry(ctx context.Context, item bus.WorkItem, at time.Time) error {
+	next := item
+	next.Reason = bus.ReasonRetry
+	next.EnqueuedAt = time.Time{}
+	return d.pub.Schedule(ctx, next, at)
+}
+
+func (d *Dispatcher) attempt(item bus.WorkItem) int {
+	d.fmu.Lock()
+	defer d.fmu.Unlock()
+	return max(item.Attempt, d.failures[d.failureKey(item)])
+}
+
+func (d *Dispatcher) succeeded(item bus.WorkItem) {
+	d.fmu.Lock()
+	delete(d.failures, d.failureKey(item))
+	d.fmu.Unlock()
+}
+
+// failed records a failure, reports it, and schedules the retry.
+func (d *Dispatcher) failed(ctx context.Context, item bus.WorkItem, reason string, err error) outcome {
+	n := d.attempt(item) + 1
+	d.fmu.Lock()
+	d.failures[d.failureKey(item)] = n
+	d.fmu.Unlock()
+	delay := bus.Backoff(n)
+	d.log.Warn("sync failed; retrying with backoff", zap.String("controller", item.Controller.Name),
+		zap.String("parent", item.Parent.Namespace+"/"+item.Parent.Name), zap.Int("attempt", n),
+		zap.Duration("retryIn", delay), zap.Error(err))
+	if reason != "" {
+		d.rec.Warning(item.Parent.Stub(), reason, err.Error())
+	}
+	next := item
+	next.Attempt = n
+	if serr := d.retry(ctx, next, time.Now().Add(delay)); serr != nil {
+		d.log.Error("schedule retry", zap.Error(serr))
+		return outcome{result: "error", infra: true}
+	}
+	return outcome{result: "error"}
+}

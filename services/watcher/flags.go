@@ -1,0 +1,22 @@
+package watcher
+
+import (
+	"flag"
+	"time"
+)
+
+// RegisterFlags adds the watcher's own flags (upstream names where they
+// exist). Shared flags (--discovery-interval, --events-qps...) live in
+// pkg/cli so that the all-in-one process registers them once.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&c.CacheFlushInterval, "cache-flush-interval", 30*time.Minute, "how often every parent is resynced (repairs anything the bus lost)")
+	fs.StringVar(&c.TargetLabelSelector, "target-label-selector", "", "only serve controllers whose labels match this selector")
+	fs.IntVar(&c.PublishWorkers, "publish-workers", 8, "goroutines publishing work items to NATS")
+	fs.DurationVar(&c.SnapshotWait, "snapshot-freshness-wait", 2*time.Second, "how long a snapshot request waits for the cache to catch up before answering retry")
+	fs.BoolVar(&c.ServeSnapshots, "serve-snapshots", true, "serve the observed-state snapshot service on NATS")
+	fs.BoolVar(&c.LeaderElect, "leader-election", false, "publish work items only while holding a Lease (run several replicas for HA)")
+	fs.StringVar(&c.LeaderElectionNamespace, "leader-election-namespace", "metabus", "namespace of the leader-election Lease")
+	fs.StringVar(&c.LeaderElectionID, "leader-election-id", "metabus-watcher", "name of the leader-election Lease")
+	fs.BoolVar(&c.EnsureStreams, "ensure-streams", true, "create or update the JetStream streams and consumers at start")
+	fs.IntVar(&c.Bus.Replicas, "stream-replicas", 1, "replicas of each JetStream stream (3 in a production cluster)")
+}

@@ -1,0 +1,145 @@
+package watcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/snapshot"
+)
+
+// Snapshot answers from the informer caches. It implements snapshot.Source
+// for in-process callers; the NATS service wraps it.
+func (w *Watcher) Snapshot(ctx context.Context, req snapshot.Request) (*snapshot.Response, error) {
+	start := time.Now()
+	resp := w.snapshot(ctx, req)
+	w.metrics.snapshots.WithLabelValues(resp.Result).Inc()
+	w.metrics.snapshotSeconds.Observe(time.Since(start).Seconds())
+	return resp, nil
+}
+
+func (w *Watcher) snapshot(ctx context.Context, req snapshot.Request) *snapshot.Response {
+	id := req.Controller.ID()
+	w.mu.RLock()
+	wr := w.wirings[id]
+	var ctrl *unstructured.Unstructured
+	if wr != nil {
+		ctrl = wr.obj
+	}
+	w.mu.RUnlock()
+	if wr == nil {
+		if w.ctrlHandle == nil || !w.ctrlHandle.HasSynced() {
+			return &snapshot.Response{Result: snapshot.Retry, Message: "controllers not synced yet"}
+		}
+		// A controller that exists but is not wired yet (just created, or
+		// failing to wire) is worth retrying; one that is gone is not.
+		if _, exists, _ := w.ctrlHandle.Informer().GetStore().GetByKey(req.Controller.Name); exists {
+			return &snapshot.Response{Result: snapshot.Retry, Message: "controller not wired yet"}
+		}
+		return &snapshot.Response{Result: snapshot.NotFound, Message: "controller " + id + " not found"}
+	}
+	if !wr.parent.HasSynced() {
+		return &snapshot.Response{Result: snapshot.Retry, Message: "parent cache not synced"}
+	}
+	for _, h := range wr.children {
+		if !h.HasSynced() {
+			return &snapshot.Response{Result: snapshot.Retry, Message: "child cache " + h.GVR().String() + " not synced"}
+		}
+	}
+	if len(req.MinResourceVersions) > 0 {
+		wctx, cancel := context.WithTimeout(ctx, w.cfg.SnapshotWait)
+		defer cancel()
+		for key, rv := range req.MinResourceVersions {
+			h := wr.handleFor(key)
+			if h == nil {
+				continue // not a resource of this controller (any more)
+			}
+			if !h.WaitSeen(wctx, rv) {
+				return &snapshot.Response{Result: snapshot.Retry, Message: fmt.Sprintf("cache of %s has not reached resourceVersion %s", key, rv)}
+			}
+		}
+	}
+	parent, ok := wr.parent.ByUID(req.ParentUID)
+	if !ok {
+		return &snapshot.Response{Result: snapshot.NotFound, Message: "parent " + req.ParentUID + " not found"}
+	}
+	resp := &snapshot.Response{
+		Result:          snapshot.OK,
+		Controller:      ctrl,
+		Parent:          parent,
+		ParentResource:  wr.parentRes.GVR.Resource,
+		ParentHasStatus: wr.parentRes.HasStatus,
+	}
+	parentGroup := wr.parentRes.GVR.Group
+	for i, h := range wr.children {
+		res := wr.childRes[i]
+		g := snapshot.Group{
+			APIVersion: res.APIVersion(),
+			Resource:   res.GVR.Resource,
+			Kind:       res.Kind,
+			Namespaced: res.Namespaced,
+			Objects:    []*unstructured.Unstructured{},
+		}
+		for _, c := range h.OwnedBy(req.ParentUID) {
+			ref := metav1.GetControllerOfNoCopy(c)
+			if ref == nil || ref.Kind != wr.parentRes.Kind {
+				continue
+			}
+			if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != parentGroup {
+				continue
+			}
+			g.Objects = append(g.Objects, c)
+		}
+		resp.Children = append(resp.Children, g)
+	}
+	return resp
+}
+
+// serveSnapshots registers the snapshot micro service. Each request runs in
+// its own goroutine (bounded): a request waiting for cache freshness must
+// not hold up the others, and micro calls handlers serially.
+func (w *Watcher) serveSnapshots(ctx context.Context) (func(), error) {
+	sem := make(chan struct{}, 256)
+	svc, err := micro.AddService(w.nc, micro.Config{
+		Name:        bus.SnapshotServiceName,
+		Version:     "0.1.0",
+		Description: "observed-state snapshots from the watcher's informer caches",
+		QueueGroup:  bus.SnapshotQueue,
+		Endpoint: &micro.EndpointConfig{
+			Subject: bus.SnapshotSubject,
+			Handler: micro.HandlerFunc(func(r micro.Request) {
+				sem <- struct{}{}
+				go func() {
+					defer func() { <-sem }()
+					var req snapshot.Request
+					if err := json.Unmarshal(r.Data(), &req); err != nil {
+						_ = r.Error("400", "malformed snapshot request: "+err.Error(), nil)
+						return
+					}
+					resp, _ := w.Snapshot(ctx, req)
+					data, err := json.Marshal(resp)
+					if err != nil {
+						_ = r.Error("500", "encode snapshot: "+err.Error(), nil)
+						return
+					}
+					if err := r.Respond(data); err != nil {
+						w.log.Warn("respond to snapshot request", zap.Error(err), zap.Int("bytes", len(data)))
+						_ = r.Error("500", "respond: "+err.Error(), nil)
+					}
+				}()
+			}),
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("register snapshot service: %w", err)
+	}
+	return func() { _ = svc.Stop() }, nil
+}

@@ -1,0 +1,372 @@
+// Package watcher is the metabus stage that turns Kubernetes informer events
+// into deduplicated work items on MC_WORK and serves observed-state
+// snapshots from its informer caches.
+//
+// One shared informer per resource serves every controller. Controllers
+// (CompositeController objects) are watched too, and a controller is
+// re-wired when its spec changes: the new wiring subscribes before the old
+// one releases, so shared informers are never stopped and relisted.
+//
+// Only the leader (with --leader-elect) publishes work items; every replica
+// serves snapshots. Informer handlers never block on NATS: they feed a local
+// rate-limited queue that publisher goroutines drain.
+package watcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/discovery"
+	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/informers"
+	"github.com/metabus/metabus/pkg/obs"
+)
+
+// Config is the watcher's configuration (flags).
+type Config struct {
+	// DiscoveryInterval is how often API discovery is refreshed.
+	DiscoveryInterval time.Duration
+	// CacheFlushInterval is how often every parent is resynced: the repair
+	// path for anything the bus lost.
+	CacheFlushInterval time.Duration
+	// TargetLabelSelector restricts the controllers this installation serves.
+	TargetLabelSelector string
+	// PublishWorkers publish work items to NATS concurrently.
+	PublishWorkers int
+	// SnapshotWait bounds how long a snapshot request waits for the cache to
+	// reach the requested resourceVersions before answering "retry".
+	SnapshotWait time.Duration
+	// ServeSnapshots registers the NATS snapshot service.
+	ServeSnapshots bool
+	// Leader election (active/passive publishing).
+	LeaderElect             bool
+	LeaderElectionNamespace string
+	LeaderElectionID        string
+	// Events spam filter.
+	EventsQPS   float32
+	EventsBurst int
+	// Bus configures streams (replicas, ack waits).
+	Bus bus.Options
+	// EnsureStreams creates/updates the streams and consumers at start.
+	EnsureStreams bool
+}
+
+// Defaults fills unset fields.
+func (c *Config) Defaults() {
+	if c.DiscoveryInterval <= 0 {
+		c.DiscoveryInterval = 30 * time.Second
+	}
+	if c.CacheFlushInterval <= 0 {
+		c.CacheFlushInterval = 30 * time.Minute
+	}
+	if c.PublishWorkers <= 0 {
+		c.PublishWorkers = 8
+	}
+	if c.SnapshotWait <= 0 {
+		c.SnapshotWait = 2 * time.Second
+	}
+	if c.LeaderElectionID == "" {
+		c.LeaderElectionID = "metabus-watcher"
+	}
+}
+
+// Deps are the connections a watcher uses; the all-in-one process and tests
+// share them between services.
+type Deps struct {
+	REST    *rest.Config
+	NC      *nats.Conn
+	JS      jetstream.JetStream
+	Log     *zap.Logger
+	Metrics prometheus.Registerer
+	Health  *obs.Health
+}
+
+// Watcher is a running watcher.
+type Watcher struct {
+	cfg      Config
+	log      *zap.Logger
+	dyn      dynamic.Interface
+	kube     kubernetes.Interface
+	disc     *discovery.Map
+	registry *informers.Registry
+	pub      bus.Publisher
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	rec      *events.Recorder
+	health   *obs.Health
+	metrics  *metrics
+	targets  labels.Selector
+
+	leader atomic.Bool
+
+	// Controllers.
+	ctrlQueue  workqueue.TypedRateLimitingInterface[string]
+	ctrlHandle *informers.Handle
+	mu         sync.RWMutex
+	wirings    map[string]*wiring // by controller ID
+
+	// Work items waiting to be published, merged per parent.
+	queue   workqueue.TypedRateLimitingInterface[string]
+	pmu     sync.Mutex
+	pending map[string]*bus.WorkItem
+}
+
+// New builds a watcher; Run starts it.
+func New(cfg Config, deps Deps) (*Watcher, error) {
+	cfg.Defaults()
+	if deps.REST == nil || deps.JS == nil || deps.NC == nil {
+		return nil, errors.New("watcher: REST config and NATS connection are required")
+	}
+	log := deps.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	dyn, err := dynamic.NewForConfig(deps.REST)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(deps.REST)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	targets := labels.Everything()
+	if cfg.TargetLabelSelector != "" {
+		if targets, err = labels.Parse(cfg.TargetLabelSelector); err != nil {
+			return nil, fmt.Errorf("--target-label-selector: %w", err)
+		}
+	}
+	health := deps.Health
+	if health == nil {
+		health = &obs.Health{}
+	}
+	w := &Watcher{
+		cfg:      cfg,
+		log:      log.Named("watcher"),
+		dyn:      dyn,
+		kube:     kube,
+		disc:     discovery.New(kube.Discovery()),
+		registry: informers.New(dyn, 0),
+		pub:      bus.Publisher{JS: deps.JS},
+		nc:       deps.NC,
+		js:       deps.JS,
+		health:   health,
+		targets:  targets,
+		wirings:  map[string]*wiring{},
+		pending:  map[string]*bus.WorkItem{},
+		ctrlQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "metabus-watcher-controllers"}),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "metabus-watcher-publish"}),
+	}
+	w.metrics = newMetrics(deps.Metrics, w)
+	w.rec = events.New(kube, events.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-watcher"})
+	return w, nil
+}
+
+// Run starts the watcher and blocks until ctx is done.
+func (w *Watcher) Run(ctx context.Context) error {
+	defer w.rec.Shutdown(ctx)
+	if w.cfg.EnsureStreams {
+		if err := bus.Ensure(ctx, w.js, w.cfg.Bus); err != nil {
+			return err
+		}
+	} else if err := bus.WaitReady(ctx, w.js); err != nil {
+		return err
+	}
+	if err := w.disc.Refresh(ctx); err != nil {
+		w.log.Warn("initial discovery incomplete", zap.Error(err))
+	}
+	go w.disc.Run(ctx, w.cfg.DiscoveryInterval, func(err error) { w.log.Warn("discovery refresh", zap.Error(err)) })
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer w.queue.ShutDown()
+	defer w.ctrlQueue.ShutDown()
+
+	if w.cfg.ServeSnapshots {
+		stop, err := w.serveSnapshots(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+
+	w.ctrlHandle = w.registry.Acquire(v1alpha1.CompositeControllerGVR)
+	defer w.ctrlHandle.Release()
+	if err := w.ctrlHandle.AddHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { w.enqueueController(obj) },
+		UpdateFunc: func(_, obj any) { w.enqueueController(obj) },
+		DeleteFunc: func(obj any) { w.enqueueController(obj) },
+	}); err != nil {
+		return err
+	}
+	if !w.ctrlHandle.WaitForSync(ctx) {
+		return ctx.Err()
+	}
+	w.health.SetReady("watcher", func() error {
+		if !w.ctrlHandle.HasSynced() {
+			return errors.New("controller cache not synced")
+		}
+		return nil
+	})
+
+	wg.Add(1)
+	go func() { defer wg.Done(); w.runControllers(ctx) }()
+	for i := 0; i < w.cfg.PublishWorkers; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); w.runPublisher(ctx) }()
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); w.runCacheFlush(ctx) }()
+
+	if w.cfg.LeaderElect {
+		wg.Add(1)
+		go func() { defer wg.Done(); w.runLeaderElection(ctx) }()
+	} else {
+		w.becomeLeader()
+	}
+	w.log.Info("watcher started", zap.Bool("leaderElection", w.cfg.LeaderElect))
+	<-ctx.Done()
+	w.mu.Lock()
+	for id, wr := range w.wirings {
+		wr.stop()
+		delete(w.wirings, id)
+	}
+	w.mu.Unlock()
+	return nil
+}
+
+// becomeLeader starts publishing and resyncs everything, so nothing that
+// changed while another replica led (or nobody did) is missed.
+func (w *Watcher) becomeLeader() {
+	w.leader.Store(true)
+	w.resyncAll(bus.ReasonResync)
+}
+
+func (w *Watcher) runCacheFlush(ctx context.Context) {
+	t := time.NewTicker(w.cfg.CacheFlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.resyncAll(bus.ReasonResync)
+		}
+	}
+}
+
+// resyncAll enqueues every parent of every controller.
+func (w *Watcher) resyncAll(reason string) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	for _, wr := range w.wirings {
+		wr.resync(reason)
+	}
+}
+
+// grKey is the freshness key of a resource: "<group>/<resource>".
+func grKey(gvr schema.GroupVersionResource) string { return gvr.Group + "/" + gvr.Resource }
+
+// enqueue records that parent needs a sync because an object of gvr changed
+// to resourceVersion rv.
+func (w *Watcher) enqueue(ref bus.ControllerRef, parentRes *discovery.Resource, parent *unstructured.Unstructured, reason string, gvr schema.GroupVersionResource, rv string) {
+	if !w.leader.Load() {
+		return
+	}
+	key := ref.ID() + "/" + string(parent.GetUID())
+	w.pmu.Lock()
+	item, ok := w.pending[key]
+	if !ok {
+		item = &bus.WorkItem{
+			Controller: ref,
+			Parent: bus.ObjectRef{
+				APIVersion: parentRes.APIVersion(),
+				Kind:       parentRes.Kind,
+				Resource:   parentRes.GVR.Resource,
+				Namespace:  parent.GetNamespace(),
+				Name:       parent.GetName(),
+				UID:        string(parent.GetUID()),
+			},
+			Reason:              reason,
+			MinResourceVersions: map[string]string{},
+			EnqueuedAt:          time.Now(),
+		}
+		w.pending[key] = item
+	} else if reason == bus.ReasonEvent {
+		// A real change outranks a resync in the same item.
+		item.Reason = reason
+	}
+	if rv != "" {
+		mergeRV(item.MinResourceVersions, grKey(gvr), rv)
+	}
+	w.pmu.Unlock()
+	w.queue.Add(key)
+}
+
+func (w *Watcher) runPublisher(ctx context.Context) {
+	for {
+		key, shutdown := w.queue.Get()
+		if shutdown {
+			return
+		}
+		w.pmu.Lock()
+		item := w.pending[key]
+		delete(w.pending, key)
+		w.pmu.Unlock()
+		if item == nil {
+			w.queue.Forget(key)
+			w.queue.Done(key)
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		queued, err := w.pub.PublishWork(pctx, *item)
+		cancel()
+		switch {
+		case err != nil:
+			w.metrics.published.WithLabelValues(item.Reason, "error").Inc()
+			if ctx.Err() == nil {
+				w.log.Warn("publish work item; will retry", zap.String("key", key), zap.Error(err))
+			}
+			// Put it back, merged with anything newer, and back off.
+			w.pmu.Lock()
+			if newer, ok := w.pending[key]; ok {
+				for k, v := range item.MinResourceVersions {
+					mergeRV(newer.MinResourceVersions, k, v)
+				}
+			} else {
+				w.pending[key] = item
+			}
+			w.pmu.Unlock()
+			w.queue.AddRateLimited(key)
+		case queued:
+			w.metrics.published.WithLabelValues(item.Reason, "queued").Inc()
+			w.queue.Forget(key)
+		default:
+			w.metrics.published.WithLabelValues(item.Reason, "already_queued").Inc()
+			w.queue.Forget(key)
+		}
+		w.queue.Done(key)
+	}
+}

@@ -1,0 +1,375 @@
+package watcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/composite"
+	"github.com/metabus/metabus/pkg/discovery"
+	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/informers"
+)
+
+// wiring is one CompositeController connected to the shared informers.
+type wiring struct {
+	w         *Watcher
+	ref       bus.ControllerRef
+	obj       *unstructured.Unstructured
+	spec      v1alpha1.CompositeControllerSpec
+	specJSON  string
+	parentRes *discovery.Resource
+	childRes  []*discovery.Resource
+	parentSel labels.Selector // parentResource.labelSelector
+	finalizer string
+
+	parent   *informers.Handle
+	children []*informers.Handle
+	cancel   context.CancelFunc
+}
+
+func (w *Watcher) enqueueController(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if m, err := meta.Accessor(obj); err == nil {
+		w.ctrlQueue.Add(m.GetName())
+	}
+}
+
+func (w *Watcher) runControllers(ctx context.Context) {
+	for {
+		name, shutdown := w.ctrlQueue.Get()
+		if shutdown {
+			return
+		}
+		if err := w.syncController(ctx, name); err != nil {
+			w.log.Warn("wire controller; will retry", zap.String("controller", name), zap.Error(err))
+			w.ctrlQueue.AddRateLimited(name)
+		} else {
+			w.ctrlQueue.Forget(name)
+		}
+		w.ctrlQueue.Done(name)
+	}
+}
+
+// syncController (re)wires or unwires one CompositeController.
+func (w *Watcher) syncController(ctx context.Context, name string) error {
+	id := bus.ControllerID(v1alpha1.CompositeControllerKind, name)
+	obj, exists, err := w.ctrlHandle.Informer().GetStore().GetByKey(name)
+	if err != nil {
+		return fmt.Errorf("read controller cache: %w", err)
+	}
+	var cc *unstructured.Unstructured
+	if exists {
+		cc, _ = obj.(*unstructured.Unstructured)
+	}
+	if cc == nil || !w.targets.Matches(labels.Set(cc.GetLabels())) {
+		w.unwire(id, "controller deleted or no longer targeted")
+		return nil
+	}
+	specJSON, err := json.Marshal(cc.Object["spec"])
+	if err != nil {
+		return fmt.Errorf("encode spec: %w", err)
+	}
+	w.mu.RLock()
+	old := w.wirings[id]
+	w.mu.RUnlock()
+	if old != nil && old.specJSON == string(specJSON) && old.obj.GetUID() == cc.GetUID() {
+		// Metadata or status changed only: keep the wiring, refresh the
+		// object the hooks are sent.
+		w.mu.Lock()
+		old.obj = cc
+		w.mu.Unlock()
+		return nil
+	}
+	var spec v1alpha1.CompositeControllerSpec
+	if err := json.Unmarshal(specJSON, &spec); err != nil {
+		w.rec.Warning(cc, events.ReasonCreateError, fmt.Sprintf("invalid spec: %v", err))
+		w.unwire(id, "invalid spec")
+		return nil // nothing to retry until the spec changes
+	}
+	wr, err := w.newWiring(ctx, cc, spec, string(specJSON))
+	if err != nil {
+		w.rec.Warning(cc, events.ReasonCreateError, err.Error())
+		w.unwire(id, "cannot wire: "+err.Error())
+		return err
+	}
+	// Subscribe the new wiring before releasing the old one, so informers
+	// both use stay up (no relist).
+	if err := wr.start(ctx); err != nil {
+		wr.stop()
+		return err
+	}
+	w.mu.Lock()
+	w.wirings[id] = wr
+	w.mu.Unlock()
+	if old != nil {
+		old.stop()
+	}
+	w.metrics.controllers.Set(float64(w.countWirings()))
+	w.log.Info("controller wired", zap.String("controller", name),
+		zap.String("parent", wr.parentRes.GVR.String()), zap.Int("childResources", len(wr.childRes)))
+	w.rec.Normal(cc, events.ReasonStarted, "controller started")
+	return nil
+}
+
+func (w *Watcher) countWirings() int {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return len(w.wirings)
+}
+
+func (w *Watcher) unwire(id, why string) {
+	w.mu.Lock()
+	old := w.wirings[id]
+	delete(w.wirings, id)
+	w.mu.Unlock()
+	if old != nil {
+		old.stop()
+		w.log.Info("controller unwired", zap.String("controller", id), zap.String("why", why))
+	}
+	w.metrics.controllers.Set(float64(w.countWirings()))
+}
+
+func (w *Watcher) newWiring(ctx context.Context, cc *unstructured.Unstructured, spec v1alpha1.CompositeControllerSpec, specJSON string) (*wiring, error) {
+	pr := spec.ParentResource
+	if pr.APIVersion == "" || pr.Resource == "" {
+		return nil, fmt.Errorf("spec.parentResource needs apiVersion and resource")
+	}
+	parentRes, err := w.disc.Resolve(ctx, pr.APIVersion, pr.Resource)
+	if err != nil {
+		return nil, fmt.Errorf("parent resource: %w", err)
+	}
+	if !parentRes.HasStatus {
+		// As upstream: without the status subresource every status write
+		// bumps metadata.generation and the controller hot-loops.
+		return nil, fmt.Errorf("parent resource %s does not have subresource 'status' enabled", parentRes.GVR)
+	}
+	wr := &wiring{
+		w:         w,
+		ref:       bus.ControllerRef{Kind: v1alpha1.CompositeControllerKind, Name: cc.GetName(), UID: string(cc.GetUID())},
+		obj:       cc,
+		spec:      spec,
+		specJSON:  specJSON,
+		parentRes: parentRes,
+		parentSel: labels.Everything(),
+	}
+	if spec.Hooks != nil && spec.Hooks.Finalize != nil {
+		wr.finalizer = composite.Finalizer(cc.GetName())
+	}
+	if pr.LabelSelector != nil {
+		sel, err := metav1.LabelSelectorAsSelector(pr.LabelSelector)
+		if err != nil {
+			return nil, fmt.Errorf("spec.parentResource.labelSelector: %w", err)
+		}
+		wr.parentSel = sel
+	}
+	for i, c := range spec.ChildResources {
+		res, err := w.disc.Resolve(ctx, c.APIVersion, c.Resource)
+		if err != nil {
+			return nil, fmt.Errorf("spec.childResources[%d]: %w", i, err)
+		}
+		if parentRes.Namespaced && !res.Namespaced {
+			return nil, fmt.Errorf("spec.childResources[%d]: a namespaced parent cannot own cluster-scoped %s", i, res.GVR.Resource)
+		}
+		wr.childRes = append(wr.childRes, res)
+	}
+	return wr, nil
+}
+
+func (wr *wiring) start(ctx context.Context) error {
+	ctx, wr.cancel = context.WithCancel(ctx)
+	wr.parent = wr.w.registry.Acquire(wr.parentRes.GVR)
+	if err := wr.parent.AddHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { wr.onParent(nil, obj) },
+		UpdateFunc: func(old, obj any) { wr.onParent(old, obj) },
+	}); err != nil {
+		return err
+	}
+	for _, res := range wr.childRes {
+		h := wr.w.registry.Acquire(res.GVR)
+		wr.children = append(wr.children, h)
+		gvr := res.GVR
+		if err := h.AddHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { wr.onChild(gvr, nil, obj) },
+			UpdateFunc: func(old, obj any) { wr.onChild(gvr, old, obj) },
+			DeleteFunc: func(obj any) { wr.onChild(gvr, nil, obj) },
+		}); err != nil {
+			return err
+		}
+	}
+	if p := wr.spec.ResyncPeriodSeconds; p != nil && *p > 0 {
+		period := time.Duration(*p) * time.Second
+		go func() {
+			t := time.NewTicker(period)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					wr.resync(bus.ReasonResync)
+				}
+			}
+		}()
+	}
+	return nil
+}
+
+func (wr *wiring) stop() {
+	if wr.cancel != nil {
+		wr.cancel()
+	}
+	if wr.parent != nil {
+		wr.parent.Release()
+	}
+	for _, h := range wr.children {
+		h.Release()
+	}
+}
+
+// resync enqueues every cached parent.
+func (wr *wiring) resync(reason string) {
+	if wr.parent == nil {
+		return
+	}
+	for _, p := range wr.parent.List() {
+		if wr.selects(p) {
+			wr.w.enqueue(wr.ref, wr.parentRes, p, reason, wr.parentRes.GVR, "")
+		}
+	}
+}
+
+// selects reports whether the controller handles parent: it matches the
+// parent label selector, or it no longer does but still carries our
+// finalizer (so the finalize hook can run: the opt-out pattern).
+func (wr *wiring) selects(parent *unstructured.Unstructured) bool {
+	if wr.parentSel.Matches(labels.Set(parent.GetLabels())) {
+		return true
+	}
+	if wr.finalizer != "" {
+		for _, f := range parent.GetFinalizers() {
+			if f == wr.finalizer {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (wr *wiring) onParent(oldObj, obj any) {
+	parent, ok := obj.(*unstructured.Unstructured)
+	if !ok || !wr.selects(parent) {
+		return
+	}
+	if old, ok := oldObj.(*unstructured.Unstructured); ok {
+		if old.GetResourceVersion() == parent.GetResourceVersion() {
+			return // informer resync: the bus has its own
+		}
+		if ign := wr.spec.ParentResource.IgnoreStatusChanges; ign != nil && *ign && !parentChangedBeyondStatus(old, parent) {
+			return
+		}
+	}
+	wr.w.enqueue(wr.ref, wr.parentRes, parent, bus.ReasonEvent, wr.parentRes.GVR, parent.GetResourceVersion())
+}
+
+// parentChangedBeyondStatus reports a change that ignoreStatusChanges must
+// not ignore.
+func parentChangedBeyondStatus(old, cur *unstructured.Unstructured) bool {
+	return old.GetGeneration() != cur.GetGeneration() ||
+		!reflect.DeepEqual(old.GetLabels(), cur.GetLabels()) ||
+		!reflect.DeepEqual(old.GetAnnotations(), cur.GetAnnotations()) ||
+		!reflect.DeepEqual(old.GetDeletionTimestamp(), cur.GetDeletionTimestamp()) ||
+		!reflect.DeepEqual(old.GetFinalizers(), cur.GetFinalizers())
+}
+
+func (wr *wiring) onChild(gvr schema.GroupVersionResource, oldObj, obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	child, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	rv := child.GetResourceVersion()
+	if old, ok := oldObj.(*unstructured.Unstructured); ok {
+		if old.GetResourceVersion() == rv {
+			return
+		}
+		// The controller changed (released or adopted elsewhere): the
+		// old owner must hear about it too.
+		if oref, nref := metav1.GetControllerOf(old), metav1.GetControllerOf(child); oref != nil && (nref == nil || oref.UID != nref.UID) {
+			wr.enqueueOwner(gvr, old, oref, rv)
+		}
+	}
+	if ref := metav1.GetControllerOf(child); ref != nil {
+		wr.enqueueOwner(gvr, child, ref, rv)
+		return
+	}
+	// An orphan: every parent in its namespace whose selector matches may
+	// want to adopt it.
+	var candidates []*unstructured.Unstructured
+	if wr.parentRes.Namespaced {
+		candidates = wr.parent.InNamespace(child.GetNamespace())
+	} else {
+		candidates = wr.parent.List()
+	}
+	for _, p := range candidates {
+		sel, err := composite.ParentSelector(wr.spec, p)
+		if err != nil || sel.Empty() || !sel.Matches(labels.Set(child.GetLabels())) || !wr.selects(p) {
+			continue
+		}
+		wr.w.enqueue(wr.ref, wr.parentRes, p, bus.ReasonEvent, gvr, rv)
+	}
+}
+
+func (wr *wiring) enqueueOwner(gvr schema.GroupVersionResource, child *unstructured.Unstructured, ref *metav1.OwnerReference, rv string) {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil || ref.Kind != wr.parentRes.Kind || gv.Group != wr.parentRes.GVR.Group {
+		return
+	}
+	parent, ok := wr.parent.ByUID(string(ref.UID))
+	if !ok || !wr.selects(parent) {
+		return
+	}
+	wr.w.enqueue(wr.ref, wr.parentRes, parent, bus.ReasonEvent, gvr, rv)
+}
+
+// mergeRV keeps the highest resourceVersion per key.
+func mergeRV(m map[string]string, k, rv string) {
+	cur, ok := m[k]
+	if !ok {
+		m[k] = rv
+		return
+	}
+	if c, err := resourceversion.CompareResourceVersion(rv, cur); err == nil && c > 0 {
+		m[k] = rv
+	}
+}
+
+// handleFor returns the wiring's informer handle for a freshness key.
+func (wr *wiring) handleFor(key string) *informers.Handle {
+	if grKey(wr.parentRes.GVR) == key {
+		return wr.parent
+	}
+	for _, h := range wr.children {
+		if grKey(h.GVR()) == key {
+			return h
+		}
+	}
+	return nil
+}
