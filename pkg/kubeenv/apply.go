@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 )
 
@@ -43,11 +44,17 @@ var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version:
 // than 2s ago (for HA setups). Apply does not wait that out, since most
 // callers do not create objects that quickly.
 func (e *Env) Apply(ctx context.Context, paths ...string) error {
+	return ApplyManifests(ctx, e.Config, paths...)
+}
+
+// ApplyManifests is Env.Apply against any cluster (make run uses it on the
+// current kubeconfig's cluster).
+func ApplyManifests(ctx context.Context, cfg *rest.Config, paths ...string) error {
 	objs, err := readManifests(paths...)
 	if err != nil {
 		return fmt.Errorf("apply: %w", err)
 	}
-	if _, err := e.applyObjects(ctx, objs); err != nil {
+	if _, err := applyObjects(ctx, cfg, objs); err != nil {
 		return fmt.Errorf("apply: %w", err)
 	}
 	return nil
@@ -137,12 +144,12 @@ func readManifestFile(path string) ([]manifestObject, error) {
 }
 
 // applyObjects applies objs in dependency order and returns how many were applied.
-func (e *Env) applyObjects(ctx context.Context, objs []manifestObject) (int, error) {
-	dyn, err := dynamic.NewForConfig(e.Config)
+func applyObjects(ctx context.Context, cfg *rest.Config, objs []manifestObject) (int, error) {
+	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return 0, fmt.Errorf("dynamic client: %w", err)
 	}
-	disc, err := discovery.NewDiscoveryClientForConfig(e.Config)
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return 0, fmt.Errorf("discovery client: %w", err)
 	}

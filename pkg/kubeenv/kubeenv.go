@@ -209,7 +209,7 @@ func (e *Env) start(ctx context.Context, opts Options) error {
 		if err != nil {
 			return fmt.Errorf("apply CRDs: %w", err)
 		}
-		n, err := e.applyObjects(ctx, objs)
+		n, err := applyObjects(ctx, e.Config, objs)
 		if err != nil {
 			return fmt.Errorf("apply CRDs: %w", err)
 		}
