@@ -264,6 +264,7 @@ type overlapTracer struct {
 	active   map[string]int
 	overlaps atomic.Int64
 	calls    atomic.Int64
+	where    []string
 }
 
 func newOverlapTracer() *overlapTracer { return &overlapTracer{active: map[string]int{}} }
@@ -275,6 +276,7 @@ func (o *overlapTracer) trace(stage, uid string) func() {
 	o.active[key]++
 	if o.active[key] > 1 {
 		o.overlaps.Add(1)
+		o.where = append(o.where, key)
 	}
 	o.mu.Unlock()
 	return func() {

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/client-go/rest"
 
+	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
 	"github.com/metabus/metabus/pkg/snapshot"
@@ -117,11 +118,17 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	conns = append(conns, nc)
 	wcfg := cfg.Watcher
 	wcfg.EnsureStreams = true
+	// Separate-process replicas (and the tests) reach it over NATS.
+	wcfg.ServeSnapshots = true
 	w, err := watcher.New(wcfg, watcher.Deps{REST: deps.REST, NC: nc, JS: js, Log: log, Metrics: deps.Metrics, Health: deps.Health})
 	if err != nil {
 		return err
 	}
 	var src snapshot.Source = w
+	// Create the streams before anyone consumes them.
+	if err := bus.Ensure(ctx, js, wcfg.Bus); err != nil {
+		return err
+	}
 	// The watcher creates the streams; the others wait for them.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -155,6 +162,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		}
 		dcfg := cfg.Dispatcher
 		dcfg.Bus = wcfg.Bus
+		// One relay and one DLQ worker are enough in one process.
+		dcfg.RunRelay, dcfg.RunDLQ = i == 0, i == 0
 		disp, err := dispatcher.New(dcfg, d)
 		if err != nil {
 			cancel()

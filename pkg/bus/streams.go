@@ -274,16 +274,17 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 	return nil
 }
 
-// WaitReady waits until the streams exist (created by another replica's
-// Ensure), so services without stream-management permissions can start.
+// WaitReady waits until Ensure (run by the watcher) has finished: the DLQ
+// consumer is the last thing it creates. Services without stream-management
+// permissions start this way.
 func WaitReady(ctx context.Context, js jetstream.JetStream) error {
 	for {
-		_, err := js.Stream(ctx, WorkStream)
+		_, err := js.Consumer(ctx, AdvisoryStream, DLQConsumer)
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("look up %s: %w", WorkStream, err)
+		if !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("look up %s/%s: %w", AdvisoryStream, DLQConsumer, err)
 		}
 		select {
 		case <-ctx.Done():

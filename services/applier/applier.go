@@ -181,11 +181,8 @@ func (a *Applier) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Ack()
 		return
 	}
-	if a.trace != nil {
-		defer a.trace("applier", ds.Parent.UID)()
-	}
 	start := time.Now()
-	res := a.apply(ctx, &ds)
+	res := a.traced(ctx, &ds)
 	a.metrics.applies.WithLabelValues(res.result).Inc()
 	a.metrics.applySeconds.WithLabelValues(res.result).Observe(time.Since(start).Seconds())
 	if res.infra {
@@ -193,6 +190,15 @@ func (a *Applier) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	_ = m.Ack()
+}
+
+// traced runs the apply inside the tracer's begin/end, closed before the
+// message is settled (the ack releases the partition to other replicas).
+func (a *Applier) traced(ctx context.Context, ds *bus.DesiredState) result {
+	if a.trace != nil {
+		defer a.trace("applier", ds.Parent.UID)()
+	}
+	return a.apply(ctx, ds)
 }
 
 type result struct {

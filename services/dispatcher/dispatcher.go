@@ -190,12 +190,9 @@ func (d *Dispatcher) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.NakWithDelay(time.Second)
 		return
 	}
-	if d.trace != nil {
-		defer d.trace("dispatcher", item.Parent.UID)()
-	}
 	start := time.Now()
 	d.metrics.queueLatency.Observe(start.Sub(item.EnqueuedAt).Seconds())
-	outcome := d.sync(ctx, item, seq)
+	outcome := d.traced(ctx, item, seq)
 	d.metrics.syncs.WithLabelValues(item.Controller.Kind, outcome.result).Inc()
 	d.metrics.syncSeconds.WithLabelValues(outcome.result).Observe(time.Since(start).Seconds())
 	if outcome.infra {
@@ -207,6 +204,16 @@ func (d *Dispatcher) handle(ctx context.Context, m jetstream.Msg) {
 	if err := m.Ack(); err != nil {
 		d.log.Warn("ack work item", zap.Error(err))
 	}
+}
+
+// traced runs the sync inside the tracer's begin/end, which must close
+// before the message is settled: the ack lets the next message of the
+// partition go to another replica.
+func (d *Dispatcher) traced(ctx context.Context, item bus.WorkItem, seq uint64) outcome {
+	if d.trace != nil {
+		defer d.trace("dispatcher", item.Parent.UID)()
+	}
+	return d.sync(ctx, item, seq)
 }
 
 type outcome struct {

@@ -1,0 +1,262 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/metabus/metabus/pkg/natsx"
+)
+
+func startBus(t *testing.T, o Options) jetstream.JetStream {
+	t.Helper()
+	s, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, js, err := natsx.Connect(natsx.ConnOptions{InProcess: s, Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := Ensure(ctx, js, o); err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	return js
+}
+
+func item(ctrl, uid string) WorkItem {
+	return WorkItem{
+		Controller: ControllerRef{Kind: "CompositeController", Name: ctrl},
+		Parent:     ObjectRef{APIVersion: "example.com/v1", Kind: "Thing", Resource: "things", Namespace: "ns", Name: "a", UID: uid},
+		Reason:     ReasonEvent,
+	}
+}
+
+// TestStreamsAsDesigned pins the settings design.md §2 measured: the ones
+// that looked right but lose events or break per-parent order are exactly
+// what this guards against.
+func TestStreamsAsDesigned(t *testing.T) {
+	js := startBus(t, Options{})
+	ctx := context.Background()
+	st, err := js.Stream(ctx, WorkStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := st.CachedInfo().Config
+	if c.Retention != jetstream.WorkQueuePolicy || c.MaxMsgsPerSubject != 2 || c.Discard != jetstream.DiscardNew ||
+		!c.DiscardNewPerSubject || c.Duplicates != 2*time.Minute || c.MaxMsgs > 0 || c.MaxBytes > 0 {
+		t.Errorf("MC_WORK config = %+v", c)
+	}
+	if c.SubjectTransform == nil || c.SubjectTransform.Destination != "mc.work.{{partition(64,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}" {
+		t.Errorf("MC_WORK transform = %+v", c.SubjectTransform)
+	}
+	d, err := js.Stream(ctx, DesiredStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc := d.CachedInfo().Config
+	if dc.Retention != jetstream.WorkQueuePolicy || dc.MaxMsgsPerSubject > 0 || !dc.AllowDirect {
+		t.Errorf("MC_DESIRED config = %+v", dc)
+	}
+	s, err := js.Stream(ctx, SchedStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc := s.CachedInfo().Config; !sc.AllowMsgSchedules || sc.Discard == jetstream.DiscardNew {
+		t.Errorf("MC_SCHED config = %+v", sc)
+	}
+	for _, tc := range []struct{ stream, prefix string }{{WorkStream, WorkConsumerPrefix}, {DesiredStream, DesiredConsumerPrefix}} {
+		for p := 0; p < Partitions; p++ {
+			cons, err := js.Consumer(ctx, tc.stream, PartitionConsumerName(tc.prefix, p))
+			if err != nil {
+				t.Fatalf("consumer %s/%d: %v", tc.stream, p, err)
+			}
+			cc := cons.CachedInfo().Config
+			if cc.MaxAckPending != 1 || cc.AckPolicy != jetstream.AckExplicitPolicy || cc.MaxDeliver != MaxDeliver {
+				t.Errorf("consumer %s = %+v", cc.Durable, cc)
+			}
+		}
+	}
+}
+
+// TestWorkQueueSemantics: many publishes while queued collapse, an add
+// during processing causes exactly one more run, and 10077 is reported as
+// "already queued" rather than an error.
+func TestWorkQueueSemantics(t *testing.T) {
+	js := startBus(t, Options{})
+	ctx := context.Background()
+	pub := Publisher{JS: js}
+	it := item("c1", "11111111-2222-3333-4444-555555555555")
+	results := []bool{}
+	for i := 0; i < 4; i++ {
+		queued, err := pub.PublishWork(ctx, it)
+		if err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+		results = append(results, queued)
+	}
+	if fmt.Sprint(results) != "[true true false false]" {
+		t.Errorf("queued results = %v, want two accepted then already-queued", results)
+	}
+	p := Partition(it.Controller.ID(), it.Parent.UID)
+	cons, err := js.Consumer(ctx, WorkStream, PartitionConsumerName(WorkConsumerPrefix, p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server stored it in the partition the client computes.
+	batch, err := cons.FetchNoWait(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []jetstream.Msg
+	for m := range batch.Messages() {
+		got = append(got, m)
+	}
+	if len(got) != 1 {
+		t.Fatalf("fetched %d messages from partition %d, want 1", len(got), p)
+	}
+	if got[0].Subject() != StoredWorkSubject(it.Controller.ID(), it.Parent.UID) {
+		t.Errorf("stored subject %q, want %q", got[0].Subject(), StoredWorkSubject(it.Controller.ID(), it.Parent.UID))
+	}
+	// While the first is in flight, the second is not delivered
+	// (MaxAckPending=1) and further publishes collapse into it.
+	b2, _ := cons.FetchNoWait(1)
+	n := 0
+	for range b2.Messages() {
+		n++
+	}
+	if n != 0 {
+		t.Errorf("a second message was delivered while the first was in flight")
+	}
+	if queued, err := pub.PublishWork(ctx, it); err != nil || queued {
+		t.Errorf("publish during processing: queued=%v err=%v, want already queued", queued, err)
+	}
+	_ = got[0].Ack()
+	// Ack frees the slot: one more run follows, and a new publish is
+	// accepted again as the pending one.
+	var m2 jetstream.Msg
+	deadline := time.Now().Add(5 * time.Second)
+	for m2 == nil && time.Now().Before(deadline) {
+		b, _ := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+		for m := range b.Messages() {
+			m2 = m
+		}
+	}
+	if m2 == nil {
+		t.Fatal("the pending item was never delivered after the ack")
+	}
+	if queued, err := pub.PublishWork(ctx, it); err != nil || !queued {
+		t.Errorf("publish after the pending item was taken: queued=%v err=%v", queued, err)
+	}
+}
+
+// TestPartitionMatchesServer: the client's FNV-1a partition equals the
+// server's transform for many keys.
+func TestPartitionMatchesServer(t *testing.T) {
+	js := startBus(t, Options{})
+	ctx := context.Background()
+	pub := Publisher{JS: js}
+	for i := 0; i < 200; i++ {
+		it := item(fmt.Sprintf("ctrl%d", i%7), fmt.Sprintf("uid-%04d", i))
+		if _, err := pub.PublishWork(ctx, it); err != nil {
+			t.Fatal(err)
+		}
+		st, _ := js.Stream(ctx, WorkStream)
+		raw, err := st.GetLastMsgForSubject(ctx, StoredWorkSubject(it.Controller.ID(), it.Parent.UID))
+		if err != nil {
+			t.Fatalf("key %d not stored where the client expects: %v", i, err)
+		}
+		if _, _, uid, _ := ParseStoredSubject(raw.Subject); uid != it.Parent.UID {
+			t.Fatalf("stored subject %q", raw.Subject)
+		}
+	}
+}
+
+// TestScheduleRelay: a schedule fires into mc.due and the relay moves it to
+// MC_WORK; a later schedule replaces an earlier one.
+func TestScheduleRelay(t *testing.T) {
+	js := startBus(t, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	relayErrs := make(chan error, 16)
+	go func() { _ = RunRelay(ctx, js, func(err error) { relayErrs <- err }) }()
+	pub := Publisher{JS: js}
+	it := item("sched", "99999999-2222-3333-4444-555555555555")
+	it.Reason = ReasonRetry
+	it.Attempt = 3
+	start := time.Now()
+	if err := pub.Schedule(ctx, it, time.Now().Add(5*time.Minute)); err != nil {
+		t.Fatalf("schedule: %v", err)
+	}
+	// Replace it with an earlier one: only the replacement fires.
+	if err := pub.Schedule(ctx, it, time.Now().Add(1*time.Second)); err != nil {
+		t.Fatalf("reschedule: %v", err)
+	}
+	p := Partition(it.Controller.ID(), it.Parent.UID)
+	cons, err := js.Consumer(ctx, WorkStream, PartitionConsumerName(WorkConsumerPrefix, p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got *WorkItem
+	deadline := time.Now().Add(10 * time.Second)
+	for got == nil && time.Now().Before(deadline) {
+		b, err := cons.Fetch(1, jetstream.FetchMaxWait(500*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range b.Messages() {
+			var w WorkItem
+			if err := Decode(m, TypeSyncRequested, &w); err != nil {
+				t.Fatal(err)
+			}
+			got = &w
+			_ = m.Ack()
+		}
+		select {
+		case err := <-relayErrs:
+			t.Fatalf("relay: %v", err)
+		default:
+		}
+	}
+	if got == nil {
+		t.Fatal("scheduled item never reached MC_WORK")
+	}
+	elapsed := time.Since(start)
+	t.Logf("schedule fired and was relayed after %s", elapsed.Round(time.Millisecond))
+	if got.Attempt != 3 || got.Reason != ReasonRetry {
+		t.Errorf("relayed item = %+v", got)
+	}
+	if elapsed < 500*time.Millisecond {
+		t.Errorf("schedule fired after %s, before it was due", elapsed)
+	}
+}
+
+func TestIsAlreadyQueued(t *testing.T) {
+	if IsAlreadyQueued(errors.New("x")) || IsAlreadyQueued(nil) {
+		t.Error("plain errors are not 10077")
+	}
+}
+
+func TestControllerIDRoundTrip(t *testing.T) {
+	for _, tc := range []struct{ kind, name, reason string }{
+		{"CompositeController", "hello-controller", "plain name"},
+		{"DecoratorController", "svc.per.pod", "dots map to underscores, which names cannot contain"},
+	} {
+		id := ControllerID(tc.kind, tc.name)
+		if !validToken(id) {
+			t.Errorf("%s: id %q is not a subject token", tc.reason, id)
+		}
+		k, n, err := ParseControllerID(id)
+		if err != nil || k != tc.kind || n != tc.name {
+			t.Errorf("%s: round trip of %q gave %q %q %v", tc.reason, id, k, n, err)
+		}
+	}
+}
