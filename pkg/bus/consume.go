@@ -27,6 +27,25 @@ func ConsumePartitions(ctx context.Context, js jetstream.JetStream, stream, pref
 	if workers <= 0 {
 		workers = Partitions
 	}
+	// In-flight handlers outlive a shutdown by up to ackWait, so a
+	// scale-down finishes and acks its work instead of leaving it to be
+	// redelivered after AckWait; new messages stop at once.
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hcancel()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-hctx.Done():
+			return
+		}
+		t := time.NewTimer(ackWait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			hcancel()
+		case <-hctx.Done():
+		}
+	}()
 	sem := make(chan struct{}, workers)
 	var inflight sync.WaitGroup
 	var contexts []jetstream.ConsumeContext
@@ -53,7 +72,7 @@ func ConsumePartitions(ctx context.Context, js jetstream.JetStream, stream, pref
 			}
 			inflight.Add(1)
 			defer func() { <-sem; inflight.Done() }()
-			runWithHeartbeat(ctx, m, ackWait, h)
+			runWithHeartbeat(hctx, m, ackWait, h)
 		}, jetstream.PullMaxMessages(1), jetstream.PullExpiry(30*time.Second),
 			jetstream.ConsumeErrHandler(func(jetstream.ConsumeContext, error) {}))
 		if err != nil {

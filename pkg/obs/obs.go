@@ -71,6 +71,14 @@ func NewLogger(f LogFlags) (*zap.Logger, error) {
 	if f.Encoder != "" {
 		cfg.Encoding = f.Encoder
 	}
+	if f.TimeEnc == "" {
+		f.TimeEnc = "iso8601"
+	}
+	if !f.Devel {
+		// Errors here are operational (a hook down, a conflict), not
+		// bugs: a stack trace per failed sync only buries the message.
+		cfg.DisableStacktrace = true
+	}
 	if f.TimeEnc != "" {
 		if err := cfg.EncoderConfig.EncodeTime.UnmarshalText([]byte(f.TimeEnc)); err != nil {
 			return nil, fmt.Errorf("zap time encoding %q: %w", f.TimeEnc, err)

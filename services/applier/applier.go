@@ -215,6 +215,10 @@ func workItem(ds *bus.DesiredState, reason string, attempt int) bus.WorkItem {
 // failure. The sync reads fresh state and calls the hook again, which is
 // what a changed world calls for.
 func (a *Applier) retry(ctx context.Context, ds *bus.DesiredState, reason string, err error) result {
+	if ctx.Err() != nil {
+		// Shutting down: leave the message unacked for another replica.
+		return result{result: "cancelled", infra: true}
+	}
 	n := ds.Attempt + 1
 	delay := bus.Backoff(n)
 	a.log.Warn("apply failed; retrying with backoff", zap.String("controller", ds.Controller.Name),

@@ -247,6 +247,10 @@ func (d *Dispatcher) succeeded(item bus.WorkItem) {
 
 // failed records a failure, reports it, and schedules the retry.
 func (d *Dispatcher) failed(ctx context.Context, item bus.WorkItem, reason string, err error) outcome {
+	if ctx.Err() != nil {
+		// Shutting down: leave the item unacked for another replica.
+		return outcome{result: "cancelled", infra: true}
+	}
 	n := d.attempt(item) + 1
 	d.fmu.Lock()
 	d.failures[d.failureKey(item)] = n
