@@ -41,4 +41,3 @@ func main() {
 		return allinone.Run(ctx, cfg, allinone.Deps{REST: rest, Log: env.Log, Metrics: env.Registry, Health: env.Health})
 	})
 }
-
