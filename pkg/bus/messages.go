@@ -37,7 +37,15 @@ const (
 	ReasonRetry       = "retry"
 	ReasonResyncAfter = "resyncAfter"
 	ReasonConflict    = "conflict"
+	// ReasonRelease asks for a controller's finalizer to be removed from a
+	// parent because the controller was deleted or no longer has a
+	// finalize hook: nobody would ever finalize it otherwise (upstream
+	// leaves such finalizers behind, #1062).
+	ReasonRelease = "release"
 )
+
+// HookRelease is the DesiredState.Hook of a finalizer release: no hook ran.
+const HookRelease = "release"
 
 // ControllerRef identifies the controller object a message belongs to.
 type ControllerRef struct {
@@ -70,6 +78,8 @@ type WorkItem struct {
 	Reason     string        `json:"reason"`
 	// Attempt counts consecutive failed syncs (retry backoff).
 	Attempt int `json:"attempt,omitempty"`
+	// Finalizer names the finalizer to remove (ReasonRelease only).
+	Finalizer string `json:"finalizer,omitempty"`
 	// MinResourceVersions maps "<group>/<resource>" to the lowest
 	// resourceVersion the snapshot must reflect: the watcher saw that
 	// version when it enqueued the item.
@@ -106,6 +116,8 @@ type DesiredState struct {
 	// Attempt carries the retry count of the work item forward, so apply
 	// failures back off too.
 	Attempt int `json:"attempt,omitempty"`
+	// Finalizer names the finalizer to remove (Hook == HookRelease).
+	Finalizer string `json:"finalizer,omitempty"`
 	// ProducedAt is when the hook answered.
 	ProducedAt time.Time `json:"producedAt"`
 }

@@ -90,6 +90,49 @@ func Deselected(spec v1alpha1.CompositeControllerSpec, parent *unstructured.Unst
 	return err == nil && !sel.Matches(labels.Set(parent.GetLabels()))
 }
 
+// HasFinalizer reports whether obj carries finalizer f.
+func HasFinalizer(obj *unstructured.Unstructured, f string) bool {
+	if f == "" {
+		return false
+	}
+	for _, x := range obj.GetFinalizers() {
+		if x == f {
+			return true
+		}
+	}
+	return false
+}
+
+// ControllerFinalizer is the finalizer the controller puts on parents ("" if
+// it has no finalize hook).
+func ControllerFinalizer(cc *v1alpha1.CompositeController) string {
+	if cc.Spec.Hooks == nil || cc.Spec.Hooks.Finalize == nil {
+		return ""
+	}
+	return Finalizer(cc.Name)
+}
+
+// gcFinalizers are the garbage collector's own; while one is present the
+// collector is still working on the parent's dependents.
+var gcFinalizers = []string{metav1.FinalizerDeleteDependents, metav1.FinalizerOrphanDependents}
+
+// WaitingForGC reports a parent being deleted whose garbage-collector
+// finalizers are still present. Upstream calls the sync hook then, which
+// can recreate children the collector is deleting; metabus waits until the
+// collector is done (its finalizer removal is an update that brings the
+// parent back).
+func WaitingForGC(parent *unstructured.Unstructured) bool {
+	if parent.GetDeletionTimestamp() == nil {
+		return false
+	}
+	for _, f := range gcFinalizers {
+		if HasFinalizer(parent, f) {
+			return true
+		}
+	}
+	return false
+}
+
 // ChooseHook picks sync or finalize. finalize runs while the parent is being
 // deleted or no longer matches the parent label selector, when the
 // controller has a finalize hook; without one there is nothing to call and

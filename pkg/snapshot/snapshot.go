@@ -32,8 +32,12 @@ type Request struct {
 const (
 	// OK: the snapshot is complete and at least as fresh as requested.
 	OK = "ok"
-	// NotFound: the controller or the parent does not exist (any more).
+	// NotFound: the parent does not exist (any more), or the controller is
+	// not served by this installation.
 	NotFound = "notFound"
+	// ControllerGone: the controller object was deleted. Its finalizer may
+	// still be on the parent.
+	ControllerGone = "controllerGone"
 	// Retry: the cache has not caught up yet (or is still syncing); ask again
 	// shortly.
 	Retry = "retry"

@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
@@ -33,6 +35,9 @@ func (a *Applier) apply(ctx context.Context, ds *bus.DesiredState) result {
 }
 
 func (a *Applier) applyComposite(ctx context.Context, ds *bus.DesiredState) result {
+	if ds.Hook == bus.HookRelease {
+		return a.release(ctx, ds)
+	}
 	snap, err := snapshot.Fetch(ctx, a.snaps, snapshot.Request{
 		Controller: ds.Controller, ParentUID: ds.Parent.UID, MinResourceVersions: ds.MinResourceVersions,
 	}, a.cfg.SnapshotWait)
@@ -56,10 +61,21 @@ func (a *Applier) applyComposite(ctx context.Context, ds *bus.DesiredState) resu
 		return result{result: "invalid"}
 	}
 	parent := snap.Parent
-	if parent.GetDeletionTimestamp() != nil {
+	finalizer := composite.ControllerFinalizer(cc)
+	holds := composite.HasFinalizer(parent, finalizer)
+	if parent.GetDeletionTimestamp() != nil && !holds {
 		// The parent is going away and we hold no finalizer on it: the
 		// garbage collector owns the children now.
 		return result{result: "parent_deleting"}
+	}
+	if ds.Hook == "sync" && finalizer != "" && !holds && parent.GetDeletionTimestamp() == nil {
+		// A finalize hook needs the finalizer in place before any child
+		// exists, so that deletion always waits for it.
+		updated, err := a.setFinalizer(ctx, ds, parent, finalizer, true)
+		if err != nil {
+			return a.writeFailed(ctx, ds, err)
+		}
+		parent = updated
 	}
 
 	rules, err := a.rules(ctx, cc)
@@ -110,12 +126,14 @@ func (a *Applier) applyComposite(ctx context.Context, ds *bus.DesiredState) resu
 	}
 	// Status reports what the hook observed; write it even if a child
 	// write failed, as upstream does.
-	if err := a.writeStatus(ctx, ds, parent); err != nil {
+	if updated, err := a.writeStatus(ctx, ds, parent); err != nil {
 		if apierrors.IsConflict(err) {
 			conflict = true
 		} else {
 			errs = append(errs, err)
 		}
+	} else {
+		parent = updated
 	}
 	if len(errs) > 0 {
 		return a.retry(ctx, ds, events.ReasonApplyError, errors.Join(errs...))
@@ -123,10 +141,119 @@ func (a *Applier) applyComposite(ctx context.Context, ds *bus.DesiredState) resu
 	if conflict {
 		return a.requeue(ctx, ds)
 	}
+	if ds.Hook == "finalize" && ds.Finalized && holds {
+		// Only now: every child write of the final desired state is done.
+		if _, err := a.setFinalizer(ctx, ds, parent, finalizer, false); err != nil {
+			return a.writeFailed(ctx, ds, err)
+		}
+		return result{result: "finalized"}
+	}
 	if len(actions) == 0 {
 		return result{result: "noop"}
 	}
 	return result{result: "ok"}
+}
+
+// writeFailed turns a parent write error into a requeue (conflict: the
+// parent changed, sync again now) or a retry with backoff.
+func (a *Applier) writeFailed(ctx context.Context, ds *bus.DesiredState, err error) result {
+	if apierrors.IsConflict(err) {
+		return a.requeue(ctx, ds)
+	}
+	if apierrors.IsNotFound(err) {
+		return result{result: "notfound"}
+	}
+	return a.retry(ctx, ds, events.ReasonApplyError, err)
+}
+
+// parentClient returns the dynamic client of the parent's resource.
+func (a *Applier) parentClient(ref bus.ObjectRef) (dynamic.ResourceInterface, error) {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return nil, fmt.Errorf("parent apiVersion %q: %w", ref.APIVersion, err)
+	}
+	r := a.dyn.Resource(gv.WithResource(ref.Resource))
+	if ref.Namespace != "" {
+		return r.Namespace(ref.Namespace), nil
+	}
+	return r, nil
+}
+
+// setFinalizer adds or removes finalizer on the parent with a merge patch
+// carrying the cached resourceVersion: if the parent changed since, the
+// patch fails with a conflict instead of overwriting someone else's
+// finalizer list.
+func (a *Applier) setFinalizer(ctx context.Context, ds *bus.DesiredState, parent *unstructured.Unstructured, finalizer string, add bool) (*unstructured.Unstructured, error) {
+	var fins []string
+	for _, f := range parent.GetFinalizers() {
+		if f != finalizer {
+			fins = append(fins, f)
+		}
+	}
+	if add {
+		fins = append(fins, finalizer)
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"finalizers":      nonNil(fins),
+		"resourceVersion": parent.GetResourceVersion(),
+	}})
+	if err != nil {
+		return nil, err
+	}
+	c, err := a.parentClient(ds.Parent)
+	if err != nil {
+		return nil, err
+	}
+	verb := "add_finalizer"
+	if !add {
+		verb = "remove_finalizer"
+	}
+	a.metrics.writes.WithLabelValues(verb, ds.Parent.Resource).Inc()
+	out, err := c.Patch(ctx, parent.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("%s %s on %s: %w", strings.ReplaceAll(verb, "_", " "), finalizer, key(parent), err)
+	}
+	return out, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// release removes a finalizer of a controller that is gone (or lost its
+// finalize hook). This is the one path that reads the parent live: it has
+// no snapshot to work from (the controller is not wired any more) and runs
+// once per parent per controller deletion.
+func (a *Applier) release(ctx context.Context, ds *bus.DesiredState) result {
+	c, err := a.parentClient(ds.Parent)
+	if err != nil {
+		return result{result: "invalid"}
+	}
+	for attempt := 0; attempt < 5; attempt++ {
+		parent, err := c.Get(ctx, ds.Parent.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && string(parent.GetUID()) != ds.Parent.UID) {
+			return result{result: "notfound"}
+		}
+		if err != nil {
+			return a.retry(ctx, ds, "", fmt.Errorf("read parent to release finalizer: %w", err))
+		}
+		if !composite.HasFinalizer(parent, ds.Finalizer) {
+			return result{result: "noop"}
+		}
+		_, err = a.setFinalizer(ctx, ds, parent, ds.Finalizer, false)
+		if err == nil {
+			a.log.Info("released finalizer of a removed controller", zap.String("finalizer", ds.Finalizer),
+				zap.String("parent", key(parent)))
+			return result{result: "released"}
+		}
+		if !apierrors.IsConflict(err) {
+			return a.retry(ctx, ds, events.ReasonApplyError, err)
+		}
+	}
+	return a.retry(ctx, ds, "", fmt.Errorf("release finalizer %s: parent keeps changing", ds.Finalizer))
 }
 
 // rules resolves the controller's child resources.
@@ -213,7 +340,7 @@ func (a *Applier) write(ctx context.Context, act children.Action) error {
 // observedGeneration) if, and only if, it differs from the cached one. The
 // write carries the cached resourceVersion, so a parent that changed since
 // yields a conflict (requeue) instead of a lost update.
-func (a *Applier) writeStatus(ctx context.Context, ds *bus.DesiredState, parent *unstructured.Unstructured) error {
+func (a *Applier) writeStatus(ctx context.Context, ds *bus.DesiredState, parent *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	status := map[string]any{}
 	for k, v := range ds.Status {
 		status[k] = v
@@ -222,14 +349,14 @@ func (a *Applier) writeStatus(ctx context.Context, ds *bus.DesiredState, parent 
 	current, _, _ := unstructured.NestedFieldNoCopy(parent.Object, "status")
 	same, err := jsonEqual(current, status)
 	if err != nil {
-		return fmt.Errorf("compare status: %w", err)
+		return nil, fmt.Errorf("compare status: %w", err)
 	}
 	if same {
-		return nil
+		return parent, nil
 	}
 	gv, err := schema.ParseGroupVersion(parent.GetAPIVersion())
 	if err != nil {
-		return fmt.Errorf("parent apiVersion: %w", err)
+		return nil, fmt.Errorf("parent apiVersion: %w", err)
 	}
 	updated := parent.DeepCopy()
 	updated.Object["status"] = status
@@ -239,16 +366,17 @@ func (a *Applier) writeStatus(ctx context.Context, ds *bus.DesiredState, parent 
 		ri = r.Namespace(parent.GetNamespace())
 	}
 	a.metrics.writes.WithLabelValues("update_status", ds.Parent.Resource).Inc()
-	if _, err := ri.UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
+	out, err := ri.UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil
+			return parent, nil
 		}
 		if apierrors.IsConflict(err) {
-			return err
+			return nil, err
 		}
-		return fmt.Errorf("update status of %s: %w", key(parent), err)
+		return nil, fmt.Errorf("update status of %s: %w", key(parent), err)
 	}
-	return nil
+	return out, nil
 }
 
 // jsonEqual compares two JSON-like values by their canonical encoding, so

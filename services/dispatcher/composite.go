@@ -45,6 +45,9 @@ func ObservedRefs(groups []snapshot.Group) []bus.ObjectRef {
 }
 
 func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq uint64) outcome {
+	if item.Reason == bus.ReasonRelease {
+		return d.release(ctx, item, seq)
+	}
 	snap, err := snapshot.Fetch(ctx, d.snaps, snapshot.Request{
 		Controller: item.Controller, ParentUID: item.Parent.UID, MinResourceVersions: item.MinResourceVersions,
 	}, d.cfg.SnapshotWait)
@@ -57,10 +60,16 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 	switch snap.Result {
 	case snapshot.OK:
 	case snapshot.NotFound:
-		// The parent (or controller) is gone; the garbage collector
-		// removes its children.
+		// The parent is gone; the garbage collector removes its children.
 		d.succeeded(item)
 		return outcome{result: "notfound"}
+	case snapshot.ControllerGone:
+		// Make sure the deleted controller's finalizer does not outlive it
+		// (the watcher also asks for this; this covers an item that raced
+		// with that request).
+		d.succeeded(item)
+		item.Finalizer = composite.Finalizer(item.Controller.Name)
+		return d.release(ctx, item, seq)
 	case snapshot.Retry:
 		return d.failedQuietly(ctx, item, fmt.Errorf("observed state not fresh yet: %s", snap.Message))
 	default:
@@ -73,6 +82,10 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 	}
 	parent := snap.Parent
 	pref := parentRef(parent, item.Parent)
+	if composite.WaitingForGC(parent) {
+		d.succeeded(item)
+		return outcome{result: "skipped"}
+	}
 
 	hook, kind, finalizing := composite.ChooseHook(cc, parent)
 	if hook == nil {
@@ -177,6 +190,25 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 		}
 	}
 	return outcome{result: "ok"}
+}
+
+// release forwards a finalizer release to the applier: there is no
+// controller left to ask, so no snapshot and no hook.
+func (d *Dispatcher) release(ctx context.Context, item bus.WorkItem, seq uint64) outcome {
+	ds := bus.DesiredState{
+		Controller: item.Controller,
+		Parent:     item.Parent,
+		WorkSeq:    seq,
+		Hook:       bus.HookRelease,
+		Finalizer:  item.Finalizer,
+		Children:   []*unstructured.Unstructured{},
+		ProducedAt: time.Now(),
+	}
+	if err := d.pub.PublishDesired(ctx, ds); err != nil {
+		d.log.Warn("publish finalizer release", zap.Error(err))
+		return outcome{result: "error", infra: true}
+	}
+	return outcome{result: "release"}
 }
 
 // failedQuietly is failed without an Event: the parent did nothing wrong.

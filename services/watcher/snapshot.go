@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/metabus/metabus/pkg/bus"
@@ -41,10 +42,14 @@ func (w *Watcher) snapshot(ctx context.Context, req snapshot.Request) *snapshot.
 		}
 		// A controller that exists but is not wired yet (just created, or
 		// failing to wire) is worth retrying; one that is gone is not.
-		if _, exists, _ := w.ctrlHandle.Informer().GetStore().GetByKey(req.Controller.Name); exists {
-			return &snapshot.Response{Result: snapshot.Retry, Message: "controller not wired yet"}
+		obj, exists, _ := w.ctrlHandle.Informer().GetStore().GetByKey(req.Controller.Name)
+		if !exists {
+			return &snapshot.Response{Result: snapshot.ControllerGone, Message: "controller " + id + " was deleted"}
 		}
-		return &snapshot.Response{Result: snapshot.NotFound, Message: "controller " + id + " not found"}
+		if u, ok := obj.(*unstructured.Unstructured); ok && !w.targets.Matches(labels.Set(u.GetLabels())) {
+			return &snapshot.Response{Result: snapshot.NotFound, Message: "controller " + id + " is not served by this installation"}
+		}
+		return &snapshot.Response{Result: snapshot.Retry, Message: "controller not wired yet"}
 	}
 	if !wr.parent.HasSynced() {
 		return &snapshot.Response{Result: snapshot.Retry, Message: "parent cache not synced"}

@@ -292,6 +292,10 @@ func grKey(gvr schema.GroupVersionResource) string { return gvr.Group + "/" + gv
 // enqueue records that parent needs a sync because an object of gvr changed
 // to resourceVersion rv.
 func (w *Watcher) enqueue(ref bus.ControllerRef, parentRes *discovery.Resource, parent *unstructured.Unstructured, reason string, gvr schema.GroupVersionResource, rv string) {
+	w.enqueueItem(ref, parentRes, parent, reason, gvr, rv, "")
+}
+
+func (w *Watcher) enqueueItem(ref bus.ControllerRef, parentRes *discovery.Resource, parent *unstructured.Unstructured, reason string, gvr schema.GroupVersionResource, rv, finalizer string) {
 	if !w.leader.Load() {
 		return
 	}
@@ -314,15 +318,23 @@ func (w *Watcher) enqueue(ref bus.ControllerRef, parentRes *discovery.Resource, 
 			EnqueuedAt:          time.Now(),
 		}
 		w.pending[key] = item
-	} else if reason == bus.ReasonEvent {
+	} else if reason == bus.ReasonEvent && item.Reason != bus.ReasonRelease {
 		// A real change outranks a resync in the same item.
 		item.Reason = reason
+	}
+	if finalizer != "" {
+		item.Reason, item.Finalizer = bus.ReasonRelease, finalizer
 	}
 	if rv != "" {
 		mergeRV(item.MinResourceVersions, grKey(gvr), rv)
 	}
 	w.pmu.Unlock()
 	w.queue.Add(key)
+}
+
+// enqueueRelease queues the removal of finalizer from parent.
+func (w *Watcher) enqueueRelease(ref bus.ControllerRef, parentRes *discovery.Resource, parent *unstructured.Unstructured, finalizer string) {
+	w.enqueueItem(ref, parentRes, parent, bus.ReasonRelease, parentRes.GVR, "", finalizer)
 }
 
 func (w *Watcher) runPublisher(ctx context.Context) {

@@ -77,8 +77,13 @@ func (w *Watcher) syncController(ctx context.Context, name string) error {
 	if exists {
 		cc, _ = obj.(*unstructured.Unstructured)
 	}
-	if cc == nil || !w.targets.Matches(labels.Set(cc.GetLabels())) {
-		w.unwire(id, "controller deleted or no longer targeted")
+	if cc == nil {
+		w.unwire(id, "controller deleted", true)
+		return nil
+	}
+	if !w.targets.Matches(labels.Set(cc.GetLabels())) {
+		// Another installation may serve it now: leave its finalizers.
+		w.unwire(id, "controller no longer targeted", false)
 		return nil
 	}
 	specJSON, err := json.Marshal(cc.Object["spec"])
@@ -99,13 +104,13 @@ func (w *Watcher) syncController(ctx context.Context, name string) error {
 	var spec v1alpha1.CompositeControllerSpec
 	if err := json.Unmarshal(specJSON, &spec); err != nil {
 		w.rec.Warning(cc, events.ReasonCreateError, fmt.Sprintf("invalid spec: %v", err))
-		w.unwire(id, "invalid spec")
+		w.unwire(id, "invalid spec", false)
 		return nil // nothing to retry until the spec changes
 	}
 	wr, err := w.newWiring(ctx, cc, spec, string(specJSON))
 	if err != nil {
 		w.rec.Warning(cc, events.ReasonCreateError, err.Error())
-		w.unwire(id, "cannot wire: "+err.Error())
+		w.unwire(id, "cannot wire: "+err.Error(), false)
 		return err
 	}
 	// Subscribe the new wiring before releasing the old one, so informers
@@ -118,6 +123,10 @@ func (w *Watcher) syncController(ctx context.Context, name string) error {
 	w.wirings[id] = wr
 	w.mu.Unlock()
 	if old != nil {
+		if old.finalizer != "" && wr.finalizer == "" {
+			// The finalize hook was removed: nobody will finalize.
+			old.releaseFinalizers()
+		}
 		old.stop()
 	}
 	w.metrics.controllers.Set(float64(w.countWirings()))
@@ -133,12 +142,15 @@ func (w *Watcher) countWirings() int {
 	return len(w.wirings)
 }
 
-func (w *Watcher) unwire(id, why string) {
+func (w *Watcher) unwire(id, why string, release bool) {
 	w.mu.Lock()
 	old := w.wirings[id]
 	delete(w.wirings, id)
 	w.mu.Unlock()
 	if old != nil {
+		if release {
+			old.releaseFinalizers()
+		}
 		old.stop()
 		w.log.Info("controller unwired", zap.String("controller", id), zap.String("why", why))
 	}
@@ -251,6 +263,25 @@ func (wr *wiring) resync(reason string) {
 		if wr.selects(p) {
 			wr.w.enqueue(wr.ref, wr.parentRes, p, reason, wr.parentRes.GVR, "")
 		}
+	}
+}
+
+// releaseFinalizers asks for the controller's finalizer to be removed from
+// every parent that carries it.
+func (wr *wiring) releaseFinalizers() {
+	if wr.finalizer == "" || wr.parent == nil {
+		return
+	}
+	n := 0
+	for _, p := range wr.parent.List() {
+		if composite.HasFinalizer(p, wr.finalizer) {
+			wr.w.enqueueRelease(wr.ref, wr.parentRes, p, wr.finalizer)
+			n++
+		}
+	}
+	if n > 0 {
+		wr.w.log.Info("releasing finalizers of a removed finalize hook", zap.String("controller", wr.ref.Name),
+			zap.String("finalizer", wr.finalizer), zap.Int("parents", n))
 	}
 }
 

@@ -1,0 +1,329 @@
+package bus_test
+
+// Benchmarks of the bus on an in-process embedded JetStream server (file
+// store, default fsync), the setting of design.md §6. They print figures;
+// they assert nothing about speed.
+//
+//	go test -run '^$' -bench . -benchmem ./pkg/bus/
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/natsx"
+)
+
+// benchBus starts an embedded server with the metabus streams and returns a
+// JetStream handle on an in-process connection. Setup is not timed.
+func benchBus(b *testing.B) jetstream.JetStream {
+	b.Helper()
+	b.StopTimer()
+	defer b.StartTimer()
+	s, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: b.TempDir(), Listen: "-"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, js, err := natsx.Connect(natsx.ConnOptions{InProcess: s, Name: b.Name()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := bus.Ensure(ctx, js, bus.Options{}); err != nil {
+		b.Fatalf("Ensure: %v", err)
+	}
+	return js
+}
+
+// benchPadding pads a work item's freshness map so its JSON body is about
+// 1 KB, the size design.md §6 measured. Built once; shared read-only.
+var benchPadding = sync.OnceValue(func() map[string]string {
+	m := map[string]string{}
+	for k := 0; ; k++ {
+		it := benchItemWith(0, m)
+		if data, _ := json.Marshal(it); len(data) >= 1024 {
+			return m
+		}
+		m[fmt.Sprintf("group%02d.example.com/resource%02d", k, k)] = "1234567890"
+	}
+})
+
+// benchItem is a ~1 KB work item for parent number i.
+func benchItem(i int) bus.WorkItem { return benchItemWith(i, benchPadding()) }
+
+func benchItemWith(i int, rvs map[string]string) bus.WorkItem {
+	return bus.WorkItem{
+		Controller: bus.ControllerRef{Kind: "CompositeController", Name: "bench-controller", UID: "0b6f3c3e-8d1c-4a53-9f0e-4f7f2a9c1d10"},
+		Parent: bus.ObjectRef{
+			APIVersion: "test.metabus.dev/v1", Kind: "Widget", Resource: "widgets",
+			Namespace: "bench", Name: fmt.Sprintf("widget-%07d", i), UID: benchUID(i),
+			ResourceVersion: "123456", Generation: 3,
+		},
+		Reason:              bus.ReasonEvent,
+		MinResourceVersions: rvs,
+	}
+}
+
+func benchUID(i int) string { return fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i) }
+
+func perSecond(b *testing.B, n int) float64 {
+	if s := b.Elapsed().Seconds(); s > 0 {
+		return float64(n) / s
+	}
+	return 0
+}
+
+func reportPercentiles(b *testing.B, lat []time.Duration, unit time.Duration, suffix string) {
+	if len(lat) == 0 {
+		return
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pct := func(p float64) float64 {
+		i := int(p * float64(len(lat)-1))
+		return float64(lat[i]) / float64(unit)
+	}
+	b.ReportMetric(pct(0.50), "p50-"+suffix)
+	b.ReportMetric(pct(0.99), "p99-"+suffix)
+}
+
+// BenchmarkPublishWork publishes 1 KB work items to MC_WORK the way the
+// watcher does (synchronous publish, 10077 counted as success).
+//
+//   - new: every item is a different parent, so every publish is stored;
+//   - already-queued: the same parent over and over; after two stored items
+//     every publish is refused with 10077, the watcher's common case for a
+//     busy parent;
+//   - parallel: new parents from GOMAXPROCS×8 goroutines, like the watcher's
+//     publish workers (throughput rather than latency).
+func BenchmarkPublishWork(b *testing.B) {
+	b.Run("new", func(b *testing.B) {
+		js := benchBus(b)
+		pub := bus.Publisher{JS: js}
+		ctx := context.Background()
+		items := make([]bus.WorkItem, b.N)
+		for i := range items {
+			items[i] = benchItem(i)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			queued, err := pub.PublishWork(ctx, items[i])
+			if err != nil || !queued {
+				b.Fatalf("publish %d: queued=%v err=%v", i, queued, err)
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(perSecond(b, b.N), "msgs/s")
+	})
+	b.Run("already-queued", func(b *testing.B) {
+		js := benchBus(b)
+		pub := bus.Publisher{JS: js}
+		ctx := context.Background()
+		it := benchItem(1)
+		for i := 0; i < 2; i++ {
+			if _, err := pub.PublishWork(ctx, it); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			queued, err := pub.PublishWork(ctx, it)
+			if err != nil || queued {
+				b.Fatalf("publish %d: queued=%v err=%v, want already queued", i, queued, err)
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(perSecond(b, b.N), "msgs/s")
+	})
+	b.Run("parallel", func(b *testing.B) {
+		js := benchBus(b)
+		pub := bus.Publisher{JS: js}
+		ctx := context.Background()
+		var next atomic.Int64
+		b.SetParallelism(8)
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				it := benchItem(int(next.Add(1)))
+				if queued, err := pub.PublishWork(ctx, it); err != nil || !queued {
+					b.Errorf("publish: queued=%v err=%v", queued, err)
+					return
+				}
+			}
+		})
+		b.StopTimer()
+		b.ReportMetric(perSecond(b, b.N), "msgs/s")
+	})
+}
+
+// BenchmarkWorkRoundTrip measures publish → ConsumePartitions handler →
+// ack through MC_WORK's 64 partition consumers (MaxAckPending 1 each) with
+// the dispatcher's default 16 workers. The handler decodes the item as the
+// dispatcher does.
+//
+//   - serial: one message at a time (an idle system); latency is from the
+//     start of the publish to the handler receiving the message, and the
+//     next publish waits for the ack;
+//   - pipelined: 16 publishers push b.N different parents as fast as they
+//     can; throughput is until the last one is acked, latency per message
+//     includes queueing behind busy partitions.
+func BenchmarkWorkRoundTrip(b *testing.B) {
+	run := func(b *testing.B, publishers int) {
+		js := benchBus(b)
+		pub := bus.Publisher{JS: js}
+		ctx, cancel := context.WithCancel(context.Background())
+		var mu sync.Mutex
+		lat := make([]time.Duration, 0, b.N)
+		var handled atomic.Int64
+		signal := make(chan struct{}, 1)
+		stopped := make(chan error, 1)
+		go func() {
+			stopped <- bus.ConsumePartitions(ctx, js, bus.WorkStream, bus.WorkConsumerPrefix, 16, bus.WorkAckWait,
+				func(_ context.Context, m jetstream.Msg) {
+					now := time.Now()
+					var it bus.WorkItem
+					if err := bus.Decode(m, bus.TypeSyncRequested, &it); err != nil {
+						b.Errorf("decode: %v", err)
+					}
+					mu.Lock()
+					lat = append(lat, now.Sub(it.EnqueuedAt))
+					mu.Unlock()
+					_ = m.Ack()
+					handled.Add(1)
+					select {
+					case signal <- struct{}{}:
+					default:
+					}
+				})
+		}()
+		defer func() {
+			cancel()
+			if err := <-stopped; err != nil {
+				b.Errorf("ConsumePartitions: %v", err)
+			}
+		}()
+		// Warm up: one message through every partition, so every pull is
+		// open before timing starts.
+		b.StopTimer()
+		seen := map[int]bool{}
+		for i := 1 << 30; len(seen) < bus.Partitions; i++ {
+			warm := benchItem(i)
+			p := bus.Partition(warm.Controller.ID(), warm.Parent.UID)
+			if seen[p] {
+				continue
+			}
+			seen[p] = true
+			if _, err := pub.PublishWork(ctx, warm); err != nil {
+				b.Fatal(err)
+			}
+		}
+		waitHandled(b, &handled, signal, bus.Partitions)
+		mu.Lock()
+		lat = lat[:0]
+		mu.Unlock()
+		handled.Store(0)
+		items := make([]bus.WorkItem, b.N)
+		for i := range items {
+			items[i] = benchItem(i)
+		}
+		b.StartTimer()
+		b.ResetTimer()
+
+		if publishers <= 1 {
+			for i := 0; i < b.N; i++ {
+				items[i].EnqueuedAt = time.Now()
+				if _, err := pub.PublishWork(ctx, items[i]); err != nil {
+					b.Fatal(err)
+				}
+				waitHandled(b, &handled, signal, int64(i+1))
+			}
+		} else {
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			for p := 0; p < publishers; p++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						i := int(next.Add(1)) - 1
+						if i >= b.N {
+							return
+						}
+						items[i].EnqueuedAt = time.Now()
+						if _, err := pub.PublishWork(ctx, items[i]); err != nil {
+							b.Errorf("publish: %v", err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			waitHandled(b, &handled, signal, int64(b.N))
+		}
+		b.StopTimer()
+		b.ReportMetric(perSecond(b, b.N), "msgs/s")
+		mu.Lock()
+		reportPercentiles(b, lat, time.Microsecond, "µs")
+		mu.Unlock()
+	}
+	b.Run("serial", func(b *testing.B) { run(b, 1) })
+	b.Run("pipelined", func(b *testing.B) { run(b, 16) })
+}
+
+func waitHandled(b *testing.B, handled *atomic.Int64, signal <-chan struct{}, n int64) {
+	b.Helper()
+	deadline := time.After(60 * time.Second)
+	for handled.Load() < n {
+		select {
+		case <-signal:
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline:
+			b.Fatalf("only %d of %d messages handled after 60s", handled.Load(), n)
+		}
+	}
+}
+
+// BenchmarkNewMsg is the cost of wrapping a 1 KB work item in a binary-mode
+// CloudEvent (bus.NewMsg), against the bare json.Marshal of the same body
+// that it necessarily includes.
+func BenchmarkNewMsg(b *testing.B) {
+	it := benchItem(7)
+	it.EnqueuedAt = time.Now()
+	ctx := context.Background()
+	subject, err := bus.WorkSubject(it.Controller.ID(), it.Parent.UID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("cloudevent", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			m, err := bus.NewMsg(ctx, subject, bus.TypeSyncRequested, "", it.Controller, it.Parent, it,
+				map[string]string{bus.ExtReason: it.Reason})
+			if err != nil || len(m.Data) < 1024 {
+				b.Fatalf("NewMsg: %v (%d bytes)", err, len(m.Data))
+			}
+		}
+	})
+	b.Run("json-only", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			data, err := json.Marshal(it)
+			if err != nil || len(data) < 1024 {
+				b.Fatalf("marshal: %v", err)
+			}
+		}
+	})
+}
