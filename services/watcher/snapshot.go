@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 
@@ -31,26 +32,53 @@ func (w *Watcher) snapshot(ctx context.Context, req snapshot.Request) *snapshot.
 	id := req.Controller.ID()
 	w.mu.RLock()
 	wr := w.wirings[id]
-	var ctrl *unstructured.Unstructured
-	if wr != nil {
-		ctrl = wr.obj
-	}
+	h := w.ctrlHandles[req.Controller.Kind]
 	w.mu.RUnlock()
 	if wr == nil {
-		if w.ctrlHandle == nil || !w.ctrlHandle.HasSynced() {
+		if h == nil || !h.HasSynced() {
 			return &snapshot.Response{Result: snapshot.Retry, Message: "controllers not synced yet"}
 		}
 		// A controller that exists but is not wired yet (just created, or
 		// failing to wire) is worth retrying; one that is gone is not.
-		obj, exists, _ := w.ctrlHandle.Informer().GetStore().GetByKey(req.Controller.Name)
+		u, exists := w.controllerObject(req.Controller.Kind, req.Controller.Name)
 		if !exists {
 			return &snapshot.Response{Result: snapshot.ControllerGone, Message: "controller " + id + " was deleted"}
 		}
-		if u, ok := obj.(*unstructured.Unstructured); ok && !w.targets.Matches(labels.Set(u.GetLabels())) {
+		if !w.targets.Matches(labels.Set(u.GetLabels())) {
 			return &snapshot.Response{Result: snapshot.NotFound, Message: "controller " + id + " is not served by this installation"}
 		}
 		return &snapshot.Response{Result: snapshot.Retry, Message: "controller not wired yet"}
 	}
+	return wr.snapshot(ctx, req)
+}
+
+// waitFresh waits until every informer named in the request has delivered
+// the requested resourceVersion (bounded by SnapshotWait).
+func (w *Watcher) waitFresh(ctx context.Context, req snapshot.Request, handleFor func(string) *informers.Handle) (bool, string) {
+	if len(req.MinResourceVersions) == 0 {
+		return true, ""
+	}
+	wctx, cancel := context.WithTimeout(ctx, w.cfg.SnapshotWait)
+	defer cancel()
+	for key, rv := range req.MinResourceVersions {
+		h := handleFor(key)
+		if h == nil {
+			continue // not a resource of this controller (any more)
+		}
+		if !h.WaitSeen(wctx, rv) {
+			return false, fmt.Sprintf("cache of %s has not reached resourceVersion %s", key, rv)
+		}
+	}
+	return true, ""
+}
+
+// snapshot of a CompositeController parent: the parent and the children
+// it controls, per declared child resource.
+func (wr *wiring) snapshot(ctx context.Context, req snapshot.Request) *snapshot.Response {
+	w := wr.w
+	w.mu.RLock()
+	ctrl := wr.obj
+	w.mu.RUnlock()
 	if !wr.parent.HasSynced() {
 		return &snapshot.Response{Result: snapshot.Retry, Message: "parent cache not synced"}
 	}
@@ -59,18 +87,8 @@ func (w *Watcher) snapshot(ctx context.Context, req snapshot.Request) *snapshot.
 			return &snapshot.Response{Result: snapshot.Retry, Message: "child cache " + h.GVR().String() + " not synced"}
 		}
 	}
-	if len(req.MinResourceVersions) > 0 {
-		wctx, cancel := context.WithTimeout(ctx, w.cfg.SnapshotWait)
-		defer cancel()
-		for key, rv := range req.MinResourceVersions {
-			h := wr.handleFor(key)
-			if h == nil {
-				continue // not a resource of this controller (any more)
-			}
-			if !h.WaitSeen(wctx, rv) {
-				return &snapshot.Response{Result: snapshot.Retry, Message: fmt.Sprintf("cache of %s has not reached resourceVersion %s", key, rv)}
-			}
-		}
+	if ok, msg := w.waitFresh(ctx, req, wr.handleFor); !ok {
+		return &snapshot.Response{Result: snapshot.Retry, Message: msg}
 	}
 	parent, ok := wr.parent.ByUID(req.ParentUID)
 	if !ok {

@@ -39,6 +39,7 @@ import (
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/obs"
+	"github.com/metabus/metabus/pkg/snapshot"
 )
 
 // Config is the watcher's configuration (flags).
@@ -119,10 +120,10 @@ type Watcher struct {
 	leader atomic.Bool
 
 	// Controllers.
-	ctrlQueue  workqueue.TypedRateLimitingInterface[string]
-	ctrlHandle *informers.Handle
-	mu         sync.RWMutex
-	wirings    map[string]*wiring // by controller ID
+	ctrlQueue   workqueue.TypedRateLimitingInterface[string]
+	ctrlHandles map[string]*informers.Handle // by controller kind
+	mu          sync.RWMutex
+	wirings     map[string]controllerWiring // by controller ID
 
 	// Work items waiting to be published, merged per parent.
 	queue   workqueue.TypedRateLimitingInterface[string]
@@ -170,7 +171,8 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 		js:       deps.JS,
 		health:   health,
 		targets:  targets,
-		wirings:  map[string]*wiring{},
+		wirings:     map[string]controllerWiring{},
+		ctrlHandles: map[string]*informers.Handle{},
 		pending:  map[string]*bus.WorkItem{},
 		ctrlQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -212,21 +214,31 @@ func (w *Watcher) Run(ctx context.Context) error {
 		defer stop()
 	}
 
-	w.ctrlHandle = w.registry.Acquire(v1alpha1.CompositeControllerGVR)
-	defer w.ctrlHandle.Release()
-	if err := w.ctrlHandle.AddHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.enqueueController(obj) },
-		UpdateFunc: func(_, obj any) { w.enqueueController(obj) },
-		DeleteFunc: func(obj any) { w.enqueueController(obj) },
-	}); err != nil {
-		return err
+	for _, k := range controllerKinds {
+		h := w.registry.Acquire(k.gvr)
+		defer h.Release()
+		kind := k.kind
+		if err := h.AddHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { w.enqueueController(kind, obj) },
+			UpdateFunc: func(_, obj any) { w.enqueueController(kind, obj) },
+			DeleteFunc: func(obj any) { w.enqueueController(kind, obj) },
+		}); err != nil {
+			return err
+		}
+		w.mu.Lock()
+		w.ctrlHandles[kind] = h
+		w.mu.Unlock()
 	}
-	if !w.ctrlHandle.WaitForSync(ctx) {
-		return ctx.Err()
+	for _, h := range w.ctrlHandles {
+		if !h.WaitForSync(ctx) {
+			return ctx.Err()
+		}
 	}
 	w.health.SetReady("watcher", func() error {
-		if !w.ctrlHandle.HasSynced() {
-			return errors.New("controller cache not synced")
+		for kind, h := range w.ctrlHandles {
+			if !h.HasSynced() {
+				return fmt.Errorf("%s cache not synced", kind)
+			}
 		}
 		return nil
 	})
@@ -255,6 +267,30 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	w.mu.Unlock()
 	return nil
+}
+
+// controllerKinds are the controller APIs the watcher serves.
+var controllerKinds = []struct {
+	kind string
+	gvr  schema.GroupVersionResource
+}{
+	{v1alpha1.CompositeControllerKind, v1alpha1.CompositeControllerGVR},
+}
+
+// controllerWiring is one controller object connected to the shared
+// informers, whatever its kind.
+type controllerWiring interface {
+	// snapshot answers a snapshot request for one of its parents.
+	snapshot(ctx context.Context, req snapshot.Request) *snapshot.Response
+	// resync enqueues every parent.
+	resync(reason string)
+	// releaseFinalizers asks for the controller's finalizer to be removed
+	// from every parent that carries it.
+	releaseFinalizers()
+	// stop releases the informer subscriptions.
+	stop()
+	// object is the controller object as last seen.
+	object() *unstructured.Unstructured
 }
 
 // becomeLeader starts publishing and resyncs everything, so nothing that

@@ -41,35 +41,64 @@ type wiring struct {
 	cancel   context.CancelFunc
 }
 
-func (w *Watcher) enqueueController(obj any) {
+func (w *Watcher) enqueueController(kind string, obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
 	if m, err := meta.Accessor(obj); err == nil {
-		w.ctrlQueue.Add(m.GetName())
+		w.ctrlQueue.Add(bus.ControllerID(kind, m.GetName()))
 	}
 }
 
 func (w *Watcher) runControllers(ctx context.Context) {
 	for {
-		name, shutdown := w.ctrlQueue.Get()
+		id, shutdown := w.ctrlQueue.Get()
 		if shutdown {
 			return
 		}
-		if err := w.syncController(ctx, name); err != nil {
-			w.log.Warn("wire controller; will retry", zap.String("controller", name), zap.Error(err))
-			w.ctrlQueue.AddRateLimited(name)
+		err := w.syncController(ctx, id)
+		if err != nil {
+			w.log.Warn("wire controller; will retry", zap.String("controller", id), zap.Error(err))
+			w.ctrlQueue.AddRateLimited(id)
 		} else {
-			w.ctrlQueue.Forget(name)
+			w.ctrlQueue.Forget(id)
 		}
-		w.ctrlQueue.Done(name)
+		w.ctrlQueue.Done(id)
 	}
 }
 
-// syncController (re)wires or unwires one CompositeController.
-func (w *Watcher) syncController(ctx context.Context, name string) error {
-	id := bus.ControllerID(v1alpha1.CompositeControllerKind, name)
-	obj, exists, err := w.ctrlHandle.Informer().GetStore().GetByKey(name)
+// syncController (re)wires or unwires one controller object.
+func (w *Watcher) syncController(ctx context.Context, id string) error {
+	kind, name, err := bus.ParseControllerID(id)
+	if err != nil {
+		return nil
+	}
+	switch kind {
+	case v1alpha1.CompositeControllerKind:
+		return w.syncCompositeController(ctx, id, name)
+	}
+	return nil
+}
+
+// controllerObject returns a controller object from the cache.
+func (w *Watcher) controllerObject(kind, name string) (*unstructured.Unstructured, bool) {
+	w.mu.RLock()
+	h := w.ctrlHandles[kind]
+	w.mu.RUnlock()
+	if h == nil {
+		return nil, false
+	}
+	obj, exists, err := h.Informer().GetStore().GetByKey(name)
+	if err != nil || !exists {
+		return nil, false
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	return u, ok
+}
+
+// syncCompositeController (re)wires or unwires one CompositeController.
+func (w *Watcher) syncCompositeController(ctx context.Context, id, name string) error {
+	obj, exists, err := w.ctrlHandles[v1alpha1.CompositeControllerKind].Informer().GetStore().GetByKey(name)
 	if err != nil {
 		return fmt.Errorf("read controller cache: %w", err)
 	}
@@ -91,7 +120,7 @@ func (w *Watcher) syncController(ctx context.Context, name string) error {
 		return fmt.Errorf("encode spec: %w", err)
 	}
 	w.mu.RLock()
-	old := w.wirings[id]
+	old, _ := w.wirings[id].(*wiring)
 	w.mu.RUnlock()
 	if old != nil && old.specJSON == string(specJSON) && old.obj.GetUID() == cc.GetUID() {
 		// Metadata or status changed only: keep the wiring, refresh the
@@ -241,6 +270,8 @@ func (wr *wiring) start(ctx context.Context) error {
 	}
 	return nil
 }
+
+func (wr *wiring) object() *unstructured.Unstructured { return wr.obj }
 
 func (wr *wiring) stop() {
 	if wr.cancel != nil {
