@@ -28,6 +28,8 @@ func (a *Applier) apply(ctx context.Context, ds *bus.DesiredState) result {
 	switch ds.Controller.Kind {
 	case v1alpha1.CompositeControllerKind:
 		return a.applyComposite(ctx, ds)
+	case v1alpha1.DecoratorControllerKind:
+		return a.applyDecorator(ctx, ds)
 	default:
 		a.log.Error("dropping desired state for an unsupported controller kind", zap.String("kind", ds.Controller.Kind))
 		return result{result: "unsupported"}

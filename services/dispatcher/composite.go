@@ -23,6 +23,8 @@ func (d *Dispatcher) sync(ctx context.Context, item bus.WorkItem, seq uint64) ou
 	switch item.Controller.Kind {
 	case v1alpha1.CompositeControllerKind:
 		return d.syncComposite(ctx, item, seq)
+	case v1alpha1.DecoratorControllerKind:
+		return d.syncDecorator(ctx, item, seq)
 	default:
 		d.log.Error("dropping work item for an unsupported controller kind", zap.String("kind", item.Controller.Kind))
 		return outcome{result: "unsupported"}
@@ -185,9 +187,7 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 		next := item
 		next.Reason, next.Attempt, next.EnqueuedAt = bus.ReasonResyncAfter, 0, time.Time{}
 		next.MinResourceVersions = nil
-		if err := d.pub.Schedule(ctx, next, time.Now().Add(time.Duration(resp.ResyncAfterSeconds*float64(time.Second)))); err != nil {
-			d.log.Warn("schedule resyncAfterSeconds", zap.Error(err))
-		}
+		d.resyncAfter(ctx, next, time.Duration(resp.ResyncAfterSeconds*float64(time.Second)))
 	}
 	return outcome{result: "ok"}
 }

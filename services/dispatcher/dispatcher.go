@@ -86,6 +86,10 @@ type Dispatcher struct {
 	// did not come from a retry still back off.
 	fmu      sync.Mutex
 	failures map[string]int
+
+	// timers are pending sub-second resyncs, one per parent.
+	tmu    sync.Mutex
+	timers map[string]*time.Timer
 }
 
 // New builds a dispatcher.
@@ -121,6 +125,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		metrics:  newMetrics(deps.Metrics),
 		trace:    deps.Trace,
 		failures: map[string]int{},
+		timers:   map[string]*time.Timer{},
 	}
 	d.hooks = hooks.New(hooks.Options{
 		Secrets:    kubeSecrets{kube},
@@ -214,6 +219,47 @@ func (d *Dispatcher) traced(ctx context.Context, item bus.WorkItem, seq uint64) 
 		defer d.trace("dispatcher", item.Parent.UID)()
 	}
 	return d.sync(ctx, item, seq)
+}
+
+// shortResync is the delay below which a resyncAfterSeconds request is
+// timed in this process instead of through MC_SCHED, whose schedules have
+// one-second granularity. A lost timer (this replica dying) costs at most
+// the next resync, like any lost message.
+const shortResync = 2 * time.Second
+
+// resyncAfter arranges the hook's one-time resync request. A parent has at
+// most one pending resync per replica: a newer request replaces the older
+// one, as a newer schedule replaces the older in MC_SCHED, so a hook that
+// always asks for a resync keeps one chain going, not one per sync.
+func (d *Dispatcher) resyncAfter(ctx context.Context, item bus.WorkItem, delay time.Duration) {
+	if delay < shortResync {
+		key := d.failureKey(item)
+		d.tmu.Lock()
+		defer d.tmu.Unlock()
+		if old := d.timers[key]; old != nil {
+			old.Stop()
+		}
+		var t *time.Timer
+		t = time.AfterFunc(delay, func() {
+			d.tmu.Lock()
+			if d.timers[key] == t {
+				delete(d.timers, key)
+			}
+			d.tmu.Unlock()
+			if ctx.Err() != nil {
+				return
+			}
+			item.EnqueuedAt = time.Now()
+			if _, err := d.pub.PublishWork(ctx, item); err != nil && ctx.Err() == nil {
+				d.log.Warn("publish resyncAfterSeconds", zap.Error(err))
+			}
+		})
+		d.timers[key] = t
+		return
+	}
+	if err := d.pub.Schedule(ctx, item, time.Now().Add(delay)); err != nil {
+		d.log.Warn("schedule resyncAfterSeconds", zap.Error(err))
+	}
 }
 
 type outcome struct {

@@ -53,6 +53,13 @@ type Config struct {
 	TargetLabelSelector string
 	// PublishWorkers publish work items to NATS concurrently.
 	PublishWorkers int
+	// ResyncBacklog bounds how many work items may sit in MC_WORK while
+	// resync items are being published (0: Partitions/2; <0: unpaced).
+	// Real changes bypass it: a resync wave (cache flush, resyncPeriod,
+	// a new leader) is fed in as the dispatchers drain it, so a real
+	// change waits behind at most about one resync item in its partition
+	// instead of behind the whole wave (upstream #78).
+	ResyncBacklog int
 	// SnapshotWait bounds how long a snapshot request waits for the cache to
 	// reach the requested resourceVersions before answering "retry".
 	SnapshotWait time.Duration
@@ -125,10 +132,12 @@ type Watcher struct {
 	mu          sync.RWMutex
 	wirings     map[string]controllerWiring // by controller ID
 
-	// Work items waiting to be published, merged per parent.
-	queue   workqueue.TypedRateLimitingInterface[string]
-	pmu     sync.Mutex
-	pending map[string]*bus.WorkItem
+	// Work items waiting to be published, merged per parent; resyncs wait
+	// in their own queue, paced by MC_WORK's backlog.
+	queue       workqueue.TypedRateLimitingInterface[string]
+	resyncQueue workqueue.TypedInterface[string]
+	pmu         sync.Mutex
+	pending     map[string]*bus.WorkItem
 }
 
 // New builds a watcher; Run starts it.
@@ -177,6 +186,7 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 		ctrlQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "metabus-watcher-controllers"}),
+		resyncQueue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: "metabus-watcher-resync"}),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "metabus-watcher-publish"}),
@@ -204,6 +214,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer w.queue.ShutDown()
+	defer w.resyncQueue.ShutDown()
 	defer w.ctrlQueue.ShutDown()
 
 	if w.cfg.ServeSnapshots {
@@ -250,6 +261,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); w.runPublisher(ctx) }()
 	}
 	wg.Add(1)
+	go func() { defer wg.Done(); w.runResyncPacer(ctx) }()
+	wg.Add(1)
 	go func() { defer wg.Done(); w.runCacheFlush(ctx) }()
 
 	if w.cfg.LeaderElect {
@@ -275,6 +288,7 @@ var controllerKinds = []struct {
 	gvr  schema.GroupVersionResource
 }{
 	{v1alpha1.CompositeControllerKind, v1alpha1.CompositeControllerGVR},
+	{v1alpha1.DecoratorControllerKind, v1alpha1.DecoratorControllerGVR},
 }
 
 // controllerWiring is one controller object connected to the shared
@@ -364,8 +378,13 @@ func (w *Watcher) enqueueItem(ref bus.ControllerRef, parentRes *discovery.Resour
 	if rv != "" {
 		mergeRV(item.MinResourceVersions, grKey(gvr), rv)
 	}
+	resync := item.Reason == bus.ReasonResync
 	w.pmu.Unlock()
-	w.queue.Add(key)
+	if resync {
+		w.resyncQueue.Add(key)
+	} else {
+		w.queue.Add(key)
+	}
 }
 
 // enqueueRelease queues the removal of finalizer from parent.
@@ -388,6 +407,65 @@ func (w *Watcher) runPublisher(ctx context.Context) {
 			w.queue.Done(key)
 			continue
 		}
+		w.publish(ctx, key, item)
+		w.queue.Done(key)
+	}
+}
+
+// runResyncPacer publishes resync items only while MC_WORK's backlog is
+// below ResyncBacklog.
+func (w *Watcher) runResyncPacer(ctx context.Context) {
+	limit := w.cfg.ResyncBacklog
+	if limit == 0 {
+		limit = bus.Partitions / 2
+	}
+	var stream jetstream.Stream
+	budget := 0
+	for {
+		key, shutdown := w.resyncQueue.Get()
+		if shutdown {
+			return
+		}
+		for limit > 0 && budget <= 0 && ctx.Err() == nil {
+			if stream == nil {
+				s, err := w.js.Stream(ctx, bus.WorkStream)
+				if err != nil {
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				stream = s
+			}
+			info, err := stream.Info(ctx)
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			if budget = limit - int(info.State.Msgs); budget <= 0 {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		w.pmu.Lock()
+		item := w.pending[key]
+		if item != nil && item.Reason == bus.ReasonResync {
+			delete(w.pending, key)
+		} else {
+			// Gone, or upgraded to a real change that the main queue
+			// publishes.
+			item = nil
+		}
+		w.pmu.Unlock()
+		if item != nil {
+			w.publish(ctx, key, item)
+			budget--
+		}
+		w.resyncQueue.Done(key)
+	}
+}
+
+// publish sends one work item; on failure it is put back (merged with
+// anything newer) and retried with backoff through the main queue.
+func (w *Watcher) publish(ctx context.Context, key string, item *bus.WorkItem) {
+	{
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		queued, err := w.pub.PublishWork(pctx, *item)
 		cancel()
@@ -415,6 +493,5 @@ func (w *Watcher) runPublisher(ctx context.Context) {
 			w.metrics.published.WithLabelValues(item.Reason, "already_queued").Inc()
 			w.queue.Forget(key)
 		}
-		w.queue.Done(key)
 	}
 }

@@ -76,6 +76,8 @@ func (w *Watcher) syncController(ctx context.Context, id string) error {
 	switch kind {
 	case v1alpha1.CompositeControllerKind:
 		return w.syncCompositeController(ctx, id, name)
+	case v1alpha1.DecoratorControllerKind:
+		return w.syncDecoratorController(ctx, id, name)
 	}
 	return nil
 }

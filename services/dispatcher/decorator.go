@@ -1,0 +1,183 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/composite"
+	"github.com/metabus/metabus/pkg/decorator"
+	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/hookapi"
+	"github.com/metabus/metabus/pkg/hooks"
+	"github.com/metabus/metabus/pkg/snapshot"
+)
+
+// syncDecorator syncs one target of a DecoratorController: it reads the
+// target and its attachments from the snapshot service, calls sync (or
+// finalize, when the target is being deleted or opted out of the
+// selectors while holding our finalizer), and publishes the answer.
+func (d *Dispatcher) syncDecorator(ctx context.Context, item bus.WorkItem, seq uint64) outcome {
+	if item.Reason == bus.ReasonRelease {
+		return d.release(ctx, item, seq)
+	}
+	snap, err := snapshot.Fetch(ctx, d.snaps, snapshot.Request{
+		Controller: item.Controller, ParentUID: item.Parent.UID, MinResourceVersions: item.MinResourceVersions,
+	}, d.cfg.SnapshotWait)
+	if err != nil {
+		if ctx.Err() != nil {
+			return outcome{result: "cancelled", infra: true}
+		}
+		return d.failedQuietly(ctx, item, fmt.Errorf("observed state unavailable: %w", err))
+	}
+	switch snap.Result {
+	case snapshot.OK:
+	case snapshot.NotFound:
+		d.succeeded(item)
+		return outcome{result: "notfound"}
+	case snapshot.ControllerGone:
+		// The watcher releases every target too; this covers an item that
+		// raced with it.
+		d.succeeded(item)
+		item.Finalizer = decorator.Finalizer(item.Controller.Name)
+		return d.release(ctx, item, seq)
+	case snapshot.Retry:
+		return d.failedQuietly(ctx, item, fmt.Errorf("observed state not fresh yet: %s", snap.Message))
+	default:
+		d.log.Warn("controller cannot be served", zap.String("controller", item.Controller.Name), zap.String("why", snap.Message))
+		return outcome{result: "invalid"}
+	}
+	dc, err := decorator.Decode(snap.Controller)
+	if err != nil {
+		return outcome{result: "invalid"}
+	}
+	target := snap.Parent
+	resource := snap.ParentResource
+	if resource == "" {
+		resource = item.Parent.Resource
+	}
+	pref := parentRef(target, item.Parent)
+	pref.Resource = resource
+	if composite.WaitingForGC(target) {
+		d.succeeded(item)
+		return outcome{result: "skipped"}
+	}
+	selected, err := decorator.Selected(dc.Spec, target, resource)
+	if err != nil {
+		// The watcher wired the controller with the same selectors, so
+		// this only happens while a broken spec is being rolled out.
+		return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("DecoratorController %s: %w", dc.Name, err))
+	}
+	hook, kind, finalizing := decorator.ChooseHook(dc, target, selected)
+	if hook == nil {
+		if kind == "" {
+			// Deleting or opted out, with nothing to finalize: the garbage
+			// collector (or nobody) takes the attachments.
+			d.succeeded(item)
+			return outcome{result: "skipped"}
+		}
+		return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("DecoratorController %s has no %s hook", dc.Name, kind))
+	}
+	version := v1alpha1.HookVersionV1
+	if hook.Version != nil && *hook.Version != "" {
+		version = *hook.Version
+	}
+	targetNamespaced := target.GetNamespace() != ""
+	attachments := hookapi.NewObjectMap(version, targetNamespaced)
+	for _, g := range snap.Children {
+		attachments.Ensure(g.APIVersion, g.Kind)
+		for _, o := range g.Objects {
+			if err := attachments.Add(o, g.Namespaced); err != nil {
+				return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("build hook request: %w", err))
+			}
+		}
+	}
+	// No customize hook exists yet (for CompositeController either), so
+	// related is always {}.
+	req := hookapi.DecoratorSyncRequest{
+		Controller:  snap.Controller,
+		Object:      target,
+		Attachments: attachments.Map(),
+		Related:     hookapi.NewObjectMap(version, targetNamespaced).Map(),
+		Finalizing:  finalizing,
+	}
+	var resp hookapi.DecoratorSyncResponse
+	hookStart := time.Now()
+	err = d.hooks.Do(ctx, hooks.Call{
+		Hook:            hook,
+		EndpointConfigs: dc.Spec.EndpointConfigs,
+		Kind:            kind,
+		ControllerType:  v1alpha1.DecoratorControllerKind,
+		ControllerName:  dc.Name,
+		Source:          bus.ControllerSource(item.Controller),
+		Subject:         bus.ObjectPath(pref),
+		ID:              bus.DesiredMsgID(pref.UID, seq),
+		Extensions: map[string]string{
+			bus.ExtParentUID:    pref.UID,
+			bus.ExtWorkSeq:      bus.WorkSeqString(seq),
+			bus.ExtPartitionKey: item.Controller.ID() + "/" + pref.UID,
+		},
+		CacheKey: pref.UID,
+		Request:  req,
+	}, &resp)
+	d.metrics.hookSeconds.WithLabelValues(kind).Observe(time.Since(hookStart).Seconds())
+	if err != nil {
+		var tooMany *hooks.TooManyRequestsError
+		if errors.As(err, &tooMany) {
+			d.log.Info("hook throttled; retrying after Retry-After", zap.String("controller", dc.Name),
+				zap.String("target", pref.Namespace+"/"+pref.Name), zap.Duration("retryAfter", tooMany.RetryAfter))
+			if serr := d.retry(ctx, item, time.Now().Add(tooMany.RetryAfter)); serr != nil {
+				return outcome{result: "throttled", infra: true}
+			}
+			return outcome{result: "throttled"}
+		}
+		return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("%s hook failed: %w", kind, err))
+	}
+
+	minRVs := map[string]string{}
+	for k, v := range item.MinResourceVersions {
+		minRVs[k] = v
+	}
+	if gv, err := schema.ParseGroupVersion(pref.APIVersion); err == nil && pref.ResourceVersion != "" {
+		minRVs[gv.Group+"/"+pref.Resource] = pref.ResourceVersion
+	}
+	ds := bus.DesiredState{
+		Controller:          item.Controller,
+		Parent:              pref,
+		WorkSeq:             seq,
+		Hook:                kind,
+		Children:            resp.Attachments,
+		Labels:              resp.Labels,
+		Annotations:         resp.Annotations,
+		Status:              resp.Status,
+		StatusSet:           resp.Status != nil,
+		ResyncAfterSeconds:  resp.ResyncAfterSeconds,
+		Finalized:           resp.Finalized,
+		Observed:            ObservedRefs(snap.Children),
+		MinResourceVersions: minRVs,
+		Attempt:             d.attempt(item),
+		ProducedAt:          time.Now(),
+	}
+	if ds.Children == nil {
+		ds.Children = []*unstructured.Unstructured{}
+	}
+	if err := d.pub.PublishDesired(ctx, ds); err != nil {
+		d.log.Warn("publish desired state", zap.Error(err))
+		return outcome{result: "error", infra: true}
+	}
+	d.succeeded(item)
+	if resp.ResyncAfterSeconds > 0 {
+		next := item
+		next.Reason, next.Attempt, next.EnqueuedAt = bus.ReasonResyncAfter, 0, time.Time{}
+		next.MinResourceVersions = nil
+		d.resyncAfter(ctx, next, time.Duration(resp.ResyncAfterSeconds*float64(time.Second)))
+	}
+	return outcome{result: "ok"}
+}

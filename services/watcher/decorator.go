@@ -1,0 +1,420 @@
+package watcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/composite"
+	"github.com/metabus/metabus/pkg/decorator"
+	"github.com/metabus/metabus/pkg/discovery"
+	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/informers"
+	"github.com/metabus/metabus/pkg/snapshot"
+)
+
+// decoratorWiring is one DecoratorController connected to the shared
+// informers: one per target resource and one per attachment rule.
+//
+// A DecoratorController may target several kinds, built-in or custom,
+// namespaced or cluster-scoped. Work items are keyed by the target's UID,
+// which never collides across kinds; the item's parent reference carries
+// the target's apiVersion, kind and resource.
+type decoratorWiring struct {
+	w         *Watcher
+	ref       bus.ControllerRef
+	obj       *unstructured.Unstructured
+	spec      v1alpha1.DecoratorControllerSpec
+	specJSON  string
+	finalizer string
+	selector  *decorator.Selector
+
+	targets     []*decoratorTarget    // one per distinct target resource
+	attachRes   []*discovery.Resource // per attachment rule, in spec order
+	attachments []*informers.Handle   // per attachment rule
+	cancel      context.CancelFunc
+}
+
+// decoratorTarget is one target resource of a decorator.
+type decoratorTarget struct {
+	res *discovery.Resource
+	// ignoreStatusChanges is set when every rule naming this resource asks
+	// for it.
+	ignoreStatusChanges bool
+	h                   *informers.Handle
+}
+
+// syncDecoratorController (re)wires or unwires one DecoratorController.
+func (w *Watcher) syncDecoratorController(ctx context.Context, id, name string) error {
+	dc, exists := w.controllerObject(v1alpha1.DecoratorControllerKind, name)
+	if !exists || dc == nil {
+		// Deleted: stop, and release its finalizer from every target it
+		// decorated (upstream leaves them behind, #1062).
+		w.unwire(id, "controller deleted", true)
+		return nil
+	}
+	if !w.targets.Matches(labels.Set(dc.GetLabels())) {
+		// Another installation may serve it now: leave its finalizers.
+		w.unwire(id, "controller no longer targeted", false)
+		return nil
+	}
+	specJSON, err := json.Marshal(dc.Object["spec"])
+	if err != nil {
+		return fmt.Errorf("encode spec: %w", err)
+	}
+	w.mu.RLock()
+	old, _ := w.wirings[id].(*decoratorWiring)
+	w.mu.RUnlock()
+	if old != nil && old.specJSON == string(specJSON) && old.obj.GetUID() == dc.GetUID() {
+		w.mu.Lock()
+		old.obj = dc
+		w.mu.Unlock()
+		return nil
+	}
+	var spec v1alpha1.DecoratorControllerSpec
+	if err := json.Unmarshal(specJSON, &spec); err != nil {
+		w.rec.Warning(dc, events.ReasonCreateError, fmt.Sprintf("invalid spec: %v", err))
+		w.unwire(id, "invalid spec", false)
+		return nil
+	}
+	wr, err := w.newDecoratorWiring(ctx, dc, spec, string(specJSON))
+	if err != nil {
+		w.rec.Warning(dc, events.ReasonCreateError, err.Error())
+		w.unwire(id, "cannot wire: "+err.Error(), false)
+		return err
+	}
+	// Subscribe before releasing the old wiring: shared informers both use
+	// stay up.
+	if err := wr.start(ctx); err != nil {
+		wr.stop()
+		return err
+	}
+	w.mu.Lock()
+	w.wirings[id] = wr
+	w.mu.Unlock()
+	if old != nil {
+		if old.finalizer != "" && wr.finalizer == "" {
+			// The finalize hook was removed: nobody will finalize.
+			old.releaseFinalizers()
+		}
+		old.stop()
+	}
+	w.metrics.controllers.Set(float64(w.countWirings()))
+	kinds := make([]string, 0, len(wr.targets))
+	for _, t := range wr.targets {
+		kinds = append(kinds, t.res.GVR.String())
+	}
+	w.log.Info("decorator wired", zap.String("controller", name), zap.Strings("targets", kinds),
+		zap.Int("attachmentResources", len(wr.attachRes)))
+	w.rec.Normal(dc, events.ReasonStarted, "controller started")
+	return nil
+}
+
+func (w *Watcher) newDecoratorWiring(ctx context.Context, dc *unstructured.Unstructured, spec v1alpha1.DecoratorControllerSpec, specJSON string) (*decoratorWiring, error) {
+	if len(spec.Resources) == 0 {
+		return nil, fmt.Errorf("spec.resources is empty: nothing to decorate")
+	}
+	wr := &decoratorWiring{
+		w:        w,
+		ref:      bus.ControllerRef{Kind: v1alpha1.DecoratorControllerKind, Name: dc.GetName(), UID: string(dc.GetUID())},
+		obj:      dc,
+		spec:     spec,
+		specJSON: specJSON,
+	}
+	if spec.Hooks != nil && spec.Hooks.Finalize != nil {
+		wr.finalizer = decorator.Finalizer(dc.GetName())
+	}
+	rules := make([]decorator.ResolvedRule, 0, len(spec.Resources))
+	byGVR := map[schema.GroupVersionResource]*decoratorTarget{}
+	for i, r := range spec.Resources {
+		if r.APIVersion == "" || r.Resource == "" {
+			return nil, fmt.Errorf("spec.resources[%d] needs apiVersion and resource", i)
+		}
+		res, err := w.disc.Resolve(ctx, r.APIVersion, r.Resource)
+		if err != nil {
+			return nil, fmt.Errorf("spec.resources[%d]: %w", i, err)
+		}
+		rules = append(rules, decorator.ResolvedRule{DecoratorControllerResourceRule: r, Kind: res.Kind})
+		ignore := r.IgnoreStatusChanges != nil && *r.IgnoreStatusChanges
+		if t, ok := byGVR[res.GVR]; ok {
+			t.ignoreStatusChanges = t.ignoreStatusChanges && ignore
+			continue
+		}
+		t := &decoratorTarget{res: res, ignoreStatusChanges: ignore}
+		byGVR[res.GVR] = t
+		wr.targets = append(wr.targets, t)
+	}
+	sel, err := decorator.NewSelector(rules)
+	if err != nil {
+		return nil, err
+	}
+	wr.selector = sel
+	for i, a := range spec.Attachments {
+		res, err := w.disc.Resolve(ctx, a.APIVersion, a.Resource)
+		if err != nil {
+			return nil, fmt.Errorf("spec.attachments[%d]: %w", i, err)
+		}
+		// A cluster-scoped attachment is only invalid under a namespaced
+		// target, and a controller may target both scopes: the applier
+		// rejects such a desired attachment per target.
+		wr.attachRes = append(wr.attachRes, res)
+	}
+	return wr, nil
+}
+
+func (wr *decoratorWiring) start(ctx context.Context) error {
+	ctx, wr.cancel = context.WithCancel(ctx)
+	for _, t := range wr.targets {
+		t.h = wr.w.registry.Acquire(t.res.GVR)
+		tg := t
+		if err := t.h.AddHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { wr.onTarget(tg, nil, obj) },
+			UpdateFunc: func(old, obj any) { wr.onTarget(tg, old, obj) },
+		}); err != nil {
+			return err
+		}
+	}
+	for _, res := range wr.attachRes {
+		h := wr.w.registry.Acquire(res.GVR)
+		wr.attachments = append(wr.attachments, h)
+		if err := h.AddHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { wr.onAttachment(h.GVR(), nil, obj) },
+			UpdateFunc: func(old, obj any) { wr.onAttachment(h.GVR(), old, obj) },
+			DeleteFunc: func(obj any) { wr.onAttachment(h.GVR(), nil, obj) },
+		}); err != nil {
+			return err
+		}
+	}
+	if p := wr.spec.ResyncPeriodSeconds; p != nil && *p > 0 {
+		period := time.Duration(*p) * time.Second
+		go func() {
+			t := time.NewTicker(period)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					wr.resync(bus.ReasonResync)
+				}
+			}
+		}()
+	}
+	return nil
+}
+
+func (wr *decoratorWiring) object() *unstructured.Unstructured { return wr.obj }
+
+func (wr *decoratorWiring) stop() {
+	if wr.cancel != nil {
+		wr.cancel()
+	}
+	for _, t := range wr.targets {
+		if t.h != nil {
+			t.h.Release()
+		}
+	}
+	for _, h := range wr.attachments {
+		h.Release()
+	}
+}
+
+// selects reports whether the controller handles target: it matches the
+// selectors of its kind, or it no longer does but still carries our
+// finalizer, so the finalize hook runs (opt-out).
+func (wr *decoratorWiring) selects(target *unstructured.Unstructured) bool {
+	return wr.selector.Matches(target) || composite.HasFinalizer(target, wr.finalizer)
+}
+
+// resync enqueues every cached target.
+func (wr *decoratorWiring) resync(reason string) {
+	for _, t := range wr.targets {
+		if t.h == nil {
+			continue
+		}
+		for _, obj := range t.h.List() {
+			if wr.selects(obj) {
+				wr.w.enqueue(wr.ref, t.res, obj, reason, t.res.GVR, "")
+			}
+		}
+	}
+}
+
+// releaseFinalizers asks for the controller's finalizer to be removed from
+// every target that carries it, through the same release path as
+// CompositeController (dispatcher release → applier release).
+func (wr *decoratorWiring) releaseFinalizers() {
+	if wr.finalizer == "" {
+		return
+	}
+	n := 0
+	for _, t := range wr.targets {
+		if t.h == nil {
+			continue
+		}
+		for _, obj := range t.h.List() {
+			if composite.HasFinalizer(obj, wr.finalizer) {
+				wr.w.enqueueRelease(wr.ref, t.res, obj, wr.finalizer)
+				n++
+			}
+		}
+	}
+	if n > 0 {
+		wr.w.log.Info("releasing finalizers of a removed decorator", zap.String("controller", wr.ref.Name),
+			zap.String("finalizer", wr.finalizer), zap.Int("targets", n))
+	}
+}
+
+func (wr *decoratorWiring) onTarget(t *decoratorTarget, oldObj, obj any) {
+	target, ok := obj.(*unstructured.Unstructured)
+	if !ok || !wr.selects(target) {
+		return
+	}
+	if old, ok := oldObj.(*unstructured.Unstructured); ok {
+		if old.GetResourceVersion() == target.GetResourceVersion() {
+			return // informer resync: the bus has its own
+		}
+		if t.ignoreStatusChanges && !parentChangedBeyondStatus(old, target) {
+			return
+		}
+	}
+	wr.w.enqueue(wr.ref, t.res, target, bus.ReasonEvent, t.res.GVR, target.GetResourceVersion())
+}
+
+// onAttachment enqueues the target an attachment belongs to. Only objects
+// with a controller reference to a target and our annotation are
+// attachments: there is no adoption, so orphans are nobody's business.
+func (wr *decoratorWiring) onAttachment(gvr schema.GroupVersionResource, oldObj, obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	a, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	rv := a.GetResourceVersion()
+	if old, ok := oldObj.(*unstructured.Unstructured); ok {
+		if old.GetResourceVersion() == rv {
+			return
+		}
+		// Released, re-owned or unmarked: the old target must hear about
+		// it too (the same target is merged into one work item).
+		wr.enqueueOwner(gvr, old, rv)
+	}
+	wr.enqueueOwner(gvr, a, rv)
+}
+
+func (wr *decoratorWiring) enqueueOwner(gvr schema.GroupVersionResource, a *unstructured.Unstructured, rv string) {
+	ref := metav1.GetControllerOfNoCopy(a)
+	if ref == nil || !decorator.IsAttachment(a, wr.ref.Name) {
+		return
+	}
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return
+	}
+	for _, t := range wr.targets {
+		if t.res.Kind != ref.Kind || t.res.GVR.Group != gv.Group {
+			continue
+		}
+		if target, ok := t.h.ByUID(string(ref.UID)); ok && wr.selects(target) {
+			wr.w.enqueue(wr.ref, t.res, target, bus.ReasonEvent, gvr, rv)
+			return
+		}
+	}
+}
+
+// handleFor returns the wiring's informer handle for a freshness key.
+func (wr *decoratorWiring) handleFor(key string) *informers.Handle {
+	for _, t := range wr.targets {
+		if grKey(t.res.GVR) == key {
+			return t.h
+		}
+	}
+	for _, h := range wr.attachments {
+		if grKey(h.GVR()) == key {
+			return h
+		}
+	}
+	return nil
+}
+
+// snapshot of a decorator target: the target as Parent, and its
+// attachments grouped per attachment rule, in spec order, as Children.
+func (wr *decoratorWiring) snapshot(ctx context.Context, req snapshot.Request) *snapshot.Response {
+	w := wr.w
+	w.mu.RLock()
+	ctrl := wr.obj
+	w.mu.RUnlock()
+	for _, t := range wr.targets {
+		if !t.h.HasSynced() {
+			return &snapshot.Response{Result: snapshot.Retry, Message: "target cache " + t.res.GVR.String() + " not synced"}
+		}
+	}
+	for _, h := range wr.attachments {
+		if !h.HasSynced() {
+			return &snapshot.Response{Result: snapshot.Retry, Message: "attachment cache " + h.GVR().String() + " not synced"}
+		}
+	}
+	if ok, msg := w.waitFresh(ctx, req, wr.handleFor); !ok {
+		return &snapshot.Response{Result: snapshot.Retry, Message: msg}
+	}
+	var (
+		target *unstructured.Unstructured
+		tres   *discovery.Resource
+	)
+	for _, t := range wr.targets {
+		if obj, ok := t.h.ByUID(req.ParentUID); ok {
+			target, tres = obj, t.res
+			break
+		}
+	}
+	if target == nil {
+		return &snapshot.Response{Result: snapshot.NotFound, Message: "target " + req.ParentUID + " not found"}
+	}
+	resp := &snapshot.Response{
+		Result:          snapshot.OK,
+		Controller:      ctrl,
+		Parent:          target,
+		ParentResource:  tres.GVR.Resource,
+		ParentHasStatus: tres.HasStatus,
+	}
+	ns := target.GetNamespace()
+	for i, h := range wr.attachments {
+		res := wr.attachRes[i]
+		g := snapshot.Group{
+			APIVersion: res.APIVersion(),
+			Resource:   res.GVR.Resource,
+			Kind:       res.Kind,
+			Namespaced: res.Namespaced,
+			Objects:    []*unstructured.Unstructured{},
+		}
+		for _, c := range h.OwnedBy(req.ParentUID) {
+			ref := metav1.GetControllerOfNoCopy(c)
+			if ref == nil || ref.Kind != tres.Kind || !decorator.IsAttachment(c, wr.ref.Name) {
+				continue
+			}
+			if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != tres.GVR.Group {
+				continue
+			}
+			// A namespaced target only owns objects of its namespace (the
+			// garbage collector ignores cross-namespace owners).
+			if ns != "" && c.GetNamespace() != ns {
+				continue
+			}
+			g.Objects = append(g.Objects, c)
+		}
+		resp.Children = append(resp.Children, g)
+	}
+	return resp
+}
