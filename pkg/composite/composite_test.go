@@ -478,3 +478,80 @@ func TestDecode(t *testing.T) {
 		})
 	}
 }
+
+func withFinalizers(deleting bool, fs ...string) *unstructured.Unstructured {
+	p := parent("ns", "p", "u", nil, nil)
+	p.SetFinalizers(fs)
+	if deleting {
+		now := metav1.Now()
+		p.SetDeletionTimestamp(&now)
+	}
+	return p
+}
+
+func TestHasFinalizer(t *testing.T) {
+	mine := Finalizer("c")
+	cases := []struct {
+		reason string
+		obj    *unstructured.Unstructured
+		f      string
+		want   bool
+	}{
+		{reason: "present", obj: withFinalizers(false, "a", mine), f: mine, want: true},
+		{reason: "absent", obj: withFinalizers(false, "a"), f: mine, want: false},
+		{reason: "no finalizers", obj: withFinalizers(false), f: mine, want: false},
+		{reason: "another controller's finalizer does not count", obj: withFinalizers(false, Finalizer("other")), f: mine, want: false},
+		{reason: "exact match only", obj: withFinalizers(false, mine+"-x"), f: mine, want: false},
+		{reason: "the empty finalizer (no finalize hook) is never present", obj: withFinalizers(false, ""), f: "", want: false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.reason, func(t *testing.T) {
+			if got := HasFinalizer(tc.obj, tc.f); got != tc.want {
+				t.Errorf("%s: HasFinalizer(%v, %q) = %v, want %v", tc.reason, tc.obj.GetFinalizers(), tc.f, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestControllerFinalizer(t *testing.T) {
+	cases := []struct {
+		reason string
+		hooks  *v1alpha1.CompositeControllerHooks
+		want   string
+	}{
+		{reason: "a finalize hook: the upstream finalizer name", hooks: &v1alpha1.CompositeControllerHooks{Sync: &v1alpha1.Hook{}, Finalize: &v1alpha1.Hook{}}, want: "metacontroller.io/compositecontroller-ctrl"},
+		{reason: "no finalize hook: no finalizer", hooks: &v1alpha1.CompositeControllerHooks{Sync: &v1alpha1.Hook{}}, want: ""},
+		{reason: "no hooks at all", hooks: nil, want: ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.reason, func(t *testing.T) {
+			cc := &v1alpha1.CompositeController{}
+			cc.Name = "ctrl"
+			cc.Spec.Hooks = tc.hooks
+			if got := ControllerFinalizer(cc); got != tc.want {
+				t.Errorf("%s: ControllerFinalizer = %q, want %q", tc.reason, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestWaitingForGC(t *testing.T) {
+	cases := []struct {
+		reason string
+		obj    *unstructured.Unstructured
+		want   bool
+	}{
+		{reason: "deleting with foregroundDeletion", obj: withFinalizers(true, metav1.FinalizerDeleteDependents), want: true},
+		{reason: "deleting with orphan", obj: withFinalizers(true, "x", metav1.FinalizerOrphanDependents), want: true},
+		{reason: "deleting with only the controller's finalizer", obj: withFinalizers(true, Finalizer("c")), want: false},
+		{reason: "deleting without finalizers", obj: withFinalizers(true), want: false},
+		{reason: "not deleting: GC finalizers do not matter", obj: withFinalizers(false, metav1.FinalizerDeleteDependents), want: false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.reason, func(t *testing.T) {
+			if got := WaitingForGC(tc.obj); got != tc.want {
+				t.Errorf("%s: WaitingForGC = %v, want %v", tc.reason, got, tc.want)
+			}
+		})
+	}
+}

@@ -230,6 +230,15 @@ func (h *Handle) Orphans(ns string) []*unstructured.Unstructured {
 	return h.byIndex(IndexOrphan, ns)
 }
 
+// AllOrphans returns cached objects with no controller, in every namespace.
+func (h *Handle) AllOrphans() []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, ns := range h.e.informer.GetIndexer().ListIndexFuncValues(IndexOrphan) {
+		out = append(out, h.byIndex(IndexOrphan, ns)...)
+	}
+	return out
+}
+
 // InNamespace returns the cached objects of namespace ns.
 func (h *Handle) InNamespace(ns string) []*unstructured.Unstructured {
 	return h.byIndex(cache.NamespaceIndex, ns)
@@ -274,6 +283,9 @@ func (h *Handle) Seen() string {
 // top of the periodic resync, never a reason to block forever.
 func (h *Handle) WaitSeen(ctx context.Context, rv string) bool {
 	if rv == "" {
+		return true
+	}
+	if _, err := resourceversion.CompareResourceVersion(rv, rv); err != nil {
 		return true
 	}
 	done := make(chan struct{})

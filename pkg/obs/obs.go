@@ -33,7 +33,7 @@ type LogFlags struct {
 // Register adds --zap-log-level, --zap-devel, --zap-encoder and
 // --zap-time-encoding.
 func (f *LogFlags) Register(fs *flag.FlagSet) {
-	fs.StringVar(&f.Level, "zap-log-level", "info", "log level: debug, info, error, or an integer verbosity (4 = API actions, 5 = diffs, 6 = hook bodies)")
+	fs.StringVar(&f.Level, "zap-log-level", "", "log level: debug, info, error, or an integer verbosity (4 = API actions, 5 = diffs, 6 = hook bodies); default info, debug with --zap-devel")
 	fs.BoolVar(&f.Devel, "zap-devel", false, "development logging (console encoder, debug level, stack traces on warnings)")
 	fs.StringVar(&f.Encoder, "zap-encoder", "", "log encoding: json or console (default json, console with --zap-devel)")
 	fs.StringVar(&f.TimeEnc, "zap-time-encoding", "iso8601", "time encoding: epoch, millis, nano, iso8601, rfc3339, rfc3339nano")
@@ -46,6 +46,9 @@ func ParseLevel(s string) (zapcore.Level, error) {
 		if n < 0 {
 			return 0, fmt.Errorf("log level %d must not be negative", n)
 		}
+		// zap levels are int8: a larger verbosity would wrap around and
+		// silence everything.
+		n = min(n, 128)
 		return zapcore.Level(-n), nil
 	}
 	var l zapcore.Level
@@ -53,6 +56,17 @@ func ParseLevel(s string) (zapcore.Level, error) {
 		return 0, fmt.Errorf("unknown log level %q", s)
 	}
 	return l, nil
+}
+
+// timeEncoders are controller-runtime's --zap-time-encoding names.
+var timeEncoders = map[string]zapcore.TimeEncoder{
+	"epoch":       zapcore.EpochTimeEncoder,
+	"millis":      zapcore.EpochMillisTimeEncoder,
+	"nano":        zapcore.EpochNanosTimeEncoder,
+	"nanos":       zapcore.EpochNanosTimeEncoder,
+	"iso8601":     zapcore.ISO8601TimeEncoder,
+	"rfc3339":     zapcore.RFC3339TimeEncoder,
+	"rfc3339nano": zapcore.RFC3339NanoTimeEncoder,
 }
 
 // NewLogger builds the process logger.
@@ -79,11 +93,13 @@ func NewLogger(f LogFlags) (*zap.Logger, error) {
 		// bugs: a stack trace per failed sync only buries the message.
 		cfg.DisableStacktrace = true
 	}
-	if f.TimeEnc != "" {
-		if err := cfg.EncoderConfig.EncodeTime.UnmarshalText([]byte(f.TimeEnc)); err != nil {
-			return nil, fmt.Errorf("zap time encoding %q: %w", f.TimeEnc, err)
-		}
+	enc, ok := timeEncoders[strings.ToLower(f.TimeEnc)]
+	if !ok {
+		// zap itself falls back to epoch seconds for unknown names,
+		// which would hide a typo.
+		return nil, fmt.Errorf("unknown zap time encoding %q (epoch, millis, nano, iso8601, rfc3339, rfc3339nano)", f.TimeEnc)
 	}
+	cfg.EncoderConfig.EncodeTime = enc
 	// Sampling would hide repeated sync errors of different parents.
 	cfg.Sampling = nil
 	l, err := cfg.Build()

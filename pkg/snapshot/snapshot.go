@@ -49,11 +49,19 @@ const (
 // Group is the observed objects of one declared child (or related)
 // resource.
 type Group struct {
-	APIVersion string                       `json:"apiVersion"`
-	Resource   string                       `json:"resource"`
-	Kind       string                       `json:"kind"`
-	Namespaced bool                         `json:"namespaced"`
-	Objects    []*unstructured.Unstructured `json:"objects"`
+	APIVersion string `json:"apiVersion"`
+	Resource   string `json:"resource"`
+	Kind       string `json:"kind"`
+	Namespaced bool   `json:"namespaced"`
+	// Objects are the children the hook is shown: owned ones that match
+	// the parent's selector, plus Adopt.
+	Objects []*unstructured.Unstructured `json:"objects"`
+	// Adopt are orphans (also in Objects) that match the selector and must
+	// be adopted before acting on the hook's answer.
+	Adopt []*unstructured.Unstructured `json:"adopt,omitempty"`
+	// Release are owned objects that no longer match the selector: the
+	// parent must let go of them.
+	Release []*unstructured.Unstructured `json:"release,omitempty"`
 }
 
 // Response is the observed state of a parent.
@@ -66,6 +74,9 @@ type Response struct {
 	// ParentResource is the parent's resource name and scope.
 	ParentResource  string `json:"parentResource,omitempty"`
 	ParentHasStatus bool   `json:"parentHasStatus,omitempty"`
+	// SelectorError says why the parent's selector cannot be used (the
+	// sync must fail with it); children are then only the owned ones.
+	SelectorError string `json:"selectorError,omitempty"`
 	// Children has one group per declared child resource, in spec order,
 	// holding the children the parent controls.
 	Children []Group `json:"children,omitempty"`
@@ -124,13 +135,14 @@ func Fetch(ctx context.Context, src Source, req Request, wait time.Duration) (*R
 		if err != nil {
 			return nil, err
 		}
-		if resp.Result != Retry || time.Now().After(deadline) {
+		left := time.Until(deadline)
+		if resp.Result != Retry || left <= 0 {
 			return resp, nil
 		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(delay):
+		case <-time.After(min(delay, left)):
 		}
 		if delay < 500*time.Millisecond {
 			delay *= 2

@@ -82,6 +82,7 @@ func TestFetch(t *testing.T) {
 		{reason: "OK at once: one call", script: []step{{result: OK}}, wait: 5 * time.Second, wantResult: OK, wantCalls: 1},
 		{reason: "Retry twice, then OK", script: []step{{result: Retry}, {result: Retry}, {result: OK}}, wait: 5 * time.Second, wantResult: OK, wantCalls: 3, minElapsed: 60 * time.Millisecond},
 		{reason: "NotFound is final", script: []step{{result: NotFound}}, wait: 5 * time.Second, wantResult: NotFound, wantCalls: 1},
+		{reason: "ControllerGone is final", script: []step{{result: ControllerGone}}, wait: 5 * time.Second, wantResult: ControllerGone, wantCalls: 1},
 		{reason: "Invalid is final", script: []step{{result: Retry}, {result: Invalid}}, wait: 5 * time.Second, wantResult: Invalid, wantCalls: 2},
 		{reason: "an unknown result is not retried", script: []step{{result: "weird"}}, wait: 5 * time.Second, wantResult: "weird", wantCalls: 1},
 		{reason: "Retry until the wait expires returns the Retry", script: []step{{result: Retry}}, wait: 150 * time.Millisecond, wantResult: Retry, minElapsed: 150 * time.Millisecond},
@@ -151,6 +152,22 @@ func TestFetchBacksOff(t *testing.T) {
 			t.Errorf("gap before call %d = %s, want >= %s", i+1, gap, want)
 		}
 		want *= 2
+	}
+}
+
+// Fetch documents that it waits "for at most wait in total"; its back-off
+// sleeps are not clipped to the deadline.
+func TestFetchRespectsWait(t *testing.T) {
+	src := &fakeSource{script: []step{{result: Retry}}}
+	const wait = 150 * time.Millisecond
+	begin := time.Now()
+	resp, err := Fetch(context.Background(), src, testRequest(), wait)
+	elapsed := time.Since(begin)
+	if err != nil || resp.Result != Retry {
+		t.Fatalf("Fetch = %+v, %v", resp, err)
+	}
+	if elapsed > wait+100*time.Millisecond {
+		t.Errorf("Fetch took %s with wait %s (%d attempts)", elapsed, wait, src.count())
 	}
 }
 

@@ -105,11 +105,9 @@ func (a *Applier) applyComposite(ctx context.Context, ds *bus.DesiredState) resu
 		a.metrics.rejected.Inc()
 		return a.retry(ctx, ds, events.ReasonInvalidDesired, fmt.Errorf("%s hook response rejected, nothing applied: %w", ds.Hook, err))
 	}
-	observed := map[int][]*unstructured.Unstructured{}
-	for i, g := range snap.Children {
-		if i < len(rules) {
-			observed[i] = g.Objects
-		}
+	observed, err := a.claim(ctx, ds, owner, rules, snap.Children)
+	if err != nil {
+		return a.writeFailed(ctx, ds, err)
 	}
 	actions, err := children.Plan(owner, rules, observed, desired)
 	if err != nil {
@@ -154,6 +152,108 @@ func (a *Applier) applyComposite(ctx context.Context, ds *bus.DesiredState) resu
 		return result{result: "noop"}
 	}
 	return result{result: "ok"}
+}
+
+// claim carries out the ControllerRef decisions of the snapshot: it adopts
+// matching orphans and releases owned children that stopped matching, and
+// returns the owned children per rule for planning.
+func (a *Applier) claim(ctx context.Context, ds *bus.DesiredState, owner children.Owner, rules []children.Rule, groups []snapshot.Group) (map[int][]*unstructured.Unstructured, error) {
+	observed := map[int][]*unstructured.Unstructured{}
+	adopting := false
+	for i, g := range groups {
+		if i >= len(rules) {
+			break
+		}
+		for _, o := range g.Release {
+			if _, err := a.setControllerRef(ctx, &rules[i], o, owner, false); err != nil && !apierrors.IsNotFound(err) {
+				return nil, err
+			}
+		}
+		adopting = adopting || len(g.Adopt) > 0
+	}
+	if adopting {
+		// Never adopt for a parent that is being deleted: recheck it
+		// without the cache, as the cache may lag the deletion.
+		c, err := a.parentClient(ds.Parent)
+		if err != nil {
+			return nil, err
+		}
+		live, err := c.Get(ctx, ds.Parent.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("recheck parent before adopting: %w", err)
+		}
+		if live.GetDeletionTimestamp() != nil || string(live.GetUID()) != ds.Parent.UID {
+			adopting = false
+		}
+	}
+	for i, g := range groups {
+		if i >= len(rules) {
+			break
+		}
+		adopt := map[string]bool{}
+		for _, o := range g.Adopt {
+			adopt[string(o.GetUID())] = true
+		}
+		for _, o := range g.Objects {
+			if !adopt[string(o.GetUID())] {
+				observed[i] = append(observed[i], o)
+				continue
+			}
+			if !adopting {
+				continue
+			}
+			adopted, err := a.setControllerRef(ctx, &rules[i], o, owner, true)
+			if err != nil {
+				if apierrors.IsNotFound(err) {
+					continue
+				}
+				return nil, err
+			}
+			observed[i] = append(observed[i], adopted)
+		}
+	}
+	return observed, nil
+}
+
+// setControllerRef adopts (add) or releases (remove) a child with a merge
+// patch carrying the cached resourceVersion, so a child that changed since
+// (e.g. adopted by someone else) yields a conflict rather than two owners.
+func (a *Applier) setControllerRef(ctx context.Context, rule *children.Rule, obj *unstructured.Unstructured, owner children.Owner, adopt bool) (*unstructured.Unstructured, error) {
+	var refs []any
+	for _, r := range obj.GetOwnerReferences() {
+		if string(r.UID) == owner.UID {
+			continue
+		}
+		refs = append(refs, r)
+	}
+	if adopt {
+		refs = append(refs, children.ControllerRef(owner))
+	}
+	if refs == nil {
+		refs = []any{}
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"ownerReferences": refs,
+		"resourceVersion": obj.GetResourceVersion(),
+	}})
+	if err != nil {
+		return nil, err
+	}
+	c, err := a.client(rule, obj.GetNamespace())
+	if err != nil {
+		return nil, err
+	}
+	verb := "adopt"
+	if !adopt {
+		verb = "release"
+	}
+	a.metrics.writes.WithLabelValues(verb, rule.Resource).Inc()
+	out, err := c.Patch(ctx, obj.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("%s %s %s: %w", verb, rule.Kind, key(obj), err)
+	}
+	a.log.Debug("child "+verb+"ed", zap.String("child", key(obj)))
+	return out, nil
 }
 
 // writeFailed turns a parent write error into a requeue (conflict: the

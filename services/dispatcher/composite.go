@@ -89,6 +89,9 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 		return outcome{result: "skipped"}
 	}
 
+	if snap.SelectorError != "" {
+		return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("cannot sync: %s", snap.SelectorError))
+	}
 	hook, kind, finalizing := composite.ChooseHook(cc, parent)
 	if hook == nil {
 		if kind == "" {

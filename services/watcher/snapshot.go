@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/children"
+	"github.com/metabus/metabus/pkg/composite"
 	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
@@ -102,6 +104,13 @@ func (wr *wiring) snapshot(ctx context.Context, req snapshot.Request) *snapshot.
 		ParentHasStatus: wr.parentRes.HasStatus,
 	}
 	parentGroup := wr.parentRes.GVR.Group
+	owner := children.Owner{Namespace: parent.GetNamespace(), Namespaced: wr.parentRes.Namespaced}
+	if sel, err := composite.ParentSelector(wr.spec, parent); err != nil {
+		resp.SelectorError = err.Error()
+	} else {
+		owner.Selector = sel
+	}
+	deleting := parent.GetDeletionTimestamp() != nil
 	for i, h := range wr.children {
 		res := wr.childRes[i]
 		g := snapshot.Group{
@@ -111,6 +120,7 @@ func (wr *wiring) snapshot(ctx context.Context, req snapshot.Request) *snapshot.
 			Namespaced: res.Namespaced,
 			Objects:    []*unstructured.Unstructured{},
 		}
+		var owned []*unstructured.Unstructured
 		for _, c := range h.OwnedBy(req.ParentUID) {
 			ref := metav1.GetControllerOfNoCopy(c)
 			if ref == nil || ref.Kind != wr.parentRes.Kind {
@@ -119,8 +129,19 @@ func (wr *wiring) snapshot(ctx context.Context, req snapshot.Request) *snapshot.
 			if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != parentGroup {
 				continue
 			}
-			g.Objects = append(g.Objects, c)
+			owned = append(owned, c)
 		}
+		var orphans []*unstructured.Unstructured
+		if owner.Selector != nil && !deleting {
+			if owner.Namespaced {
+				orphans = h.Orphans(owner.Namespace)
+			} else {
+				orphans = h.AllOrphans()
+			}
+		}
+		keep, adopt, release := children.Claim(owner, deleting, owned, orphans)
+		g.Objects = append(append(g.Objects, keep...), adopt...)
+		g.Adopt, g.Release = adopt, release
 		resp.Children = append(resp.Children, g)
 	}
 	return resp
