@@ -32,7 +32,7 @@ func TestAdoptAndRelease(t *testing.T) {
 		}
 		return cm
 	}
-	wanted := orphan("aw-x", map[string]string{"app": "aw"})    // the hook wants it: adopt it
+	wanted := orphan("aw-x", map[string]string{"app": "aw"})      // the hook wants it: adopt it
 	unwanted := orphan("aw-junk", map[string]string{"app": "aw"}) // matches, but not wanted: adopt, then delete
 	foreign := orphan("aw-other", map[string]string{"app": "zz"}) // does not match: never touched
 

@@ -37,10 +37,10 @@ func TestClaim(t *testing.T) {
 	match := map[string]string{"app": "w"}
 	other := map[string]string{"app": "x"}
 	cases := []struct {
-		reason                 string
-		owner                  Owner
-		deleting               bool
-		owned, orphans         []*unstructured.Unstructured
+		reason               string
+		owner                Owner
+		deleting             bool
+		owned, orphans       []*unstructured.Unstructured
 		keep, adopt, release string
 	}{
 		{
