@@ -304,3 +304,30 @@ func nestedInt(obj *unstructured.Unstructured, path ...string) (int64, bool) {
 	}
 	return 0, false
 }
+
+// createRaw creates any object through the dynamic client, resolving its
+// resource from the tables the tests use.
+func createRaw(t *testing.T, obj map[string]any) {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: obj}
+	var gvr schema.GroupVersionResource
+	switch u.GetKind() {
+	case "CompositeController":
+		gvr = v1alpha1.CompositeControllerGVR
+	case "Gadget":
+		gvr = schema.GroupVersionResource{Group: "test.metabus.dev", Version: "v1", Resource: "gadgets"}
+	default:
+		t.Fatalf("createRaw: unknown kind %s", u.GetKind())
+	}
+	ri := dyn.Resource(gvr)
+	var err error
+	if ns := u.GetNamespace(); ns != "" {
+		_, err = ri.Namespace(ns).Create(context.Background(), u, metav1.CreateOptions{})
+	} else {
+		_, err = ri.Create(context.Background(), u, metav1.CreateOptions{})
+		t.Cleanup(func() { _ = ri.Delete(context.Background(), u.GetName(), metav1.DeleteOptions{}) })
+	}
+	if err != nil {
+		t.Fatalf("create %s %s: %v", u.GetKind(), u.GetName(), err)
+	}
+}
