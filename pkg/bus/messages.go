@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/metabus/metabus/pkg/hookapi"
 )
 
 // CloudEvent types (design.md §5). Every message on the bus is a CloudEvent
@@ -118,9 +120,37 @@ type DesiredState struct {
 	Attempt int `json:"attempt,omitempty"`
 	// Finalizer names the finalizer to remove (Hook == HookRelease).
 	Finalizer string `json:"finalizer,omitempty"`
+	// Labels and Annotations (DecoratorController only; its attachments
+	// travel in Children) are set on the target: a value sets the key, a
+	// null (nil) deletes it, keys not listed are left alone.
+	Labels      map[string]*string `json:"labels,omitempty"`
+	Annotations map[string]*string `json:"annotations,omitempty"`
+	// StatusSet (DecoratorController only) says that Status replaces the
+	// target's status, even when it is empty. False leaves the status
+	// unchanged: the hook answered null or nothing, as decorated objects
+	// usually have a status owned by their own controller.
+	StatusSet bool `json:"statusSet,omitempty"`
 	// ProducedAt is when the hook answered.
 	ProducedAt time.Time `json:"producedAt"`
 }
+
+// RelatedRules are a parent's related-resource rules, as its customize hook
+// returned them. Dispatchers send them with snapshot requests and broadcast
+// them on RelatedSubject, so that every watcher replica can map a change of
+// a related object to the parents that depend on it. They are derived state:
+// a watcher that restarts learns them again at the next sync.
+type RelatedRules struct {
+	Controller ControllerRef `json:"controller"`
+	ParentUID  string        `json:"parentUID"`
+	// ParentNamespace scopes v1 rules ("" for a cluster-scoped parent).
+	ParentNamespace string                        `json:"parentNamespace,omitempty"`
+	HookVersion     string                        `json:"hookVersion,omitempty"`
+	Rules           []hookapi.RelatedResourceRule `json:"rules"`
+}
+
+// RelatedSubject is the core NATS subject (no stream: it is a cache hint)
+// of RelatedRules broadcasts to every watcher replica.
+const RelatedSubject = "mc.related.rules"
 
 // DueMessage is the body of a schedule in MC_SCHED: the work item to
 // publish when it fires.

@@ -26,6 +26,10 @@ type Request struct {
 	// MinResourceVersions maps "<group>/<resource>" to a resourceVersion the
 	// answer must reflect (the version that triggered the work).
 	MinResourceVersions map[string]string `json:"minResourceVersions,omitempty"`
+	// Related carries the parent's customize-hook rules: the answer then
+	// includes the related objects, and the watcher starts resyncing the
+	// parent when one of them changes.
+	Related *bus.RelatedRules `json:"related,omitempty"`
 }
 
 // Result codes.

@@ -50,9 +50,11 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 	if item.Reason == bus.ReasonRelease {
 		return d.release(ctx, item, seq)
 	}
-	snap, err := snapshot.Fetch(ctx, d.snaps, snapshot.Request{
+	sreq := snapshot.Request{
 		Controller: item.Controller, ParentUID: item.Parent.UID, MinResourceVersions: item.MinResourceVersions,
-	}, d.cfg.SnapshotWait)
+		Related: d.cachedRelated(item),
+	}
+	snap, err := snapshot.Fetch(ctx, d.snaps, sreq, d.cfg.SnapshotWait)
 	if err != nil {
 		if ctx.Err() != nil {
 			return outcome{result: "cancelled", infra: true}
@@ -92,6 +94,25 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 	if snap.SelectorError != "" {
 		return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("cannot sync: %s", snap.SelectorError))
 	}
+	if cc.Spec.Hooks != nil && cc.Spec.Hooks.Customize != nil {
+		rules, err := d.relatedRules(ctx, item, cc, snap.Controller, parent)
+		if err != nil {
+			return d.failed(ctx, item, events.ReasonSyncError, err)
+		}
+		d.broadcastRelated(rules)
+		if !sameRules(rules, sreq.Related) {
+			// The snapshot was taken with other (or no) rules: take it
+			// again with the parent's current ones.
+			sreq.Related = rules
+			if snap, err = snapshot.Fetch(ctx, d.snaps, sreq, d.cfg.SnapshotWait); err != nil || snap.Result != snapshot.OK {
+				if err == nil {
+					err = fmt.Errorf("%s: %s", snap.Result, snap.Message)
+				}
+				return d.failedQuietly(ctx, item, fmt.Errorf("observed state with related objects: %w", err))
+			}
+			parent = snap.Parent
+		}
+	}
 	hook, kind, finalizing := composite.ChooseHook(cc, parent)
 	if hook == nil {
 		if kind == "" {
@@ -116,11 +137,20 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 			}
 		}
 	}
+	relatedMap := hookapi.NewObjectMap(version, parentNamespaced)
+	for _, g := range snap.Related {
+		relatedMap.Ensure(g.APIVersion, g.Kind)
+		for _, o := range g.Objects {
+			if err := relatedMap.Add(o, g.Namespaced); err != nil {
+				return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("build hook request: %w", err))
+			}
+		}
+	}
 	req := hookapi.CompositeSyncRequest{
 		Controller: snap.Controller,
 		Parent:     parent,
 		Children:   children.Map(),
-		Related:    hookapi.NewObjectMap(version, parentNamespaced).Map(),
+		Related:    relatedMap.Map(),
 		Finalizing: finalizing,
 	}
 	var resp hookapi.CompositeSyncResponse

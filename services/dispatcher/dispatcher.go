@@ -87,6 +87,12 @@ type Dispatcher struct {
 	fmu      sync.Mutex
 	failures map[string]int
 
+	nc *nats.Conn
+
+	// customize caches related-resource rules per parent and generation.
+	cmu       sync.Mutex
+	customize map[string]customizeEntry
+
 	// timers are pending sub-second resyncs, one per parent.
 	tmu    sync.Mutex
 	timers map[string]*time.Timer
@@ -115,17 +121,19 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		health = &obs.Health{}
 	}
 	d := &Dispatcher{
-		cfg:      cfg,
-		log:      log.Named("dispatcher"),
-		js:       deps.JS,
-		pub:      bus.Publisher{JS: deps.JS},
-		snaps:    snaps,
-		rec:      events.New(kube, events.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-dispatcher"}),
-		health:   health,
-		metrics:  newMetrics(deps.Metrics),
-		trace:    deps.Trace,
-		failures: map[string]int{},
-		timers:   map[string]*time.Timer{},
+		cfg:       cfg,
+		log:       log.Named("dispatcher"),
+		js:        deps.JS,
+		pub:       bus.Publisher{JS: deps.JS},
+		snaps:     snaps,
+		rec:       events.New(kube, events.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-dispatcher"}),
+		health:    health,
+		metrics:   newMetrics(deps.Metrics),
+		trace:     deps.Trace,
+		failures:  map[string]int{},
+		timers:    map[string]*time.Timer{},
+		customize: map[string]customizeEntry{},
+		nc:        deps.NC,
 	}
 	d.hooks = hooks.New(hooks.Options{
 		Secrets:    kubeSecrets{kube},

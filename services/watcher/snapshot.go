@@ -89,6 +89,13 @@ func (wr *wiring) snapshot(ctx context.Context, req snapshot.Request) *snapshot.
 			return &snapshot.Response{Result: snapshot.Retry, Message: "child cache " + h.GVR().String() + " not synced"}
 		}
 	}
+	var rules []relatedRule
+	if req.Related != nil {
+		var err error
+		if rules, err = wr.registerRelated(req.Related); err != nil {
+			return &snapshot.Response{Result: snapshot.Invalid, Message: "related resources: " + err.Error()}
+		}
+	}
 	if ok, msg := w.waitFresh(ctx, req, wr.handleFor); !ok {
 		return &snapshot.Response{Result: snapshot.Retry, Message: msg}
 	}
@@ -143,6 +150,13 @@ func (wr *wiring) snapshot(ctx context.Context, req snapshot.Request) *snapshot.
 		g.Objects = append(append(g.Objects, keep...), adopt...)
 		g.Adopt, g.Release = adopt, release
 		resp.Children = append(resp.Children, g)
+	}
+	if len(rules) > 0 {
+		groups, ok := wr.relatedSnapshot(rules)
+		if !ok {
+			return &snapshot.Response{Result: snapshot.Retry, Message: "related caches not synced yet"}
+		}
+		resp.Related = groups
 	}
 	return resp
 }

@@ -217,6 +217,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 	defer w.resyncQueue.ShutDown()
 	defer w.ctrlQueue.ShutDown()
 
+	sub, err := w.subscribeRelated()
+	if err != nil {
+		return fmt.Errorf("subscribe to related-rules broadcasts: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
 	if w.cfg.ServeSnapshots {
 		stop, err := w.serveSnapshots(ctx)
 		if err != nil {

@@ -38,6 +38,8 @@ type wiring struct {
 
 	parent   *informers.Handle
 	children []*informers.Handle
+	related  *relatedIndex
+	ctx      context.Context
 	cancel   context.CancelFunc
 }
 
@@ -236,10 +238,20 @@ func (w *Watcher) newWiring(ctx context.Context, cc *unstructured.Unstructured, 
 
 func (wr *wiring) start(ctx context.Context) error {
 	ctx, wr.cancel = context.WithCancel(ctx)
+	wr.ctx = ctx
+	wr.related = newRelatedIndex()
 	wr.parent = wr.w.registry.Acquire(wr.parentRes.GVR)
 	if err := wr.parent.AddHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { wr.onParent(nil, obj) },
 		UpdateFunc: func(old, obj any) { wr.onParent(old, obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if p, ok := obj.(*unstructured.Unstructured); ok {
+				wr.dropRelated(string(p.GetUID()))
+			}
+		},
 	}); err != nil {
 		return err
 	}
@@ -278,6 +290,9 @@ func (wr *wiring) object() *unstructured.Unstructured { return wr.obj }
 func (wr *wiring) stop() {
 	if wr.cancel != nil {
 		wr.cancel()
+	}
+	if wr.related != nil {
+		wr.releaseRelated()
 	}
 	if wr.parent != nil {
 		wr.parent.Release()
@@ -432,6 +447,13 @@ func (wr *wiring) handleFor(key string) *informers.Handle {
 	}
 	for _, h := range wr.children {
 		if grKey(h.GVR()) == key {
+			return h
+		}
+	}
+	wr.related.mu.Lock()
+	defer wr.related.mu.Unlock()
+	for gvr, h := range wr.related.handles {
+		if grKey(gvr) == key {
 			return h
 		}
 	}

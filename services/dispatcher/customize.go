@@ -1,0 +1,115 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/hookapi"
+	"github.com/metabus/metabus/pkg/hooks"
+	"github.com/metabus/metabus/pkg/related"
+)
+
+// maxCustomizeCache bounds the customize cache; past it the cache starts
+// over (entries are cheap to rebuild: one hook call per parent).
+const maxCustomizeCache = 100000
+
+type customizeEntry struct {
+	generation int64
+	rules      *bus.RelatedRules
+}
+
+// cachedRelated returns the rules last computed for the parent, to send
+// with the snapshot request (nil if none).
+func (d *Dispatcher) cachedRelated(item bus.WorkItem) *bus.RelatedRules {
+	d.cmu.Lock()
+	defer d.cmu.Unlock()
+	if e, ok := d.customize[d.failureKey(item)]; ok {
+		return e.rules
+	}
+	return nil
+}
+
+// relatedRules returns the parent's related-resource rules, calling the
+// customize hook only when the parent's generation changed since the last
+// call (as upstream caches by UID and generation).
+func (d *Dispatcher) relatedRules(ctx context.Context, item bus.WorkItem, cc *v1alpha1.CompositeController, ctrlObj any, parent *unstructured.Unstructured) (*bus.RelatedRules, error) {
+	key := d.failureKey(item)
+	d.cmu.Lock()
+	e, ok := d.customize[key]
+	d.cmu.Unlock()
+	if ok && e.generation == parent.GetGeneration() {
+		return e.rules, nil
+	}
+	hook := cc.Spec.Hooks.Customize
+	version := v1alpha1.HookVersionV1
+	if hook.Version != nil && *hook.Version != "" {
+		version = *hook.Version
+	}
+	var resp hookapi.CustomizeResponse
+	err := d.hooks.Do(ctx, hooks.Call{
+		Hook:            hook,
+		EndpointConfigs: cc.Spec.EndpointConfigs,
+		Kind:            "customize",
+		ControllerType:  v1alpha1.CompositeControllerKind,
+		ControllerName:  cc.Name,
+		Source:          bus.ControllerSource(item.Controller),
+		Subject:         bus.ObjectPath(item.Parent),
+		Extensions:      map[string]string{bus.ExtParentUID: item.Parent.UID},
+		Request:         hookapi.CustomizeRequest{Controller: ctrlObj, Parent: parent},
+	}, &resp)
+	if err != nil {
+		return nil, fmt.Errorf("customize hook failed: %w", err)
+	}
+	for i, r := range resp.RelatedResources {
+		if _, err := related.Compile(r, version, parent.GetNamespace()); err != nil {
+			return nil, fmt.Errorf("customize hook returned an invalid relatedResources[%d]: %w", i, err)
+		}
+	}
+	rules := &bus.RelatedRules{
+		Controller:      item.Controller,
+		ParentUID:       string(parent.GetUID()),
+		ParentNamespace: parent.GetNamespace(),
+		HookVersion:     string(version),
+		Rules:           resp.RelatedResources,
+	}
+	if rules.Rules == nil {
+		rules.Rules = []hookapi.RelatedResourceRule{}
+	}
+	d.cmu.Lock()
+	if len(d.customize) >= maxCustomizeCache {
+		d.customize = map[string]customizeEntry{}
+	}
+	d.customize[key] = customizeEntry{generation: parent.GetGeneration(), rules: rules}
+	d.cmu.Unlock()
+	return rules, nil
+}
+
+// sameRules reports whether two rule sets are equal.
+func sameRules(a, b *bus.RelatedRules) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.HookVersion == b.HookVersion && a.ParentNamespace == b.ParentNamespace && reflect.DeepEqual(a.Rules, b.Rules)
+}
+
+// broadcastRelated tells every watcher replica the parent's rules, so the
+// one that publishes work items maps related-object changes to it.
+func (d *Dispatcher) broadcastRelated(rules *bus.RelatedRules) {
+	if d.nc == nil || rules == nil {
+		return
+	}
+	data, err := json.Marshal(rules)
+	if err != nil {
+		return
+	}
+	if err := d.nc.Publish(bus.RelatedSubject, data); err != nil {
+		d.log.Debug("broadcast related rules", zap.Error(err))
+	}
+}

@@ -1,0 +1,247 @@
+package watcher
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/discovery"
+	"github.com/metabus/metabus/pkg/informers"
+	"github.com/metabus/metabus/pkg/related"
+	"github.com/metabus/metabus/pkg/snapshot"
+)
+
+// relatedRule is one compiled rule of one parent.
+type relatedRule struct {
+	res  *discovery.Resource
+	rule related.Rule
+}
+
+// relatedIndex maps related objects to the parents that depend on them. A
+// change of a related object looks up its resource and namespace bucket,
+// not every parent of the controller.
+type relatedIndex struct {
+	mu       sync.Mutex
+	byParent map[string][]relatedRule // parent UID → its rules
+	// byBucket: resource → namespace ("" = rules spanning all namespaces)
+	// → parent UID → rules.
+	byBucket map[schema.GroupVersionResource]map[string]map[string][]related.Rule
+	handles  map[schema.GroupVersionResource]*informers.Handle
+	ns       *informers.Handle // namespaces, for namespaceSelector rules
+}
+
+func newRelatedIndex() *relatedIndex {
+	return &relatedIndex{
+		byParent: map[string][]relatedRule{},
+		byBucket: map[schema.GroupVersionResource]map[string]map[string][]related.Rule{},
+		handles:  map[schema.GroupVersionResource]*informers.Handle{},
+	}
+}
+
+// registerRelated records a parent's rules (replacing earlier ones) and
+// subscribes to the resources they name.
+func (wr *wiring) registerRelated(rr *bus.RelatedRules) ([]relatedRule, error) {
+	version := v1alpha1.HookVersion(rr.HookVersion)
+	var rules []relatedRule
+	for i, r := range rr.Rules {
+		res, err := wr.w.disc.Resolve(wr.ctx, r.APIVersion, r.Resource)
+		if err != nil {
+			return nil, fmt.Errorf("relatedResources[%d]: %w", i, err)
+		}
+		c, err := related.Compile(r, version, rr.ParentNamespace)
+		if err != nil {
+			return nil, fmt.Errorf("relatedResources[%d]: %w", i, err)
+		}
+		rules = append(rules, relatedRule{res: res, rule: c})
+	}
+	ix := wr.related
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	wr.dropRelatedLocked(rr.ParentUID)
+	ix.byParent[rr.ParentUID] = rules
+	for _, r := range rules {
+		gvr := r.res.GVR
+		if ix.byBucket[gvr] == nil {
+			ix.byBucket[gvr] = map[string]map[string][]related.Rule{}
+		}
+		b := ix.byBucket[gvr][r.rule.Namespace]
+		if b == nil {
+			b = map[string][]related.Rule{}
+			ix.byBucket[gvr][r.rule.Namespace] = b
+		}
+		b[rr.ParentUID] = append(b[rr.ParentUID], r.rule)
+		if ix.handles[gvr] == nil {
+			h := wr.w.registry.Acquire(gvr)
+			ix.handles[gvr] = h
+			g := gvr
+			if err := h.AddHandler(cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(obj any) { wr.onRelated(g, nil, obj) },
+				UpdateFunc: func(old, obj any) { wr.onRelated(g, old, obj) },
+				DeleteFunc: func(obj any) { wr.onRelated(g, nil, obj) },
+			}); err != nil {
+				return nil, err
+			}
+		}
+		if r.rule.NeedsNamespaceLabels() && ix.ns == nil {
+			ix.ns = wr.w.registry.Acquire(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"})
+		}
+	}
+	return rules, nil
+}
+
+// dropRelated forgets a parent's rules (it was deleted).
+func (wr *wiring) dropRelated(uid string) {
+	wr.related.mu.Lock()
+	defer wr.related.mu.Unlock()
+	wr.dropRelatedLocked(uid)
+}
+
+func (wr *wiring) dropRelatedLocked(uid string) {
+	ix := wr.related
+	for _, r := range ix.byParent[uid] {
+		if b := ix.byBucket[r.res.GVR][r.rule.Namespace]; b != nil {
+			delete(b, uid)
+		}
+	}
+	delete(ix.byParent, uid)
+}
+
+// releaseRelated drops every subscription (the wiring stops).
+func (wr *wiring) releaseRelated() {
+	ix := wr.related
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for _, h := range ix.handles {
+		h.Release()
+	}
+	if ix.ns != nil {
+		ix.ns.Release()
+	}
+	ix.handles = map[schema.GroupVersionResource]*informers.Handle{}
+	ix.ns = nil
+}
+
+func (wr *wiring) namespaceLabels(ns string) (map[string]string, bool) {
+	h := wr.related.ns
+	if h == nil {
+		return nil, false
+	}
+	obj, exists, err := h.Informer().GetStore().GetByKey(ns)
+	if err != nil || !exists {
+		return nil, false
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, false
+	}
+	return u.GetLabels(), true
+}
+
+// onRelated resyncs the parents whose rules select the changed object
+// (before or after the change).
+func (wr *wiring) onRelated(gvr schema.GroupVersionResource, oldObj, obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	cur, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	old, _ := oldObj.(*unstructured.Unstructured)
+	if old != nil && old.GetResourceVersion() == cur.GetResourceVersion() {
+		return
+	}
+	ix := wr.related
+	ix.mu.Lock()
+	var parents []string
+	buckets := ix.byBucket[gvr]
+	for _, ns := range []string{cur.GetNamespace(), ""} {
+		for uid, rules := range buckets[ns] {
+			for _, r := range rules {
+				if r.Matches(cur, wr.namespaceLabels) || (old != nil && r.Matches(old, wr.namespaceLabels)) {
+					parents = append(parents, uid)
+					break
+				}
+			}
+		}
+		if cur.GetNamespace() == "" {
+			break
+		}
+	}
+	ix.mu.Unlock()
+	for _, uid := range parents {
+		if p, ok := wr.parent.ByUID(uid); ok && wr.selects(p) {
+			wr.w.enqueue(wr.ref, wr.parentRes, p, bus.ReasonEvent, gvr, cur.GetResourceVersion())
+		}
+	}
+}
+
+// relatedSnapshot lists the objects a parent's rules select, grouped per
+// resource in rule order. ok is false while an informer is still syncing.
+func (wr *wiring) relatedSnapshot(rules []relatedRule) (groups []snapshot.Group, ok bool) {
+	ix := wr.related
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ix.ns != nil && !ix.ns.HasSynced() {
+		return nil, false
+	}
+	index := map[schema.GroupVersionResource]int{}
+	seen := map[string]bool{}
+	for _, r := range rules {
+		h := ix.handles[r.res.GVR]
+		if h == nil || !h.HasSynced() {
+			return nil, false
+		}
+		gi, found := index[r.res.GVR]
+		if !found {
+			gi = len(groups)
+			index[r.res.GVR] = gi
+			groups = append(groups, snapshot.Group{
+				APIVersion: r.rule.APIVersion, Resource: r.res.GVR.Resource, Kind: r.res.Kind,
+				Namespaced: r.res.Namespaced, Objects: []*unstructured.Unstructured{},
+			})
+		}
+		var candidates []*unstructured.Unstructured
+		if r.rule.Namespace != "" {
+			candidates = h.InNamespace(r.rule.Namespace)
+		} else {
+			candidates = h.List()
+		}
+		for _, o := range candidates {
+			if seen[string(o.GetUID())] || !r.rule.Matches(o, wr.namespaceLabels) {
+				continue
+			}
+			seen[string(o.GetUID())] = true
+			groups[gi].Objects = append(groups[gi].Objects, o)
+		}
+	}
+	return groups, true
+}
+
+// subscribeRelated listens to RelatedRules broadcasts from dispatchers.
+func (w *Watcher) subscribeRelated() (*nats.Subscription, error) {
+	return w.nc.Subscribe(bus.RelatedSubject, func(m *nats.Msg) {
+		var rr bus.RelatedRules
+		if err := json.Unmarshal(m.Data, &rr); err != nil {
+			w.log.Warn("malformed related-rules broadcast", zap.Error(err))
+			return
+		}
+		w.mu.RLock()
+		wr, _ := w.wirings[rr.Controller.ID()].(*wiring)
+		w.mu.RUnlock()
+		if wr == nil {
+			return
+		}
+		if _, err := wr.registerRelated(&rr); err != nil {
+			w.log.Debug("register related rules", zap.Error(err))
+		}
+	})
+}
