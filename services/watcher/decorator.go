@@ -106,6 +106,10 @@ func (w *Watcher) syncDecoratorController(ctx context.Context, id, name string) 
 		if old.finalizer != "" && wr.finalizer == "" {
 			// The finalize hook was removed: nobody will finalize.
 			old.releaseFinalizers()
+		} else {
+			// Kinds the controller stopped targeting are nobody's to
+			// finalize either.
+			old.releaseDropped(wr.selector)
 		}
 		old.stop()
 	}
@@ -272,6 +276,31 @@ func (wr *decoratorWiring) releaseFinalizers() {
 	if n > 0 {
 		wr.w.log.Info("releasing finalizers of a removed decorator", zap.String("controller", wr.ref.Name),
 			zap.String("finalizer", wr.finalizer), zap.Int("targets", n))
+	}
+}
+
+// releaseDropped releases the finalizer from the targets of every kind
+// that next no longer names (a new version of the same kind still does,
+// and finalizes them if they stopped matching).
+func (wr *decoratorWiring) releaseDropped(next *decorator.Selector) {
+	if wr.finalizer == "" {
+		return
+	}
+	for _, t := range wr.targets {
+		if t.h == nil || next.Handles(schema.GroupKind{Group: t.res.GVR.Group, Kind: t.res.Kind}) {
+			continue
+		}
+		n := 0
+		for _, obj := range t.h.List() {
+			if composite.HasFinalizer(obj, wr.finalizer) {
+				wr.w.enqueueRelease(wr.ref, t.res, obj, wr.finalizer)
+				n++
+			}
+		}
+		if n > 0 {
+			wr.w.log.Info("releasing finalizers of a kind the decorator no longer targets", zap.String("controller", wr.ref.Name),
+				zap.String("resource", t.res.GVR.String()), zap.Int("targets", n))
+		}
 	}
 }
 
