@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/metabus/metabus/pkg/allinone"
 )
@@ -158,4 +160,108 @@ func TestParentWithoutStatusSubresource(t *testing.T) {
 	if n := calls.Load(); n != 0 {
 		t.Errorf("the hook of a controller with a status-less parent was called %d times", n)
 	}
+}
+
+// TestHook429RetryAfter: a hook answering 429 with Retry-After is called
+// again after that delay, without a SyncError Event.
+func TestHook429RetryAfter(t *testing.T) {
+	ctx := context.Background()
+	inst := startMetabus(t, allinone.Config{}, nil)
+	ns := newNamespace(t)
+	var calls atomic.Int64
+	var first, second atomic.Int64
+	url := hookServer(t, http429Then(func(req map[string]any) (int, any) { return widgetHook(nil)(req) }, &calls, &first, &second))
+	widgetController(t, inst, "widgets-429", url, "OnDelete")
+	if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, newWidget("busy", []string{"a"}, 1), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the child after the throttled call", func() error {
+		_, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, "busy-a", metav1.GetOptions{})
+		return err
+	})
+	gap := time.Duration(second.Load() - first.Load())
+	t.Logf("429 with Retry-After: 2 → called again after %s", gap.Round(time.Millisecond))
+	if gap < 1500*time.Millisecond {
+		t.Errorf("called again after %s, before Retry-After (2s)", gap)
+	}
+	evs, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Items {
+		if e.Reason == "SyncError" {
+			t.Errorf("a 429 produced a SyncError event: %s", e.Message)
+		}
+	}
+}
+
+// http429Then answers the first call with 429 (Retry-After: 2), then
+// delegates; it records when the first two calls arrived.
+func http429Then(f func(map[string]any) (int, any), calls, first, second *atomic.Int64) http.Handler {
+	inner := jsonHook(f)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := calls.Add(1)
+		now := time.Now().UnixNano()
+		switch n {
+		case 1:
+			first.Store(now)
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		case 2:
+			second.Store(now)
+		}
+		inner.ServeHTTP(w, r)
+	})
+}
+
+// TestIgnoreStatusChanges: with ignoreStatusChanges, a status-only change
+// of the parent does not call the hook; a spec change does.
+func TestIgnoreStatusChanges(t *testing.T) {
+	ctx := context.Background()
+	inst := startMetabus(t, allinone.Config{}, nil)
+	ns := newNamespace(t)
+	var calls atomic.Int64
+	url := hookServer(t, jsonHook(func(req map[string]any) (int, any) { calls.Add(1); return widgetHook(nil)(req) }))
+	createController(t, inst, map[string]any{
+		"metadata": map[string]any{"name": "widgets-ignore-status"},
+		"spec": map[string]any{
+			"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets", "ignoreStatusChanges": true},
+			"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}},
+			"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
+		},
+	})
+	if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, newWidget("is", []string{"a"}, 1), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the first sync's status", func() error {
+		w, err := dyn.Resource(widgetsGVR).Namespace(ns).Get(ctx, "is", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if _, ok := nestedInt(w, "status", "observedGeneration"); !ok {
+			return fmt.Errorf("no status yet")
+		}
+		return nil
+	})
+	time.Sleep(500 * time.Millisecond)
+	before := calls.Load()
+	if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Patch(ctx, "is", types.MergePatchType,
+		[]byte(`{"status":{"external":"touched"}}`), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if n := calls.Load() - before; n != 0 {
+		t.Errorf("a status-only change called the hook %d times", n)
+	}
+	if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Patch(ctx, "is", types.MergePatchType,
+		[]byte(`{"spec":{"version":2}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "a sync for the spec change", func() error {
+		if calls.Load() == before {
+			return fmt.Errorf("not called")
+		}
+		return nil
+	})
 }
