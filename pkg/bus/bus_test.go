@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/metabus/metabus/pkg/natsx"
@@ -258,5 +260,20 @@ func TestControllerIDRoundTrip(t *testing.T) {
 		if err != nil || k != tc.kind || n != tc.name {
 			t.Errorf("%s: round trip of %q gave %q %q %v", tc.reason, id, k, n, err)
 		}
+	}
+}
+
+// TestOversizeDesiredState: a desired state above max_payload fails with
+// nats.ErrMaxPayload, which the dispatcher reports instead of retrying.
+func TestOversizeDesiredState(t *testing.T) {
+	js := startBus(t, Options{})
+	ds := DesiredState{
+		Controller: ControllerRef{Kind: "CompositeController", Name: "big"},
+		Parent:     ObjectRef{APIVersion: "v1", Kind: "Thing", Resource: "things", Name: "a", UID: "u-1"},
+		Status:     map[string]any{"blob": strings.Repeat("x", 9<<20)},
+	}
+	err := Publisher{JS: js}.PublishDesired(context.Background(), ds)
+	if !errors.Is(err, nats.ErrMaxPayload) {
+		t.Fatalf("publish of a 9 MiB desired state: %v, want nats.ErrMaxPayload", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -212,6 +213,11 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 		ds.Children = []*unstructured.Unstructured{}
 	}
 	if err := d.pub.PublishDesired(ctx, ds); err != nil {
+		if errors.Is(err, nats.ErrMaxPayload) {
+			// Retrying cannot help until the hook answers with less; tell
+			// the user rather than redelivering into the dead-letter queue.
+			return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("the %s hook's desired state is larger than the bus allows (max_payload): %w", kind, err))
+		}
 		d.log.Warn("publish desired state", zap.Error(err))
 		return outcome{result: "error", infra: true}
 	}
