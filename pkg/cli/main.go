@@ -8,8 +8,10 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/go-logr/zapr"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"k8s.io/klog/v2"
 
 	"github.com/metabus/metabus/pkg/obs"
 )
@@ -39,6 +41,9 @@ func Main(name string, register func(fs *flag.FlagSet), run func(ctx context.Con
 		os.Exit(2)
 	}
 	defer func() { _ = log.Sync() }()
+	// client-go (leader election, event broadcasting) logs through klog:
+	// send it to the same structured log.
+	klog.SetLogger(zapr.NewLogger(log.Named("client-go")))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	env := Env{Flags: common, Log: log.Named(name), Registry: obs.NewRegistry(), Health: &obs.Health{}}
