@@ -60,7 +60,9 @@ func TestWatcherLeaderElection(t *testing.T) {
 		})
 		return r
 	}
-	connect := func(name string) (*natsx.ConnOptions, error) { return &natsx.ConnOptions{InProcess: srv, Name: name}, nil }
+	connect := func(name string) (*natsx.ConnOptions, error) {
+		return &natsx.ConnOptions{InProcess: srv, Name: name}, nil
+	}
 	newWatcher := func(name string) *replica {
 		return start(name, func(rctx context.Context, reg *prometheus.Registry) error {
 			o, _ := connect(name)
