@@ -827,3 +827,80 @@ func TestDecoratorControllerDeletionReleasesFinalizers(t *testing.T) {
 		t.Errorf("a deleted decorator still decorates: cm2 finalizers %v, hook calls %d", cm2.Finalizers, calls["cm2"])
 	}
 }
+
+// TestDecoratorCustomizeRelated: a decorator's customize hook names a
+// related ConfigMap; the sync hook sees it in `related` and copies a value
+// from it into a label of the target; the label follows the ConfigMap's
+// changes (a related-object change resyncs the target), and customize is
+// called once while the target's generation stays the same.
+func TestDecoratorCustomizeRelated(t *testing.T) {
+	ctx := context.Background()
+	inst := startMetabus(t, allinone.Config{}, nil)
+	ns := newNamespace(t)
+	var mu sync.Mutex
+	customizeCalls := 0
+	customizeURL := hookServer(t, jsonHook(func(req map[string]any) (int, any) {
+		mu.Lock()
+		customizeCalls++
+		mu.Unlock()
+		source := req["parent"].(map[string]any)["spec"].(map[string]any)["source"]
+		return 200, map[string]any{"relatedResources": []any{map[string]any{
+			"apiVersion": "v1", "resource": "configmaps", "names": []any{source},
+		}}}
+	}))
+	syncURL := hookServer(t, jsonHook(func(req map[string]any) (int, any) {
+		obj := &unstructured.Unstructured{Object: req["object"].(map[string]any)}
+		source, _, _ := unstructured.NestedString(obj.Object, "spec", "source")
+		rel, _ := req["related"].(map[string]any)["ConfigMap.v1"].(map[string]any)
+		src, ok := rel[source].(map[string]any)
+		if !ok {
+			return 200, map[string]any{"labels": map[string]any{"source-value": nil}}
+		}
+		data, _ := src["data"].(map[string]any)
+		return 200, map[string]any{"labels": map[string]any{"source-value": data["value"]}}
+	}))
+	createDecorator(t, inst, "dec-customize", map[string]any{
+		"resources": []any{map[string]any{
+			"apiVersion": "test.metabus.dev/v1", "resource": "widgets",
+			"labelSelector": map[string]any{"matchLabels": map[string]any{"e2e.metabus.dev/customize": ns}},
+		}},
+		"hooks": map[string]any{
+			"sync":      map[string]any{"webhook": map[string]any{"url": syncURL}},
+			"customize": map[string]any{"webhook": map[string]any{"url": customizeURL}},
+		},
+	})
+	if _, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"value": "one"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w := newWidget("cw", nil, 1)
+	w.Object["spec"].(map[string]any)["source"] = "settings"
+	w.SetLabels(map[string]string{"e2e.metabus.dev/customize": ns})
+	if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, w, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	label := func(want string) func() error {
+		return func() error {
+			w, err := dyn.Resource(widgetsGVR).Namespace(ns).Get(ctx, "cw", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if got := w.GetLabels()["source-value"]; got != want {
+				return fmt.Errorf("source-value label %q, want %q", got, want)
+			}
+			return nil
+		}
+	}
+	eventually(t, 30*time.Second, "the label from the related ConfigMap", label("one"))
+	if _, err := kube.CoreV1().ConfigMaps(ns).Patch(ctx, "settings", types.MergePatchType,
+		[]byte(`{"data":{"value":"two"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the label following the related ConfigMap", label("two"))
+	mu.Lock()
+	defer mu.Unlock()
+	if customizeCalls != 1 {
+		t.Errorf("customize called %d times for one generation, want 1", customizeCalls)
+	}
+}

@@ -62,6 +62,15 @@ func (a *Applier) applyDecorator(ctx context.Context, ds *bus.DesiredState) resu
 		return result{result: "parent_deleting"}
 	}
 
+	if ds.Hook == decorator.HookSync {
+		if selected, err := decorator.Selected(dc.Spec, target, snap.ParentResource); err == nil && !selected {
+			// The target opted out after the hook answered: applying the
+			// sync would decorate it again. Sync anew (finalize, or
+			// nothing).
+			return a.requeue(ctx, ds)
+		}
+	}
+
 	// Validate and plan everything before the first write: a response we
 	// know to be wrong is rejected as a whole.
 	rules, err := a.attachmentRules(ctx, dc)

@@ -40,6 +40,22 @@ func (d *Dispatcher) cachedRelated(item bus.WorkItem) *bus.RelatedRules {
 // customize hook only when the parent's generation changed since the last
 // call (as upstream caches by UID and generation).
 func (d *Dispatcher) relatedRules(ctx context.Context, item bus.WorkItem, cc *v1alpha1.CompositeController, ctrlObj any, parent *unstructured.Unstructured) (*bus.RelatedRules, error) {
+	return d.customizeRules(ctx, item, customizer{
+		hook: cc.Spec.Hooks.Customize, endpoints: cc.Spec.EndpointConfigs,
+		controllerType: v1alpha1.CompositeControllerKind, controllerName: cc.Name,
+	}, ctrlObj, parent)
+}
+
+// customizer is the customize hook of one controller, whatever its kind.
+type customizer struct {
+	hook           *v1alpha1.Hook
+	endpoints      []v1alpha1.EndpointConfig
+	controllerType string
+	controllerName string
+}
+
+// customizeRules is relatedRules for any controller kind.
+func (d *Dispatcher) customizeRules(ctx context.Context, item bus.WorkItem, c customizer, ctrlObj any, parent *unstructured.Unstructured) (*bus.RelatedRules, error) {
 	key := d.failureKey(item)
 	d.cmu.Lock()
 	e, ok := d.customize[key]
@@ -47,7 +63,7 @@ func (d *Dispatcher) relatedRules(ctx context.Context, item bus.WorkItem, cc *v1
 	if ok && e.generation == parent.GetGeneration() {
 		return e.rules, nil
 	}
-	hook := cc.Spec.Hooks.Customize
+	hook := c.hook
 	version := v1alpha1.HookVersionV1
 	if hook.Version != nil && *hook.Version != "" {
 		version = *hook.Version
@@ -55,10 +71,10 @@ func (d *Dispatcher) relatedRules(ctx context.Context, item bus.WorkItem, cc *v1
 	var resp hookapi.CustomizeResponse
 	err := d.hooks.Do(ctx, hooks.Call{
 		Hook:            hook,
-		EndpointConfigs: cc.Spec.EndpointConfigs,
+		EndpointConfigs: c.endpoints,
 		Kind:            "customize",
-		ControllerType:  v1alpha1.CompositeControllerKind,
-		ControllerName:  cc.Name,
+		ControllerType:  c.controllerType,
+		ControllerName:  c.controllerName,
 		Source:          bus.ControllerSource(item.Controller),
 		Subject:         bus.ObjectPath(item.Parent),
 		Extensions:      map[string]string{bus.ExtParentUID: item.Parent.UID},

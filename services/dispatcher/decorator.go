@@ -28,9 +28,11 @@ func (d *Dispatcher) syncDecorator(ctx context.Context, item bus.WorkItem, seq u
 	if item.Reason == bus.ReasonRelease {
 		return d.release(ctx, item, seq)
 	}
-	snap, err := snapshot.Fetch(ctx, d.snaps, snapshot.Request{
+	sreq := snapshot.Request{
 		Controller: item.Controller, ParentUID: item.Parent.UID, MinResourceVersions: item.MinResourceVersions,
-	}, d.cfg.SnapshotWait)
+		Related: d.cachedRelated(item),
+	}
+	snap, err := snapshot.Fetch(ctx, d.snaps, sreq, d.cfg.SnapshotWait)
 	if err != nil {
 		if ctx.Err() != nil {
 			return outcome{result: "cancelled", infra: true}
@@ -69,6 +71,27 @@ func (d *Dispatcher) syncDecorator(ctx context.Context, item bus.WorkItem, seq u
 		d.succeeded(item)
 		return outcome{result: "skipped"}
 	}
+	if dc.Spec.Hooks != nil && dc.Spec.Hooks.Customize != nil {
+		rules, err := d.customizeRules(ctx, item, customizer{
+			hook: dc.Spec.Hooks.Customize, endpoints: dc.Spec.EndpointConfigs,
+			controllerType: v1alpha1.DecoratorControllerKind, controllerName: dc.Name,
+		}, snap.Controller, target)
+		if err != nil {
+			return d.failed(ctx, item, events.ReasonSyncError, err)
+		}
+		d.broadcastRelated(rules)
+		if !sameRules(rules, sreq.Related) {
+			// Taken with other (or no) rules: take it again.
+			sreq.Related = rules
+			if snap, err = snapshot.Fetch(ctx, d.snaps, sreq, d.cfg.SnapshotWait); err != nil || snap.Result != snapshot.OK {
+				if err == nil {
+					err = fmt.Errorf("%s: %s", snap.Result, snap.Message)
+				}
+				return d.failedQuietly(ctx, item, fmt.Errorf("observed state with related objects: %w", err))
+			}
+			target = snap.Parent
+		}
+	}
 	selected, err := decorator.Selected(dc.Spec, target, resource)
 	if err != nil {
 		// The watcher wired the controller with the same selectors, so
@@ -99,13 +122,20 @@ func (d *Dispatcher) syncDecorator(ctx context.Context, item bus.WorkItem, seq u
 			}
 		}
 	}
-	// No customize hook exists yet (for CompositeController either), so
-	// related is always {}.
+	related := hookapi.NewObjectMap(version, targetNamespaced)
+	for _, g := range snap.Related {
+		related.Ensure(g.APIVersion, g.Kind)
+		for _, o := range g.Objects {
+			if err := related.Add(o, g.Namespaced); err != nil {
+				return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("build hook request: %w", err))
+			}
+		}
+	}
 	req := hookapi.DecoratorSyncRequest{
 		Controller:  snap.Controller,
 		Object:      target,
 		Attachments: attachments.Map(),
-		Related:     hookapi.NewObjectMap(version, targetNamespaced).Map(),
+		Related:     related.Map(),
 		Finalizing:  finalizing,
 	}
 	var resp hookapi.DecoratorSyncResponse

@@ -42,6 +42,7 @@ type decoratorWiring struct {
 	targets     []*decoratorTarget    // one per distinct target resource
 	attachRes   []*discovery.Resource // per attachment rule, in spec order
 	attachments []*informers.Handle   // per attachment rule
+	related     *relatedIndex         // customize-hook related objects
 	cancel      context.CancelFunc
 }
 
@@ -178,12 +179,21 @@ func (w *Watcher) newDecoratorWiring(ctx context.Context, dc *unstructured.Unstr
 
 func (wr *decoratorWiring) start(ctx context.Context) error {
 	ctx, wr.cancel = context.WithCancel(ctx)
+	wr.related = newRelatedIndex(ctx, wr.w, wr.enqueueRelated)
 	for _, t := range wr.targets {
 		t.h = wr.w.registry.Acquire(t.res.GVR)
 		tg := t
 		if err := t.h.AddHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { wr.onTarget(tg, nil, obj) },
 			UpdateFunc: func(old, obj any) { wr.onTarget(tg, old, obj) },
+			DeleteFunc: func(obj any) {
+				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = d.Obj
+				}
+				if target, ok := obj.(*unstructured.Unstructured); ok {
+					wr.related.drop(string(target.GetUID()))
+				}
+			},
 		}); err != nil {
 			return err
 		}
@@ -219,9 +229,14 @@ func (wr *decoratorWiring) start(ctx context.Context) error {
 
 func (wr *decoratorWiring) object() *unstructured.Unstructured { return wr.obj }
 
+func (wr *decoratorWiring) relatedIx() *relatedIndex { return wr.related }
+
 func (wr *decoratorWiring) stop() {
 	if wr.cancel != nil {
 		wr.cancel()
+	}
+	if wr.related != nil {
+		wr.related.release()
 	}
 	for _, t := range wr.targets {
 		if t.h != nil {
@@ -363,6 +378,18 @@ func (wr *decoratorWiring) enqueueOwner(gvr schema.GroupVersionResource, a *unst
 	}
 }
 
+// enqueueRelated resyncs a target whose related object changed.
+func (wr *decoratorWiring) enqueueRelated(uid string, gvr schema.GroupVersionResource, rv string) {
+	for _, t := range wr.targets {
+		if target, ok := t.h.ByUID(uid); ok {
+			if wr.selects(target) {
+				wr.w.enqueue(wr.ref, t.res, target, bus.ReasonEvent, gvr, rv)
+			}
+			return
+		}
+	}
+}
+
 // handleFor returns the wiring's informer handle for a freshness key.
 func (wr *decoratorWiring) handleFor(key string) *informers.Handle {
 	for _, t := range wr.targets {
@@ -372,6 +399,13 @@ func (wr *decoratorWiring) handleFor(key string) *informers.Handle {
 	}
 	for _, h := range wr.attachments {
 		if grKey(h.GVR()) == key {
+			return h
+		}
+	}
+	wr.related.mu.Lock()
+	defer wr.related.mu.Unlock()
+	for gvr, h := range wr.related.handles {
+		if grKey(gvr) == key {
 			return h
 		}
 	}
@@ -393,6 +427,13 @@ func (wr *decoratorWiring) snapshot(ctx context.Context, req snapshot.Request) *
 	for _, h := range wr.attachments {
 		if !h.HasSynced() {
 			return &snapshot.Response{Result: snapshot.Retry, Message: "attachment cache " + h.GVR().String() + " not synced"}
+		}
+	}
+	var rules []relatedRule
+	if req.Related != nil {
+		var err error
+		if rules, err = wr.related.register(req.Related); err != nil {
+			return &snapshot.Response{Result: snapshot.Invalid, Message: "related resources: " + err.Error()}
 		}
 	}
 	if ok, msg := w.waitFresh(ctx, req, wr.handleFor); !ok {
@@ -444,6 +485,13 @@ func (wr *decoratorWiring) snapshot(ctx context.Context, req snapshot.Request) *
 			g.Objects = append(g.Objects, c)
 		}
 		resp.Children = append(resp.Children, g)
+	}
+	if len(rules) > 0 {
+		groups, ok := wr.related.snapshot(rules)
+		if !ok {
+			return &snapshot.Response{Result: snapshot.Retry, Message: "related caches not synced yet"}
+		}
+		resp.Related = groups
 	}
 	return resp
 }

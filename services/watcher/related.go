@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -36,23 +37,60 @@ type relatedIndex struct {
 	byBucket map[schema.GroupVersionResource]map[string]map[string][]related.Rule
 	handles  map[schema.GroupVersionResource]*informers.Handle
 	ns       *informers.Handle // namespaces, for namespaceSelector rules
+
+	w   *Watcher
+	ctx context.Context
+	// enqueue resyncs the parent with that UID (if its controller still
+	// handles it) because an object of gvr changed to resourceVersion rv.
+	enqueue func(uid string, gvr schema.GroupVersionResource, rv string)
 }
 
-func newRelatedIndex() *relatedIndex {
+// newRelatedIndex returns the related-objects index of one controller
+// wiring (CompositeController or DecoratorController).
+func newRelatedIndex(ctx context.Context, w *Watcher, enqueue func(uid string, gvr schema.GroupVersionResource, rv string)) *relatedIndex {
 	return &relatedIndex{
 		byParent: map[string][]relatedRule{},
 		byBucket: map[schema.GroupVersionResource]map[string]map[string][]related.Rule{},
 		handles:  map[schema.GroupVersionResource]*informers.Handle{},
+		w:        w,
+		ctx:      ctx,
+		enqueue:  enqueue,
 	}
 }
 
-// registerRelated records a parent's rules (replacing earlier ones) and
-// subscribes to the resources they name.
+// relatedHolder is a wiring whose parents may have related objects.
+type relatedHolder interface {
+	relatedIx() *relatedIndex
+}
+
+func (wr *wiring) relatedIx() *relatedIndex { return wr.related }
+
+// enqueueRelated resyncs a parent whose related object changed.
+func (wr *wiring) enqueueRelated(uid string, gvr schema.GroupVersionResource, rv string) {
+	if p, ok := wr.parent.ByUID(uid); ok && wr.selects(p) {
+		wr.w.enqueue(wr.ref, wr.parentRes, p, bus.ReasonEvent, gvr, rv)
+	}
+}
+
 func (wr *wiring) registerRelated(rr *bus.RelatedRules) ([]relatedRule, error) {
+	return wr.related.register(rr)
+}
+
+func (wr *wiring) dropRelated(uid string) { wr.related.drop(uid) }
+
+func (wr *wiring) releaseRelated() { wr.related.release() }
+
+func (wr *wiring) relatedSnapshot(rules []relatedRule) ([]snapshot.Group, bool) {
+	return wr.related.snapshot(rules)
+}
+
+// register records a parent's rules (replacing earlier ones) and
+// subscribes to the resources they name.
+func (ix *relatedIndex) register(rr *bus.RelatedRules) ([]relatedRule, error) {
 	version := v1alpha1.HookVersion(rr.HookVersion)
 	var rules []relatedRule
 	for i, r := range rr.Rules {
-		res, err := wr.w.disc.Resolve(wr.ctx, r.APIVersion, r.Resource)
+		res, err := ix.w.disc.Resolve(ix.ctx, r.APIVersion, r.Resource)
 		if err != nil {
 			return nil, fmt.Errorf("relatedResources[%d]: %w", i, err)
 		}
@@ -62,10 +100,9 @@ func (wr *wiring) registerRelated(rr *bus.RelatedRules) ([]relatedRule, error) {
 		}
 		rules = append(rules, relatedRule{res: res, rule: c})
 	}
-	ix := wr.related
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	wr.dropRelatedLocked(rr.ParentUID)
+	ix.dropLocked(rr.ParentUID)
 	ix.byParent[rr.ParentUID] = rules
 	for _, r := range rules {
 		gvr := r.res.GVR
@@ -79,33 +116,32 @@ func (wr *wiring) registerRelated(rr *bus.RelatedRules) ([]relatedRule, error) {
 		}
 		b[rr.ParentUID] = append(b[rr.ParentUID], r.rule)
 		if ix.handles[gvr] == nil {
-			h := wr.w.registry.Acquire(gvr)
+			h := ix.w.registry.Acquire(gvr)
 			ix.handles[gvr] = h
 			g := gvr
 			if err := h.AddHandler(cache.ResourceEventHandlerFuncs{
-				AddFunc:    func(obj any) { wr.onRelated(g, nil, obj) },
-				UpdateFunc: func(old, obj any) { wr.onRelated(g, old, obj) },
-				DeleteFunc: func(obj any) { wr.onRelated(g, nil, obj) },
+				AddFunc:    func(obj any) { ix.onRelated(g, nil, obj) },
+				UpdateFunc: func(old, obj any) { ix.onRelated(g, old, obj) },
+				DeleteFunc: func(obj any) { ix.onRelated(g, nil, obj) },
 			}); err != nil {
 				return nil, err
 			}
 		}
 		if r.rule.NeedsNamespaceLabels() && ix.ns == nil {
-			ix.ns = wr.w.registry.Acquire(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"})
+			ix.ns = ix.w.registry.Acquire(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"})
 		}
 	}
 	return rules, nil
 }
 
-// dropRelated forgets a parent's rules (it was deleted).
-func (wr *wiring) dropRelated(uid string) {
-	wr.related.mu.Lock()
-	defer wr.related.mu.Unlock()
-	wr.dropRelatedLocked(uid)
+// drop forgets a parent's rules (it was deleted).
+func (ix *relatedIndex) drop(uid string) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.dropLocked(uid)
 }
 
-func (wr *wiring) dropRelatedLocked(uid string) {
-	ix := wr.related
+func (ix *relatedIndex) dropLocked(uid string) {
 	for _, r := range ix.byParent[uid] {
 		if b := ix.byBucket[r.res.GVR][r.rule.Namespace]; b != nil {
 			delete(b, uid)
@@ -114,9 +150,8 @@ func (wr *wiring) dropRelatedLocked(uid string) {
 	delete(ix.byParent, uid)
 }
 
-// releaseRelated drops every subscription (the wiring stops).
-func (wr *wiring) releaseRelated() {
-	ix := wr.related
+// release drops every subscription (the wiring stops).
+func (ix *relatedIndex) release() {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	for _, h := range ix.handles {
@@ -129,8 +164,8 @@ func (wr *wiring) releaseRelated() {
 	ix.ns = nil
 }
 
-func (wr *wiring) namespaceLabels(ns string) (map[string]string, bool) {
-	h := wr.related.ns
+func (ix *relatedIndex) namespaceLabels(ns string) (map[string]string, bool) {
+	h := ix.ns
 	if h == nil {
 		return nil, false
 	}
@@ -147,7 +182,7 @@ func (wr *wiring) namespaceLabels(ns string) (map[string]string, bool) {
 
 // onRelated resyncs the parents whose rules select the changed object
 // (before or after the change).
-func (wr *wiring) onRelated(gvr schema.GroupVersionResource, oldObj, obj any) {
+func (ix *relatedIndex) onRelated(gvr schema.GroupVersionResource, oldObj, obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
@@ -159,14 +194,13 @@ func (wr *wiring) onRelated(gvr schema.GroupVersionResource, oldObj, obj any) {
 	if old != nil && old.GetResourceVersion() == cur.GetResourceVersion() {
 		return
 	}
-	ix := wr.related
 	ix.mu.Lock()
 	var parents []string
 	buckets := ix.byBucket[gvr]
 	for _, ns := range []string{cur.GetNamespace(), ""} {
 		for uid, rules := range buckets[ns] {
 			for _, r := range rules {
-				if r.Matches(cur, wr.namespaceLabels) || (old != nil && r.Matches(old, wr.namespaceLabels)) {
+				if r.Matches(cur, ix.namespaceLabels) || (old != nil && r.Matches(old, ix.namespaceLabels)) {
 					parents = append(parents, uid)
 					break
 				}
@@ -178,16 +212,13 @@ func (wr *wiring) onRelated(gvr schema.GroupVersionResource, oldObj, obj any) {
 	}
 	ix.mu.Unlock()
 	for _, uid := range parents {
-		if p, ok := wr.parent.ByUID(uid); ok && wr.selects(p) {
-			wr.w.enqueue(wr.ref, wr.parentRes, p, bus.ReasonEvent, gvr, cur.GetResourceVersion())
-		}
+		ix.enqueue(uid, gvr, cur.GetResourceVersion())
 	}
 }
 
 // relatedSnapshot lists the objects a parent's rules select, grouped per
 // resource in rule order. ok is false while an informer is still syncing.
-func (wr *wiring) relatedSnapshot(rules []relatedRule) (groups []snapshot.Group, ok bool) {
-	ix := wr.related
+func (ix *relatedIndex) snapshot(rules []relatedRule) (groups []snapshot.Group, ok bool) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if ix.ns != nil && !ix.ns.HasSynced() {
@@ -216,7 +247,7 @@ func (wr *wiring) relatedSnapshot(rules []relatedRule) (groups []snapshot.Group,
 			candidates = h.List()
 		}
 		for _, o := range candidates {
-			if seen[string(o.GetUID())] || !r.rule.Matches(o, wr.namespaceLabels) {
+			if seen[string(o.GetUID())] || !r.rule.Matches(o, ix.namespaceLabels) {
 				continue
 			}
 			seen[string(o.GetUID())] = true
@@ -235,12 +266,12 @@ func (w *Watcher) subscribeRelated() (*nats.Subscription, error) {
 			return
 		}
 		w.mu.RLock()
-		wr, _ := w.wirings[rr.Controller.ID()].(*wiring)
+		wr, _ := w.wirings[rr.Controller.ID()].(relatedHolder)
 		w.mu.RUnlock()
-		if wr == nil {
+		if wr == nil || wr.relatedIx() == nil {
 			return
 		}
-		if _, err := wr.registerRelated(&rr); err != nil {
+		if _, err := wr.relatedIx().register(&rr); err != nil {
 			w.log.Debug("register related rules", zap.Error(err))
 		}
 	})

@@ -239,7 +239,7 @@ func (w *Watcher) newWiring(ctx context.Context, cc *unstructured.Unstructured, 
 func (wr *wiring) start(ctx context.Context) error {
 	ctx, wr.cancel = context.WithCancel(ctx)
 	wr.ctx = ctx
-	wr.related = newRelatedIndex()
+	wr.related = newRelatedIndex(ctx, wr.w, wr.enqueueRelated)
 	wr.parent = wr.w.registry.Acquire(wr.parentRes.GVR)
 	if err := wr.parent.AddHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { wr.onParent(nil, obj) },
