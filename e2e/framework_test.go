@@ -182,13 +182,41 @@ func newNamespace(t *testing.T) string {
 	if err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}
-	t.Cleanup(func() { _ = kube.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() { cleanNamespace(ns.Name) })
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := env.WaitForDefaultServiceAccount(wctx, ns.Name); err != nil {
 		t.Fatalf("wait for default service account: %v", err)
 	}
 	return ns.Name
+}
+
+// testParents are the parent resources tests create. They are deleted (and
+// waited for) before the namespace, because namespace deletion takes
+// seconds and the next test's controllers, which select parents in every
+// namespace, must not see leftovers.
+var testParents = []schema.GroupVersionResource{widgetsGVR, helloGVR,
+	{Group: "test.metabus.dev", Version: "v1", Resource: "gadgets"}}
+
+func cleanNamespace(ns string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, gvr := range testParents {
+		_ = dyn.Resource(gvr).Namespace(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	}
+	for ctx.Err() == nil {
+		left := 0
+		for _, gvr := range testParents {
+			if l, err := dyn.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{}); err == nil {
+				left += len(l.Items)
+			}
+		}
+		if left == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
 }
 
 // hookServer serves h on a loopback URL for the test's lifetime.
