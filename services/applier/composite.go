@@ -25,39 +25,50 @@ import (
 )
 
 func (a *Applier) apply(ctx context.Context, ds *bus.DesiredState) result {
+	if ds.Hook == bus.HookRelease {
+		return a.release(ctx, ds)
+	}
 	switch ds.Controller.Kind {
-	case v1alpha1.CompositeControllerKind:
-		return a.applyComposite(ctx, ds)
-	case v1alpha1.DecoratorControllerKind:
-		return a.applyDecorator(ctx, ds)
+	case v1alpha1.CompositeControllerKind, v1alpha1.DecoratorControllerKind:
 	default:
 		a.log.Error("dropping desired state for an unsupported controller kind", zap.String("kind", ds.Controller.Kind))
 		return result{result: "unsupported"}
 	}
+	snap, res, ok := a.observe(ctx, ds)
+	if !ok {
+		return res
+	}
+	if ds.Controller.Kind == v1alpha1.DecoratorControllerKind {
+		return a.applyDecorator(ctx, ds, snap)
+	}
+	return a.applyComposite(ctx, ds, snap)
 }
 
-func (a *Applier) applyComposite(ctx context.Context, ds *bus.DesiredState) result {
-	if ds.Hook == bus.HookRelease {
-		return a.release(ctx, ds)
-	}
+// observe fetches fresh observed state, at least as fresh as what the hook
+// saw. ok is false when there is nothing to apply now (res says why).
+func (a *Applier) observe(ctx context.Context, ds *bus.DesiredState) (snap *snapshot.Response, res result, ok bool) {
 	snap, err := snapshot.Fetch(ctx, a.snaps, snapshot.Request{
 		Controller: ds.Controller, ParentUID: ds.Parent.UID, MinResourceVersions: ds.MinResourceVersions,
 	}, a.cfg.SnapshotWait)
 	if err != nil {
 		if ctx.Err() != nil {
-			return result{result: "cancelled", infra: true}
+			return nil, result{result: "cancelled", infra: true}, false
 		}
-		return a.retry(ctx, ds, "", fmt.Errorf("observed state unavailable: %w", err))
+		return nil, a.retry(ctx, ds, "", fmt.Errorf("observed state unavailable: %w", err)), false
 	}
 	switch snap.Result {
 	case snapshot.OK:
+		return snap, result{}, true
 	case snapshot.NotFound:
-		return result{result: "notfound"}
+		return nil, result{result: "notfound"}, false
 	case snapshot.Retry:
-		return a.retry(ctx, ds, "", fmt.Errorf("observed state not fresh yet: %s", snap.Message))
+		return nil, a.retry(ctx, ds, "", fmt.Errorf("observed state not fresh yet: %s", snap.Message)), false
 	default:
-		return result{result: "invalid"}
+		return nil, result{result: "invalid"}, false
 	}
+}
+
+func (a *Applier) applyComposite(ctx context.Context, ds *bus.DesiredState, snap *snapshot.Response) result {
 	cc, err := composite.Decode(snap.Controller)
 	if err != nil {
 		return result{result: "invalid"}

@@ -26,28 +26,7 @@ import (
 // that carry the observed resourceVersion. The target's spec is never
 // written. Everything is compared with the snapshot first, so a no-op sync
 // makes no API call (and never a GET).
-func (a *Applier) applyDecorator(ctx context.Context, ds *bus.DesiredState) result {
-	if ds.Hook == bus.HookRelease {
-		return a.release(ctx, ds)
-	}
-	snap, err := snapshot.Fetch(ctx, a.snaps, snapshot.Request{
-		Controller: ds.Controller, ParentUID: ds.Parent.UID, MinResourceVersions: ds.MinResourceVersions,
-	}, a.cfg.SnapshotWait)
-	if err != nil {
-		if ctx.Err() != nil {
-			return result{result: "cancelled", infra: true}
-		}
-		return a.retry(ctx, ds, "", fmt.Errorf("observed state unavailable: %w", err))
-	}
-	switch snap.Result {
-	case snapshot.OK:
-	case snapshot.NotFound:
-		return result{result: "notfound"}
-	case snapshot.Retry:
-		return a.retry(ctx, ds, "", fmt.Errorf("observed state not fresh yet: %s", snap.Message))
-	default:
-		return result{result: "invalid"}
-	}
+func (a *Applier) applyDecorator(ctx context.Context, ds *bus.DesiredState, snap *snapshot.Response) result {
 	dc, err := decorator.Decode(snap.Controller)
 	if err != nil {
 		return result{result: "invalid"}

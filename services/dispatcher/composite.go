@@ -2,21 +2,17 @@ package dispatcher
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/composite"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/hookapi"
-	"github.com/metabus/metabus/pkg/hooks"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 
@@ -124,111 +120,36 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 		}
 		return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("CompositeController %s has no %s hook", cc.Name, kind))
 	}
-	version := v1alpha1.HookVersionV1
-	if hook.Version != nil && *hook.Version != "" {
-		version = *hook.Version
+	version := hookVersion(hook)
+	children, err := objectMap(version, parent.GetNamespace() != "", snap.Children)
+	if err != nil {
+		return d.failed(ctx, item, events.ReasonSyncError, err)
 	}
-	parentNamespaced := parent.GetNamespace() != ""
-	children := hookapi.NewObjectMap(version, parentNamespaced)
-	for _, g := range snap.Children {
-		children.Ensure(g.APIVersion, g.Kind)
-		for _, o := range g.Objects {
-			if err := children.Add(o, g.Namespaced); err != nil {
-				return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("build hook request: %w", err))
-			}
-		}
+	relatedMap, err := objectMap(version, parent.GetNamespace() != "", snap.Related)
+	if err != nil {
+		return d.failed(ctx, item, events.ReasonSyncError, err)
 	}
-	relatedMap := hookapi.NewObjectMap(version, parentNamespaced)
-	for _, g := range snap.Related {
-		relatedMap.Ensure(g.APIVersion, g.Kind)
-		for _, o := range g.Objects {
-			if err := relatedMap.Add(o, g.Namespaced); err != nil {
-				return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("build hook request: %w", err))
-			}
-		}
-	}
-	req := hookapi.CompositeSyncRequest{
-		Controller: snap.Controller,
-		Parent:     parent,
-		Children:   children.Map(),
-		Related:    relatedMap.Map(),
-		Finalizing: finalizing,
+	call := syncCall{
+		item: item, seq: seq, parent: pref, hook: hook, kind: kind,
+		ctrlType: v1alpha1.CompositeControllerKind, ctrlName: cc.Name, endpoints: cc.Spec.EndpointConfigs,
+		request: hookapi.CompositeSyncRequest{
+			Controller: snap.Controller,
+			Parent:     parent,
+			Children:   children,
+			Related:    relatedMap,
+			Finalizing: finalizing,
+		},
 	}
 	var resp hookapi.CompositeSyncResponse
-	hookStart := time.Now()
-	err = d.hooks.Do(ctx, hooks.Call{
-		Hook:            hook,
-		EndpointConfigs: cc.Spec.EndpointConfigs,
-		Kind:            kind,
-		ControllerType:  v1alpha1.CompositeControllerKind,
-		ControllerName:  cc.Name,
-		Source:          bus.ControllerSource(item.Controller),
-		Subject:         bus.ObjectPath(pref),
-		ID:              bus.DesiredMsgID(pref.UID, seq),
-		Extensions: map[string]string{
-			bus.ExtParentUID:    pref.UID,
-			bus.ExtWorkSeq:      bus.WorkSeqString(seq),
-			bus.ExtPartitionKey: item.Controller.ID() + "/" + pref.UID,
-		},
-		CacheKey: pref.UID,
-		Request:  req,
-	}, &resp)
-	d.metrics.hookSeconds.WithLabelValues(kind).Observe(time.Since(hookStart).Seconds())
-	if err != nil {
-		var tooMany *hooks.TooManyRequestsError
-		if errors.As(err, &tooMany) {
-			// The hook asked us to come back later: not a failure.
-			d.log.Info("hook throttled; retrying after Retry-After", zap.String("controller", cc.Name),
-				zap.String("parent", pref.Namespace+"/"+pref.Name), zap.Duration("retryAfter", tooMany.RetryAfter))
-			if serr := d.retry(ctx, item, time.Now().Add(tooMany.RetryAfter)); serr != nil {
-				return outcome{result: "throttled", infra: true}
-			}
-			return outcome{result: "throttled"}
-		}
-		return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("%s hook failed: %w", kind, err))
+	if out, ok := d.callHook(ctx, call, &resp); !ok {
+		return out
 	}
-
-	minRVs := map[string]string{}
-	for k, v := range item.MinResourceVersions {
-		minRVs[k] = v
-	}
-	if gv, err := schema.ParseGroupVersion(pref.APIVersion); err == nil && pref.ResourceVersion != "" {
-		minRVs[gv.Group+"/"+pref.Resource] = pref.ResourceVersion
-	}
-	ds := bus.DesiredState{
-		Controller:          item.Controller,
-		Parent:              pref,
-		WorkSeq:             seq,
-		Hook:                kind,
-		Children:            resp.Children,
-		Status:              resp.Status,
-		ResyncAfterSeconds:  resp.ResyncAfterSeconds,
-		Finalized:           resp.Finalized,
-		Observed:            ObservedRefs(snap.Children),
-		MinResourceVersions: minRVs,
-		Attempt:             d.attempt(item),
-		ProducedAt:          time.Now(),
-	}
-	if ds.Children == nil {
-		ds.Children = []*unstructured.Unstructured{}
-	}
-	if err := d.pub.PublishDesired(ctx, ds); err != nil {
-		if errors.Is(err, nats.ErrMaxPayload) {
-			// Retrying cannot help until the hook answers with less; tell
-			// the user rather than redelivering into the dead-letter queue.
-			return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("the %s hook's desired state is larger than the bus allows (max_payload): %w", kind, err))
-		}
-		d.log.Warn("publish desired state", zap.Error(err))
-		return outcome{result: "error", infra: true}
-	}
-	d.succeeded(item)
-	if resp.ResyncAfterSeconds > 0 {
-		next := item
-		next.Reason, next.Attempt, next.EnqueuedAt = bus.ReasonResyncAfter, 0, time.Time{}
-		next.MinResourceVersions = nil
-		d.resyncAfter(ctx, next, time.Duration(resp.ResyncAfterSeconds*float64(time.Second)))
-	}
-	return outcome{result: "ok"}
+	return d.publishDesired(ctx, call, bus.DesiredState{
+		Children:           resp.Children,
+		Status:             resp.Status,
+		ResyncAfterSeconds: resp.ResyncAfterSeconds,
+		Finalized:          resp.Finalized,
+	}, snap.Children)
 }
 
 // release forwards a finalizer release to the applier: there is no

@@ -2,13 +2,9 @@ package dispatcher
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"go.uber.org/zap"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
@@ -16,7 +12,6 @@ import (
 	"github.com/metabus/metabus/pkg/decorator"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/hookapi"
-	"github.com/metabus/metabus/pkg/hooks"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 
@@ -108,106 +103,37 @@ func (d *Dispatcher) syncDecorator(ctx context.Context, item bus.WorkItem, seq u
 		}
 		return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("DecoratorController %s has no %s hook", dc.Name, kind))
 	}
-	version := v1alpha1.HookVersionV1
-	if hook.Version != nil && *hook.Version != "" {
-		version = *hook.Version
+	version := hookVersion(hook)
+	attachments, err := objectMap(version, target.GetNamespace() != "", snap.Children)
+	if err != nil {
+		return d.failed(ctx, item, events.ReasonSyncError, err)
 	}
-	targetNamespaced := target.GetNamespace() != ""
-	attachments := hookapi.NewObjectMap(version, targetNamespaced)
-	for _, g := range snap.Children {
-		attachments.Ensure(g.APIVersion, g.Kind)
-		for _, o := range g.Objects {
-			if err := attachments.Add(o, g.Namespaced); err != nil {
-				return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("build hook request: %w", err))
-			}
-		}
+	related, err := objectMap(version, target.GetNamespace() != "", snap.Related)
+	if err != nil {
+		return d.failed(ctx, item, events.ReasonSyncError, err)
 	}
-	related := hookapi.NewObjectMap(version, targetNamespaced)
-	for _, g := range snap.Related {
-		related.Ensure(g.APIVersion, g.Kind)
-		for _, o := range g.Objects {
-			if err := related.Add(o, g.Namespaced); err != nil {
-				return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("build hook request: %w", err))
-			}
-		}
-	}
-	req := hookapi.DecoratorSyncRequest{
-		Controller:  snap.Controller,
-		Object:      target,
-		Attachments: attachments.Map(),
-		Related:     related.Map(),
-		Finalizing:  finalizing,
+	call := syncCall{
+		item: item, seq: seq, parent: pref, hook: hook, kind: kind,
+		ctrlType: v1alpha1.DecoratorControllerKind, ctrlName: dc.Name, endpoints: dc.Spec.EndpointConfigs,
+		request: hookapi.DecoratorSyncRequest{
+			Controller:  snap.Controller,
+			Object:      target,
+			Attachments: attachments,
+			Related:     related,
+			Finalizing:  finalizing,
+		},
 	}
 	var resp hookapi.DecoratorSyncResponse
-	hookStart := time.Now()
-	err = d.hooks.Do(ctx, hooks.Call{
-		Hook:            hook,
-		EndpointConfigs: dc.Spec.EndpointConfigs,
-		Kind:            kind,
-		ControllerType:  v1alpha1.DecoratorControllerKind,
-		ControllerName:  dc.Name,
-		Source:          bus.ControllerSource(item.Controller),
-		Subject:         bus.ObjectPath(pref),
-		ID:              bus.DesiredMsgID(pref.UID, seq),
-		Extensions: map[string]string{
-			bus.ExtParentUID:    pref.UID,
-			bus.ExtWorkSeq:      bus.WorkSeqString(seq),
-			bus.ExtPartitionKey: item.Controller.ID() + "/" + pref.UID,
-		},
-		CacheKey: pref.UID,
-		Request:  req,
-	}, &resp)
-	d.metrics.hookSeconds.WithLabelValues(kind).Observe(time.Since(hookStart).Seconds())
-	if err != nil {
-		var tooMany *hooks.TooManyRequestsError
-		if errors.As(err, &tooMany) {
-			d.log.Info("hook throttled; retrying after Retry-After", zap.String("controller", dc.Name),
-				zap.String("target", pref.Namespace+"/"+pref.Name), zap.Duration("retryAfter", tooMany.RetryAfter))
-			if serr := d.retry(ctx, item, time.Now().Add(tooMany.RetryAfter)); serr != nil {
-				return outcome{result: "throttled", infra: true}
-			}
-			return outcome{result: "throttled"}
-		}
-		return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("%s hook failed: %w", kind, err))
+	if out, ok := d.callHook(ctx, call, &resp); !ok {
+		return out
 	}
-
-	minRVs := map[string]string{}
-	for k, v := range item.MinResourceVersions {
-		minRVs[k] = v
-	}
-	if gv, err := schema.ParseGroupVersion(pref.APIVersion); err == nil && pref.ResourceVersion != "" {
-		minRVs[gv.Group+"/"+pref.Resource] = pref.ResourceVersion
-	}
-	ds := bus.DesiredState{
-		Controller:          item.Controller,
-		Parent:              pref,
-		WorkSeq:             seq,
-		Hook:                kind,
-		Children:            resp.Attachments,
-		Labels:              resp.Labels,
-		Annotations:         resp.Annotations,
-		Status:              resp.Status,
-		StatusSet:           resp.Status != nil,
-		ResyncAfterSeconds:  resp.ResyncAfterSeconds,
-		Finalized:           resp.Finalized,
-		Observed:            ObservedRefs(snap.Children),
-		MinResourceVersions: minRVs,
-		Attempt:             d.attempt(item),
-		ProducedAt:          time.Now(),
-	}
-	if ds.Children == nil {
-		ds.Children = []*unstructured.Unstructured{}
-	}
-	if err := d.pub.PublishDesired(ctx, ds); err != nil {
-		d.log.Warn("publish desired state", zap.Error(err))
-		return outcome{result: "error", infra: true}
-	}
-	d.succeeded(item)
-	if resp.ResyncAfterSeconds > 0 {
-		next := item
-		next.Reason, next.Attempt, next.EnqueuedAt = bus.ReasonResyncAfter, 0, time.Time{}
-		next.MinResourceVersions = nil
-		d.resyncAfter(ctx, next, time.Duration(resp.ResyncAfterSeconds*float64(time.Second)))
-	}
-	return outcome{result: "ok"}
+	return d.publishDesired(ctx, call, bus.DesiredState{
+		Children:           resp.Attachments,
+		Labels:             resp.Labels,
+		Annotations:        resp.Annotations,
+		Status:             resp.Status,
+		StatusSet:          resp.Status != nil,
+		ResyncAfterSeconds: resp.ResyncAfterSeconds,
+		Finalized:          resp.Finalized,
+	}, snap.Children)
 }
