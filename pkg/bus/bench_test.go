@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,7 +30,12 @@ import (
 
 // benchBus starts an embedded server with the metabus streams and returns a
 // JetStream handle on an in-process connection. Setup is not timed.
-func benchBus(b *testing.B) jetstream.JetStream {
+func benchBus(b *testing.B) jetstream.JetStream { return benchBusWith(b, false) }
+
+// benchBusWith optionally keeps the partition consumers' state in memory
+// (ConsumerConfig.MemoryStorage) instead of the file store, to measure
+// what the consumer state files cost.
+func benchBusWith(b *testing.B, memConsumerState bool) jetstream.JetStream {
 	b.Helper()
 	b.StopTimer()
 	defer b.StartTimer()
@@ -45,8 +51,30 @@ func benchBus(b *testing.B) jetstream.JetStream {
 	b.Cleanup(nc.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := bus.Ensure(ctx, js, bus.Options{}); err != nil {
-		b.Fatalf("Ensure: %v", err)
+	if !memConsumerState {
+		if err := bus.Ensure(ctx, js, bus.Options{}); err != nil {
+			b.Fatalf("Ensure: %v", err)
+		}
+		return js
+	}
+	for _, cfg := range []jetstream.StreamConfig{bus.WorkStreamConfig(bus.Options{}), bus.DesiredStreamConfig(bus.Options{})} {
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for p := 0; p < bus.Partitions; p++ {
+		for _, c := range []struct {
+			stream string
+			cfg    jetstream.ConsumerConfig
+		}{
+			{bus.WorkStream, bus.WorkConsumerConfig(bus.Options{}, p)},
+			{bus.DesiredStream, bus.DesiredConsumerConfig(bus.Options{}, p)},
+		} {
+			c.cfg.MemoryStorage = true
+			if _, err := js.CreateOrUpdateConsumer(ctx, c.stream, c.cfg); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 	return js
 }
@@ -86,6 +114,16 @@ func benchItemWith(i int, rvs map[string]string) bus.WorkItem {
 // counter, like %08x-…-%012x of i, land in only 16 of the 64 partitions).
 func benchUID(i int) string {
 	return uuid.NewSHA1(uuid.NameSpaceOID, []byte(strconv.Itoa(i))).String()
+}
+
+// cpuTime is the CPU time this process (client and embedded server) used
+// so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func perSecond(b *testing.B, n int) float64 {
@@ -190,10 +228,11 @@ func BenchmarkPublishWork(b *testing.B) {
 //     next publish waits for the ack;
 //   - pipelined: 16 publishers push b.N different parents as fast as they
 //     can; throughput is until the last one is acked, latency per message
-//     includes queueing behind busy partitions.
+//     includes queueing behind busy partitions;
+//   - */mem-consumer-state: the same with ConsumerConfig.MemoryStorage.
 func BenchmarkWorkRoundTrip(b *testing.B) {
-	run := func(b *testing.B, publishers int) {
-		js := benchBus(b)
+	run := func(b *testing.B, publishers int, memConsumerState bool) {
+		js := benchBusWith(b, memConsumerState)
 		pub := bus.Publisher{JS: js}
 		ctx, cancel := context.WithCancel(context.Background())
 		var mu sync.Mutex
@@ -252,6 +291,7 @@ func BenchmarkWorkRoundTrip(b *testing.B) {
 		}
 		b.StartTimer()
 		b.ResetTimer()
+		cpu0 := cpuTime()
 
 		if publishers <= 1 {
 			for i := 0; i < b.N; i++ {
@@ -285,13 +325,19 @@ func BenchmarkWorkRoundTrip(b *testing.B) {
 			waitHandled(b, &handled, signal, int64(b.N))
 		}
 		b.StopTimer()
+		b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/msg")
 		b.ReportMetric(perSecond(b, b.N), "msgs/s")
 		mu.Lock()
 		reportPercentiles(b, lat, time.Microsecond, "µs")
 		mu.Unlock()
 	}
-	b.Run("serial", func(b *testing.B) { run(b, 1) })
-	b.Run("pipelined", func(b *testing.B) { run(b, 16) })
+	b.Run("serial", func(b *testing.B) { run(b, 1, false) })
+	b.Run("pipelined", func(b *testing.B) { run(b, 16, false) })
+	// The same with the partition consumers' state kept in memory: what the
+	// file-store consumer state (a state file rewritten up to 10 times a
+	// second per consumer, 128 consumers) costs.
+	b.Run("serial/mem-consumer-state", func(b *testing.B) { run(b, 1, true) })
+	b.Run("pipelined/mem-consumer-state", func(b *testing.B) { run(b, 16, true) })
 }
 
 func waitHandled(b *testing.B, handled *atomic.Int64, signal <-chan struct{}, n int64) {
