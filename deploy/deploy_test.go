@@ -1002,9 +1002,13 @@ func TestRBAC(t *testing.T) {
 				if !hasGrant(rules, "*/*/status", "update") {
 					t.Error("applier cannot update parent status")
 				}
-				for _, v := range []string{"get", "list", "watch"} {
-					if !hasGrant(rules, "metacontroller.k8s.io/compositecontrollers", v) {
-						t.Errorf("applier cannot %s compositecontrollers", v)
+				// Live reads of parents: adoption recheck, finalizer release.
+				if !hasGrant(rules, "*/*", "get") {
+					t.Error("applier cannot get parents")
+				}
+				for _, v := range []string{"list", "watch"} {
+					if hasGrant(rules, "*/*", v) {
+						t.Errorf("applier may %s: it reads observed state from snapshots", v)
 					}
 				}
 			case "revisions":
