@@ -9,8 +9,8 @@ import (
 	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
@@ -18,7 +18,6 @@ import (
 	"github.com/metabus/metabus/pkg/composite"
 	"github.com/metabus/metabus/pkg/decorator"
 	"github.com/metabus/metabus/pkg/discovery"
-	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
@@ -57,71 +56,41 @@ type decoratorTarget struct {
 
 // syncDecoratorController (re)wires or unwires one DecoratorController.
 func (w *Watcher) syncDecoratorController(ctx context.Context, id, name string) error {
-	dc, exists := w.controllerObject(v1alpha1.DecoratorControllerKind, name)
-	if !exists || dc == nil {
-		// Deleted: stop, and release its finalizer from every target it
-		// decorated (upstream leaves them behind, #1062).
-		w.unwire(id, "controller deleted", true)
-		return nil
-	}
-	if !w.targets.Matches(labels.Set(dc.GetLabels())) {
-		// Another installation may serve it now: leave its finalizers.
-		w.unwire(id, "controller no longer targeted", false)
-		return nil
-	}
-	specJSON, err := json.Marshal(dc.Object["spec"])
-	if err != nil {
-		return fmt.Errorf("encode spec: %w", err)
-	}
-	w.mu.RLock()
-	old, _ := w.wirings[id].(*decoratorWiring)
-	w.mu.RUnlock()
-	if old != nil && old.specJSON == string(specJSON) && old.obj.GetUID() == dc.GetUID() {
-		w.mu.Lock()
-		old.obj = dc
-		w.mu.Unlock()
-		return nil
+	dc, specJSON, err := w.controllerChanged(id, v1alpha1.DecoratorControllerKind, name)
+	if err != nil || dc == nil {
+		return err
 	}
 	var spec v1alpha1.DecoratorControllerSpec
 	if err := json.Unmarshal(specJSON, &spec); err != nil {
-		w.rec.Warning(dc, events.ReasonCreateError, fmt.Sprintf("invalid spec: %v", err))
-		w.unwire(id, "invalid spec", false)
+		w.invalidController(id, dc, fmt.Errorf("invalid spec: %w", err))
 		return nil
 	}
 	wr, err := w.newDecoratorWiring(ctx, dc, spec, string(specJSON))
 	if err != nil {
-		w.rec.Warning(dc, events.ReasonCreateError, err.Error())
-		w.unwire(id, "cannot wire: "+err.Error(), false)
+		w.invalidController(id, dc, err)
 		return err
 	}
-	// Subscribe before releasing the old wiring: shared informers both use
-	// stay up.
-	if err := wr.start(ctx); err != nil {
-		wr.stop()
-		return err
-	}
-	w.mu.Lock()
-	w.wirings[id] = wr
-	w.mu.Unlock()
-	if old != nil {
-		if old.finalizer != "" && wr.finalizer == "" {
+	if err := w.install(ctx, id, wr, dc, func(prev controllerWiring) {
+		old, ok := prev.(*decoratorWiring)
+		switch {
+		case !ok:
+		case old.finalizer != "" && wr.finalizer == "":
 			// The finalize hook was removed: nobody will finalize.
 			old.releaseFinalizers()
-		} else {
+		default:
 			// Kinds the controller stopped targeting are nobody's to
 			// finalize either.
 			old.releaseDropped(wr.selector)
 		}
-		old.stop()
+	}); err != nil {
+		return err
 	}
-	w.metrics.controllers.Set(float64(w.countWirings()))
 	kinds := make([]string, 0, len(wr.targets))
 	for _, t := range wr.targets {
 		kinds = append(kinds, t.res.GVR.String())
 	}
 	w.log.Info("decorator wired", zap.String("controller", name), zap.Strings("targets", kinds),
 		zap.Int("attachmentResources", len(wr.attachRes)))
-	w.rec.Normal(dc, events.ReasonStarted, "controller started")
 	return nil
 }
 
@@ -228,6 +197,12 @@ func (wr *decoratorWiring) start(ctx context.Context) error {
 }
 
 func (wr *decoratorWiring) object() *unstructured.Unstructured { return wr.obj }
+
+func (wr *decoratorWiring) setObject(obj *unstructured.Unstructured) { wr.obj = obj }
+
+func (wr *decoratorWiring) sameSpec(spec string, uid types.UID) bool {
+	return wr.specJSON == spec && wr.obj.GetUID() == uid
+}
 
 func (wr *decoratorWiring) relatedIx() *relatedIndex { return wr.related }
 

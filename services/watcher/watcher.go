@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -310,6 +311,13 @@ type controllerWiring interface {
 	stop()
 	// object is the controller object as last seen.
 	object() *unstructured.Unstructured
+	// setObject refreshes it (called with the watcher's lock held).
+	setObject(obj *unstructured.Unstructured)
+	// sameSpec reports whether the wiring was built from this spec of
+	// this object.
+	sameSpec(spec string, uid types.UID) bool
+	// start subscribes to the informers.
+	start(ctx context.Context) error
 }
 
 // becomeLeader starts publishing and resyncs everything, so nothing that

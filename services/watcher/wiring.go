@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/tools/cache"
 
@@ -100,72 +101,90 @@ func (w *Watcher) controllerObject(kind, name string) (*unstructured.Unstructure
 	return u, ok
 }
 
-// syncCompositeController (re)wires or unwires one CompositeController.
-func (w *Watcher) syncCompositeController(ctx context.Context, id, name string) error {
-	obj, exists, err := w.ctrlHandles[v1alpha1.CompositeControllerKind].Informer().GetStore().GetByKey(name)
-	if err != nil {
-		return fmt.Errorf("read controller cache: %w", err)
-	}
-	var cc *unstructured.Unstructured
-	if exists {
-		cc, _ = obj.(*unstructured.Unstructured)
-	}
-	if cc == nil {
+// controllerChanged does the kind-independent part of a controller object
+// change: a deleted controller is unwired and releases its finalizers, an
+// untargeted one is unwired and keeps them (another installation may serve
+// it), and an unchanged spec keeps the wiring with the refreshed object.
+// It returns the object and its spec when a new wiring must be built.
+func (w *Watcher) controllerChanged(id, kind, name string) (*unstructured.Unstructured, []byte, error) {
+	obj, exists := w.controllerObject(kind, name)
+	if !exists {
 		w.unwire(id, "controller deleted", true)
-		return nil
+		return nil, nil, nil
 	}
-	if !w.targets.Matches(labels.Set(cc.GetLabels())) {
-		// Another installation may serve it now: leave its finalizers.
+	if !w.targets.Matches(labels.Set(obj.GetLabels())) {
 		w.unwire(id, "controller no longer targeted", false)
-		return nil
+		return nil, nil, nil
 	}
-	specJSON, err := json.Marshal(cc.Object["spec"])
+	spec, err := json.Marshal(obj.Object["spec"])
 	if err != nil {
-		return fmt.Errorf("encode spec: %w", err)
+		return nil, nil, fmt.Errorf("encode spec: %w", err)
 	}
-	w.mu.RLock()
-	old, _ := w.wirings[id].(*wiring)
-	w.mu.RUnlock()
-	if old != nil && old.specJSON == string(specJSON) && old.obj.GetUID() == cc.GetUID() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if old := w.wirings[id]; old != nil && old.sameSpec(string(spec), obj.GetUID()) {
 		// Metadata or status changed only: keep the wiring, refresh the
 		// object the hooks are sent.
-		w.mu.Lock()
-		old.obj = cc
-		w.mu.Unlock()
-		return nil
+		old.setObject(obj)
+		return nil, nil, nil
 	}
-	var spec v1alpha1.CompositeControllerSpec
-	if err := json.Unmarshal(specJSON, &spec); err != nil {
-		w.rec.Warning(cc, events.ReasonCreateError, fmt.Sprintf("invalid spec: %v", err))
-		w.unwire(id, "invalid spec", false)
-		return nil // nothing to retry until the spec changes
-	}
-	wr, err := w.newWiring(ctx, cc, spec, string(specJSON))
-	if err != nil {
-		w.rec.Warning(cc, events.ReasonCreateError, err.Error())
-		w.unwire(id, "cannot wire: "+err.Error(), false)
-		return err
-	}
-	// Subscribe the new wiring before releasing the old one, so informers
-	// both use stay up (no relist).
+	return obj, spec, nil
+}
+
+// invalidController reports a controller that cannot be wired.
+func (w *Watcher) invalidController(id string, obj *unstructured.Unstructured, err error) {
+	w.rec.Warning(obj, events.ReasonCreateError, err.Error())
+	w.unwire(id, "cannot wire: "+err.Error(), false)
+}
+
+// install starts wr and puts it in place of the controller's previous
+// wiring, which it returns (stopped) so the caller can release what the
+// change took away. The new wiring subscribes before the old one releases,
+// so informers both use stay up (no relist).
+func (w *Watcher) install(ctx context.Context, id string, wr controllerWiring, obj *unstructured.Unstructured, release func(old controllerWiring)) error {
 	if err := wr.start(ctx); err != nil {
 		wr.stop()
 		return err
 	}
 	w.mu.Lock()
+	old := w.wirings[id]
 	w.wirings[id] = wr
 	w.mu.Unlock()
 	if old != nil {
-		if old.finalizer != "" && wr.finalizer == "" {
-			// The finalize hook was removed: nobody will finalize.
-			old.releaseFinalizers()
-		}
+		release(old)
 		old.stop()
 	}
 	w.metrics.controllers.Set(float64(w.countWirings()))
+	w.rec.Normal(obj, events.ReasonStarted, "controller started")
+	return nil
+}
+
+// syncCompositeController (re)wires or unwires one CompositeController.
+func (w *Watcher) syncCompositeController(ctx context.Context, id, name string) error {
+	cc, specJSON, err := w.controllerChanged(id, v1alpha1.CompositeControllerKind, name)
+	if err != nil || cc == nil {
+		return err
+	}
+	var spec v1alpha1.CompositeControllerSpec
+	if err := json.Unmarshal(specJSON, &spec); err != nil {
+		w.invalidController(id, cc, fmt.Errorf("invalid spec: %w", err))
+		return nil // nothing to retry until the spec changes
+	}
+	wr, err := w.newWiring(ctx, cc, spec, string(specJSON))
+	if err != nil {
+		w.invalidController(id, cc, err)
+		return err
+	}
+	if err := w.install(ctx, id, wr, cc, func(prev controllerWiring) {
+		if old, ok := prev.(*wiring); ok && old.finalizer != "" && wr.finalizer == "" {
+			// The finalize hook was removed: nobody will finalize.
+			old.releaseFinalizers()
+		}
+	}); err != nil {
+		return err
+	}
 	w.log.Info("controller wired", zap.String("controller", name),
 		zap.String("parent", wr.parentRes.GVR.String()), zap.Int("childResources", len(wr.childRes)))
-	w.rec.Normal(cc, events.ReasonStarted, "controller started")
 	return nil
 }
 
@@ -286,6 +305,12 @@ func (wr *wiring) start(ctx context.Context) error {
 }
 
 func (wr *wiring) object() *unstructured.Unstructured { return wr.obj }
+
+func (wr *wiring) setObject(obj *unstructured.Unstructured) { wr.obj = obj }
+
+func (wr *wiring) sameSpec(spec string, uid types.UID) bool {
+	return wr.specJSON == spec && wr.obj.GetUID() == uid
+}
 
 func (wr *wiring) stop() {
 	if wr.cancel != nil {
