@@ -43,9 +43,13 @@ func ObservedRefs(groups []snapshot.Group) []bus.ObjectRef {
 	return refs
 }
 
-func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq uint64) outcome {
+// observe handles finalizer releases and fetches the parent's observed
+// state (with its cached related rules). ok is false when the item is
+// settled without a hook call; out says how. finalizer is the controller's
+// finalizer name, released when the controller turns out to be gone.
+func (d *Dispatcher) observe(ctx context.Context, item bus.WorkItem, seq uint64, finalizer string) (snapshot.Request, *snapshot.Response, outcome, bool) {
 	if item.Reason == bus.ReasonRelease {
-		return d.release(ctx, item, seq)
+		return snapshot.Request{}, nil, d.release(ctx, item, seq), false
 	}
 	sreq := snapshot.Request{
 		Controller: item.Controller, ParentUID: item.Parent.UID, MinResourceVersions: item.MinResourceVersions,
@@ -54,28 +58,36 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 	snap, err := snapshot.Fetch(ctx, d.snaps, sreq, d.cfg.SnapshotWait)
 	if err != nil {
 		if ctx.Err() != nil {
-			return outcome{result: "cancelled", infra: true}
+			return sreq, nil, outcome{result: "cancelled", infra: true}, false
 		}
-		return d.failedQuietly(ctx, item, fmt.Errorf("observed state unavailable: %w", err))
+		return sreq, nil, d.failedQuietly(ctx, item, fmt.Errorf("observed state unavailable: %w", err)), false
 	}
 	switch snap.Result {
 	case snapshot.OK:
+		return sreq, snap, outcome{}, true
 	case snapshot.NotFound:
 		// The parent is gone; the garbage collector removes its children.
 		d.succeeded(item)
-		return outcome{result: "notfound"}
+		return sreq, nil, outcome{result: "notfound"}, false
 	case snapshot.ControllerGone:
 		// Make sure the deleted controller's finalizer does not outlive it
 		// (the watcher also asks for this; this covers an item that raced
 		// with that request).
 		d.succeeded(item)
-		item.Finalizer = composite.Finalizer(item.Controller.Name)
-		return d.release(ctx, item, seq)
+		item.Finalizer = finalizer
+		return sreq, nil, d.release(ctx, item, seq), false
 	case snapshot.Retry:
-		return d.failedQuietly(ctx, item, fmt.Errorf("observed state not fresh yet: %s", snap.Message))
+		return sreq, nil, d.failedQuietly(ctx, item, fmt.Errorf("observed state not fresh yet: %s", snap.Message)), false
 	default:
 		d.log.Warn("controller cannot be served", zap.String("controller", item.Controller.Name), zap.String("why", snap.Message))
-		return outcome{result: "invalid"}
+		return sreq, nil, outcome{result: "invalid"}, false
+	}
+}
+
+func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq uint64) outcome {
+	sreq, snap, out, ok := d.observe(ctx, item, seq, composite.Finalizer(item.Controller.Name))
+	if !ok {
+		return out
 	}
 	cc, err := composite.Decode(snap.Controller)
 	if err != nil {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"go.uber.org/zap"
-
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/composite"
@@ -20,36 +18,9 @@ import (
 // finalize, when the target is being deleted or opted out of the
 // selectors while holding our finalizer), and publishes the answer.
 func (d *Dispatcher) syncDecorator(ctx context.Context, item bus.WorkItem, seq uint64) outcome {
-	if item.Reason == bus.ReasonRelease {
-		return d.release(ctx, item, seq)
-	}
-	sreq := snapshot.Request{
-		Controller: item.Controller, ParentUID: item.Parent.UID, MinResourceVersions: item.MinResourceVersions,
-		Related: d.cachedRelated(item),
-	}
-	snap, err := snapshot.Fetch(ctx, d.snaps, sreq, d.cfg.SnapshotWait)
-	if err != nil {
-		if ctx.Err() != nil {
-			return outcome{result: "cancelled", infra: true}
-		}
-		return d.failedQuietly(ctx, item, fmt.Errorf("observed state unavailable: %w", err))
-	}
-	switch snap.Result {
-	case snapshot.OK:
-	case snapshot.NotFound:
-		d.succeeded(item)
-		return outcome{result: "notfound"}
-	case snapshot.ControllerGone:
-		// The watcher releases every target too; this covers an item that
-		// raced with it.
-		d.succeeded(item)
-		item.Finalizer = decorator.Finalizer(item.Controller.Name)
-		return d.release(ctx, item, seq)
-	case snapshot.Retry:
-		return d.failedQuietly(ctx, item, fmt.Errorf("observed state not fresh yet: %s", snap.Message))
-	default:
-		d.log.Warn("controller cannot be served", zap.String("controller", item.Controller.Name), zap.String("why", snap.Message))
-		return outcome{result: "invalid"}
+	sreq, snap, out, ok := d.observe(ctx, item, seq, decorator.Finalizer(item.Controller.Name))
+	if !ok {
+		return out
 	}
 	dc, err := decorator.Decode(snap.Controller)
 	if err != nil {
