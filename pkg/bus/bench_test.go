@@ -144,6 +144,9 @@ func reportPercentiles(b *testing.B, lat []time.Duration, unit time.Duration, su
 	}
 	b.ReportMetric(pct(0.50), "p50-"+suffix)
 	b.ReportMetric(pct(0.99), "p99-"+suffix)
+	// The maximum shows partition stalls: a partition whose pull request
+	// is lost waits for the client's missing-heartbeat timer (2 × PullExpiry/2).
+	b.ReportMetric(float64(lat[len(lat)-1])/float64(time.Millisecond), "max-ms")
 }
 
 // BenchmarkPublishWork publishes 1 KB work items to MC_WORK the way the
@@ -257,7 +260,7 @@ func BenchmarkWorkRoundTrip(b *testing.B) {
 					case signal <- struct{}{}:
 					default:
 					}
-				})
+				}, nil)
 		}()
 		defer func() {
 			cancel()

@@ -80,6 +80,11 @@ type Applier struct {
 	metrics *metrics
 	trace   obs.Tracer
 
+	// written is this replica's last write of each parent (read your
+	// writes), "<group>/<resource>=<resourceVersion>" by controller/parent.
+	wmu     sync.Mutex
+	written map[string]string
+
 	streamOnce sync.Once
 	stream     jetstream.Stream
 	streamErr  error
@@ -123,6 +128,7 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 		health:  health,
 		metrics: newMetrics(deps.Metrics),
 		trace:   deps.Trace,
+		written: map[string]string{},
 	}, nil
 }
 
@@ -142,7 +148,8 @@ func (a *Applier) Run(ctx context.Context) error {
 	}
 	a.health.SetReady("applier", func() error { return nil })
 	a.log.Info("applier started", zap.Int("workers", a.cfg.Workers))
-	return bus.ConsumePartitions(ctx, a.js, bus.DesiredStream, bus.DesiredConsumerPrefix, a.cfg.Workers, ackWait, a.handle)
+	return bus.ConsumePartitions(ctx, a.js, bus.DesiredStream, bus.DesiredConsumerPrefix, a.cfg.Workers, ackWait, a.handle,
+		func(err error) { a.log.Warn("desired-state consumer", zap.Error(err)) })
 }
 
 func (a *Applier) desiredStream(ctx context.Context) (jetstream.Stream, error) {

@@ -48,7 +48,7 @@ func (a *Applier) apply(ctx context.Context, ds *bus.DesiredState) result {
 // saw. ok is false when there is nothing to apply now (res says why).
 func (a *Applier) observe(ctx context.Context, ds *bus.DesiredState) (snap *snapshot.Response, res result, ok bool) {
 	snap, err := snapshot.Fetch(ctx, a.snaps, snapshot.Request{
-		Controller: ds.Controller, ParentUID: ds.Parent.UID, MinResourceVersions: ds.MinResourceVersions,
+		Controller: ds.Controller, ParentUID: ds.Parent.UID, MinResourceVersions: a.freshness(ds),
 	}, a.cfg.SnapshotWait)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -326,6 +326,7 @@ func (a *Applier) setFinalizer(ctx context.Context, ds *bus.DesiredState, parent
 	if err != nil {
 		return nil, fmt.Errorf("%s %s on %s: %w", strings.ReplaceAll(verb, "_", " "), finalizer, key(parent), err)
 	}
+	a.wrote(ds, out)
 	return out, nil
 }
 
@@ -489,6 +490,7 @@ func (a *Applier) writeStatus(ctx context.Context, ds *bus.DesiredState, parent 
 		}
 		return nil, fmt.Errorf("update status of %s: %w", key(parent), err)
 	}
+	a.wrote(ds, out)
 	return out, nil
 }
 

@@ -176,7 +176,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	d.health.SetReady("dispatcher", func() error { return nil })
 	d.log.Info("dispatcher started", zap.Int("workers", d.cfg.Workers))
-	return bus.ConsumePartitions(ctx, d.js, bus.WorkStream, bus.WorkConsumerPrefix, d.cfg.Workers, ackWait, d.handle)
+	return bus.ConsumePartitions(ctx, d.js, bus.WorkStream, bus.WorkConsumerPrefix, d.cfg.Workers, ackWait, d.handle,
+		func(err error) { d.log.Warn("work consumer", zap.Error(err)) })
 }
 
 // onDeadLetter reports a poison message on its parent.
