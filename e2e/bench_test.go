@@ -27,10 +27,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -280,74 +276,9 @@ func benchNamespace(b *testing.B) string {
 	return ns.Name
 }
 
-// benchMetabus is startMetabus for benchmarks: the REST config goes
-// through api, logs are kept to warnings, and discovery runs at its
-// default interval (discovery requests are counted apart anyway).
 func benchMetabus(b *testing.B, cfg allinone.Config, api *benchAPICounter) *instance {
 	b.Helper()
-	inst := &instance{reg: prometheus.NewRegistry()}
-	label := strings.ToLower(strings.NewReplacer("/", "-", "_", "-", "=", "-").Replace(b.Name()))
-	if len(label) > 63 {
-		label = label[:63]
-	}
-	inst.selector = strings.Trim(label, "-")
-	cfg.Watcher.TargetLabelSelector = "metabus.dev/e2e=" + inst.selector
-	cfg.Listen = ""
-	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan struct{})
-	done := make(chan error, 1)
-	rc := rest.CopyConfig(env.Config)
-	rc.QPS, rc.Burst = 500, 1000
-	rc.WrapTransport = func(next http.RoundTripper) http.RoundTripper { return benchCountingRT{next: next, c: api} }
-	log := zaptest.NewLogger(b, zaptest.Level(zap.WarnLevel))
-	go func() {
-		done <- allinone.Run(ctx, cfg, allinone.Deps{
-			REST: rc, Log: log, Metrics: inst.reg,
-			Started: func(s *server.Server, url string) { inst.nats, inst.url = s, url; close(started) },
-		})
-	}()
-	select {
-	case <-started:
-	case err := <-done:
-		cancel()
-		b.Fatalf("metabus did not start: %v", err)
-	case <-time.After(60 * time.Second):
-		cancel()
-		b.Fatal("metabus did not start in 60s")
-	}
-	b.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				b.Errorf("metabus stopped with error: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			b.Errorf("metabus did not stop in 30s")
-		}
-	})
-	return inst
-}
-
-// metric sums a counter over the series whose labels include want.
-func (inst *instance) benchMetric(b *testing.B, name string, want map[string]string) float64 {
-	b.Helper()
-	mfs, err := inst.reg.Gather()
-	if err != nil {
-		b.Fatalf("gather metrics: %v", err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if matchLabels(m, want) {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
+	return startMetabusWith(b, cfg, nil, func(next http.RoundTripper) http.RoundTripper { return benchCountingRT{next: next, c: api} })
 }
 
 // metricBy returns a counter's values by one label.
@@ -577,8 +508,8 @@ func (be *benchEnv) waitQuiet(b *testing.B, quiet, timeout time.Duration) {
 	fingerprint := func() string {
 		api := be.api.snapshot()
 		return fmt.Sprint(be.hookCalls.Load(),
-			be.inst.benchMetric(b, "metabus_dispatcher_syncs_total", nil),
-			be.inst.benchMetric(b, "metabus_applier_applies_total", nil),
+			be.inst.counter(b, "metabus_dispatcher_syncs_total", nil),
+			be.inst.counter(b, "metabus_applier_applies_total", nil),
 			api["get"], api["list"], api["create"], api["update"], api["patch"], api["delete"])
 	}
 	deadline := time.Now().Add(timeout)
@@ -626,11 +557,11 @@ func (be *benchEnv) snap(b *testing.B) benchCounters {
 	c := benchCounters{
 		api:       be.api.snapshot(),
 		hookCalls: be.hookCalls.Load(),
-		syncs:     be.inst.benchMetric(b, "metabus_dispatcher_syncs_total", nil),
-		applies:   be.inst.benchMetric(b, "metabus_applier_applies_total", nil),
-		noops:     be.inst.benchMetric(b, "metabus_applier_applies_total", map[string]string{"result": "noop"}),
-		writes:    be.inst.benchMetric(b, "metabus_applier_api_writes_total", nil),
-		resyncs:   be.inst.benchMetric(b, "metabus_watcher_work_items_total", map[string]string{"reason": "resync"}),
+		syncs:     be.inst.counter(b, "metabus_dispatcher_syncs_total", nil),
+		applies:   be.inst.counter(b, "metabus_applier_applies_total", nil),
+		noops:     be.inst.counter(b, "metabus_applier_applies_total", map[string]string{"result": "noop"}),
+		writes:    be.inst.counter(b, "metabus_applier_api_writes_total", nil),
+		resyncs:   be.inst.counter(b, "metabus_watcher_work_items_total", map[string]string{"reason": "resync"}),
 		byResult:  map[string]float64{},
 		hists:     be.inst.benchHistograms(b),
 	}
@@ -1063,7 +994,7 @@ func BenchmarkNoopResync(b *testing.B) {
 		run(b, cfg, func(b *testing.B, be *benchEnv, names []string) time.Time {
 			// Wait for the next flush to enqueue every parent.
 			resyncs := func() float64 {
-				return be.inst.benchMetric(b, "metabus_watcher_work_items_total", map[string]string{"reason": "resync"})
+				return be.inst.counter(b, "metabus_watcher_work_items_total", map[string]string{"reason": "resync"})
 			}
 			base := resyncs()
 			deadline := time.Now().Add(45 * time.Second)

@@ -87,22 +87,38 @@ type instance struct {
 // fight over a controller.
 func startMetabus(t *testing.T, cfg allinone.Config, trace obs.Tracer) *instance {
 	t.Helper()
+	return startMetabusWith(t, cfg, trace, nil)
+}
+
+// startMetabusWith is startMetabus for tests and benchmarks, with an
+// optional wrapper of metabus's API transport (benchmarks count requests).
+func startMetabusWith(tb testing.TB, cfg allinone.Config, trace obs.Tracer, wrap func(http.RoundTripper) http.RoundTripper) *instance {
+	tb.Helper()
 	inst := &instance{reg: prometheus.NewRegistry()}
-	label := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	label := strings.ToLower(strings.NewReplacer("/", "-", "_", "-", "=", "-").Replace(tb.Name()))
 	if len(label) > 63 {
 		label = label[:63]
 	}
-	inst.selector = label
-	cfg.Watcher.TargetLabelSelector = "metabus.dev/e2e=" + label
-	cfg.Watcher.DiscoveryInterval = 5 * time.Second
-	cfg.Applier.DiscoveryInterval = 5 * time.Second
+	inst.selector = strings.Trim(label, "-")
+	cfg.Watcher.TargetLabelSelector = "metabus.dev/e2e=" + inst.selector
+	if cfg.Watcher.DiscoveryInterval == 0 {
+		cfg.Watcher.DiscoveryInterval = 5 * time.Second
+	}
+	if cfg.Applier.DiscoveryInterval == 0 {
+		cfg.Applier.DiscoveryInterval = 5 * time.Second
+	}
 	cfg.Listen = ""
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan struct{})
 	done := make(chan error, 1)
-	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
+	level := zap.InfoLevel
+	if _, bench := tb.(*testing.B); bench {
+		level = zap.WarnLevel // per-sync logs would be what we measure
+	}
+	log := zaptest.NewLogger(tb, zaptest.Level(level))
 	rc := rest.CopyConfig(env.Config)
 	rc.QPS, rc.Burst = 500, 1000
+	rc.WrapTransport = wrap
 	go func() {
 		done <- allinone.Run(ctx, cfg, allinone.Deps{
 			REST: rc, Log: log, Metrics: inst.reg, Trace: trace,
@@ -113,20 +129,20 @@ func startMetabus(t *testing.T, cfg allinone.Config, trace obs.Tracer) *instance
 	case <-started:
 	case err := <-done:
 		cancel()
-		t.Fatalf("metabus did not start: %v", err)
+		tb.Fatalf("metabus did not start: %v", err)
 	case <-time.After(60 * time.Second):
 		cancel()
-		t.Fatal("metabus did not start in 60s")
+		tb.Fatal("metabus did not start in 60s")
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		cancel()
 		select {
 		case err := <-done:
 			if err != nil {
-				t.Errorf("metabus stopped with error: %v", err)
+				tb.Errorf("metabus stopped with error: %v", err)
 			}
 		case <-time.After(30 * time.Second):
-			t.Errorf("metabus did not stop in 30s")
+			tb.Errorf("metabus did not stop in 30s")
 		}
 	})
 	return inst
@@ -138,11 +154,11 @@ func (inst *instance) label() map[string]string {
 }
 
 // counter sums a counter metric over the series whose labels include want.
-func (inst *instance) counter(t *testing.T, name string, want map[string]string) float64 {
-	t.Helper()
+func (inst *instance) counter(tb testing.TB, name string, want map[string]string) float64 {
+	tb.Helper()
 	mfs, err := inst.reg.Gather()
 	if err != nil {
-		t.Fatalf("gather metrics: %v", err)
+		tb.Fatalf("gather metrics: %v", err)
 	}
 	var sum float64
 	for _, mf := range mfs {
