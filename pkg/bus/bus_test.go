@@ -85,6 +85,9 @@ func TestStreamsAsDesigned(t *testing.T) {
 			if cc.MaxAckPending != 1 || cc.AckPolicy != jetstream.AckExplicitPolicy || cc.MaxDeliver != MaxDeliver {
 				t.Errorf("consumer %s = %+v", cc.Durable, cc)
 			}
+			if tc.stream == WorkStream && fmt.Sprint(cc.BackOff) != "[15s 30s 1m0s 2m0s]" {
+				t.Errorf("consumer %s backoff %v, want 15s 30s 60s 120s (design §2.7)", cc.Durable, cc.BackOff)
+			}
 		}
 	}
 }
@@ -275,5 +278,61 @@ func TestOversizeDesiredState(t *testing.T) {
 	err := Publisher{JS: js}.PublishDesired(context.Background(), ds)
 	if !errors.Is(err, nats.ErrMaxPayload) {
 		t.Fatalf("publish of a 9 MiB desired state: %v, want nats.ErrMaxPayload", err)
+	}
+}
+
+// TestPoisonMessageDeadLettered: a work item whose handler never settles it
+// is redelivered with backoff up to MaxDeliver, then moved to MC_DLQ and
+// deleted from MC_WORK, which frees the parent's per-subject slot (a
+// WorkQueue message otherwise stays after MaxDeliver).
+func TestPoisonMessageDeadLettered(t *testing.T) {
+	js := startBus(t, Options{WorkAckWait: 200 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dead := make(chan DeadLetter, 1)
+	go func() { _ = RunDLQ(ctx, js, func(d DeadLetter) { dead <- d }, func(error) {}) }()
+	it := item("poison", "dead-0000-1111")
+	if _, err := (Publisher{JS: js}).PublishWork(ctx, it); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, WorkStream, PartitionConsumerName(WorkConsumerPrefix, Partition(it.Controller.ID(), it.Parent.UID)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliveries := 0
+	deadline := time.Now().Add(20 * time.Second)
+	var got DeadLetter
+	for got.Subject == "" && time.Now().Before(deadline) {
+		b, err := cons.Fetch(1, jetstream.FetchMaxWait(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range b.Messages() {
+			deliveries++ // never acked: a handler that crashes every time
+		}
+		select {
+		case got = <-dead:
+		default:
+		}
+	}
+	if got.Subject == "" {
+		t.Fatalf("no dead letter after %d deliveries", deliveries)
+	}
+	if got.Deliveries != MaxDeliver || got.Parent.UID != it.Parent.UID || got.Stream != WorkStream {
+		t.Errorf("dead letter = %+v", got)
+	}
+	t.Logf("dead-lettered after %d deliveries", deliveries)
+	dlq, err := js.Stream(ctx, DLQStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dlq.GetLastMsgForSubject(ctx, DLQSubject("work", it.Controller.ID(), it.Parent.UID)); err != nil {
+		t.Errorf("message not parked in %s: %v", DLQStream, err)
+	}
+	// The slot is free again: two publishes are accepted.
+	for i := 0; i < 2; i++ {
+		if queued, err := (Publisher{JS: js}).PublishWork(ctx, it); err != nil || !queued {
+			t.Errorf("publish %d after dead-lettering: queued=%v err=%v", i, queued, err)
+		}
 	}
 }

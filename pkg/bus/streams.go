@@ -178,10 +178,13 @@ func DLQStreamConfig(o Options) jetstream.StreamConfig {
 	}
 }
 
-// partitionBackoff is the redelivery schedule of a crashed or hung handler.
-// It bounds how long a poison message blocks its partition (about 4 min)
-// before the DLQ takes it.
-var partitionBackoff = []time.Duration{15 * time.Second, 30 * time.Second, 60 * time.Second, 120 * time.Second}
+// partitionBackoff is the redelivery schedule of a crashed or hung handler:
+// ackWait, then doubling (15, 30, 60, 120 s with the default work AckWait).
+// It bounds how long a poison message blocks its partition (about 4 min by
+// default) before the DLQ takes it.
+func partitionBackoff(ackWait time.Duration) []time.Duration {
+	return []time.Duration{ackWait, 2 * ackWait, 4 * ackWait, 8 * ackWait}
+}
 
 // PartitionConsumerName is the durable name of partition p.
 func PartitionConsumerName(prefix string, p int) string {
@@ -189,9 +192,7 @@ func PartitionConsumerName(prefix string, p int) string {
 }
 
 func partitionConsumer(prefix, root string, p int, ackWait time.Duration, replicas int) jetstream.ConsumerConfig {
-	backoff := make([]time.Duration, len(partitionBackoff))
-	copy(backoff, partitionBackoff)
-	backoff[0] = ackWait
+	backoff := partitionBackoff(ackWait)
 	return jetstream.ConsumerConfig{
 		Durable:       PartitionConsumerName(prefix, p),
 		Description:   fmt.Sprintf("partition %d of %s", p, root),
