@@ -43,8 +43,13 @@ e2e:
 	@KUBE_BIN_DIR=$$(hack/kubeenv/build.sh | tail -1); export KUBE_BIN_DIR; \
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./e2e/
 
+# bench prints figures (never asserts on time): the pure cores and the bus,
+# then end-to-end convergence, idle latency and no-op resync cost against the
+# local control plane (~3 min).
 bench:
 	$(GO) test -count=1 -run '^$$' -bench . -benchmem ./pkg/... ./services/...
+	@KUBE_BIN_DIR=$$(hack/kubeenv/build.sh | tail -1); export KUBE_BIN_DIR; \
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 20m ./e2e/
 
 # run brings metabus up: against the current kubeconfig's cluster if it
 # answers, otherwise against a local control plane it starts; then it runs
