@@ -374,17 +374,27 @@ func (a *Applier) release(ctx context.Context, ds *bus.DesiredState) result {
 func (a *Applier) rules(ctx context.Context, cc *v1alpha1.CompositeController) ([]children.Rule, error) {
 	rules := make([]children.Rule, 0, len(cc.Spec.ChildResources))
 	for i, c := range cc.Spec.ChildResources {
-		res, err := a.disc.Resolve(ctx, c.APIVersion, c.Resource)
+		var method v1alpha1.ChildUpdateMethod
+		if c.UpdateStrategy != nil {
+			method = c.UpdateStrategy.Method
+		}
+		r, err := a.resolveRule(ctx, c.ResourceRule, method)
 		if err != nil {
 			return nil, fmt.Errorf("spec.childResources[%d]: %w", i, err)
-		}
-		r := children.Rule{APIVersion: c.APIVersion, Resource: c.Resource, Kind: res.Kind, Namespaced: res.Namespaced}
-		if c.UpdateStrategy != nil {
-			r.Method = c.UpdateStrategy.Method
 		}
 		rules = append(rules, r)
 	}
 	return rules, nil
+}
+
+// resolveRule turns a declared child or attachment resource into a rule,
+// through discovery.
+func (a *Applier) resolveRule(ctx context.Context, rr v1alpha1.ResourceRule, method v1alpha1.ChildUpdateMethod) (children.Rule, error) {
+	res, err := a.disc.Resolve(ctx, rr.APIVersion, rr.Resource)
+	if err != nil {
+		return children.Rule{}, err
+	}
+	return children.Rule{APIVersion: rr.APIVersion, Resource: rr.Resource, Kind: res.Kind, Namespaced: res.Namespaced, Method: method}, nil
 }
 
 func (a *Applier) client(rule *children.Rule, ns string) (dynamic.ResourceInterface, error) {

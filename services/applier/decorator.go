@@ -148,13 +148,13 @@ func (a *Applier) applyDecorator(ctx context.Context, ds *bus.DesiredState, snap
 func (a *Applier) attachmentRules(ctx context.Context, dc *v1alpha1.DecoratorController) ([]children.Rule, error) {
 	rules := make([]children.Rule, 0, len(dc.Spec.Attachments))
 	for i, at := range dc.Spec.Attachments {
-		res, err := a.disc.Resolve(ctx, at.APIVersion, at.Resource)
+		var method v1alpha1.ChildUpdateMethod
+		if at.UpdateStrategy != nil {
+			method = at.UpdateStrategy.Method
+		}
+		r, err := a.resolveRule(ctx, at.ResourceRule, method)
 		if err != nil {
 			return nil, fmt.Errorf("spec.attachments[%d]: %w", i, err)
-		}
-		r := children.Rule{APIVersion: at.APIVersion, Resource: at.Resource, Kind: res.Kind, Namespaced: res.Namespaced}
-		if at.UpdateStrategy != nil {
-			r.Method = at.UpdateStrategy.Method
 		}
 		rules = append(rules, r)
 	}

@@ -108,19 +108,11 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 		if err != nil {
 			return d.failed(ctx, item, events.ReasonSyncError, err)
 		}
-		d.broadcastRelated(rules)
-		if !sameRules(rules, sreq.Related) {
-			// The snapshot was taken with other (or no) rules: take it
-			// again with the parent's current ones.
-			sreq.Related = rules
-			if snap, err = snapshot.Fetch(ctx, d.snaps, sreq, d.cfg.SnapshotWait); err != nil || snap.Result != snapshot.OK {
-				if err == nil {
-					err = fmt.Errorf("%s: %s", snap.Result, snap.Message)
-				}
-				return d.failedQuietly(ctx, item, fmt.Errorf("observed state with related objects: %w", err))
-			}
-			parent = snap.Parent
+		var out outcome
+		if snap, out = d.withRelated(ctx, item, sreq, snap, rules); snap == nil {
+			return out
 		}
+		parent = snap.Parent
 	}
 	hook, kind, finalizing := composite.ChooseHook(cc, parent)
 	if hook == nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/metabus/metabus/pkg/hookapi"
 	"github.com/metabus/metabus/pkg/hooks"
 	"github.com/metabus/metabus/pkg/related"
+	"github.com/metabus/metabus/pkg/snapshot"
 )
 
 // maxCustomizeCache bounds the customize cache; past it the cache starts
@@ -105,6 +106,25 @@ func (d *Dispatcher) customizeRules(ctx context.Context, item bus.WorkItem, c cu
 	d.customize[key] = customizeEntry{generation: parent.GetGeneration(), rules: rules}
 	d.cmu.Unlock()
 	return rules, nil
+}
+
+// withRelated broadcasts the parent's rules and, if the snapshot was taken
+// with other (or no) rules, takes it again with these. A nil snapshot means
+// the sync is settled with out.
+func (d *Dispatcher) withRelated(ctx context.Context, item bus.WorkItem, sreq snapshot.Request, snap *snapshot.Response, rules *bus.RelatedRules) (*snapshot.Response, outcome) {
+	d.broadcastRelated(rules)
+	if sameRules(rules, sreq.Related) {
+		return snap, outcome{}
+	}
+	sreq.Related = rules
+	snap, err := snapshot.Fetch(ctx, d.snaps, sreq, d.cfg.SnapshotWait)
+	if err == nil && snap.Result != snapshot.OK {
+		err = fmt.Errorf("%s: %s", snap.Result, snap.Message)
+	}
+	if err != nil {
+		return nil, d.failedQuietly(ctx, item, fmt.Errorf("observed state with related objects: %w", err))
+	}
+	return snap, outcome{}
 }
 
 // sameRules reports whether two rule sets are equal.

@@ -10,7 +10,6 @@ import (
 	"github.com/metabus/metabus/pkg/decorator"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/hookapi"
-	"github.com/metabus/metabus/pkg/snapshot"
 )
 
 // syncDecorator syncs one target of a DecoratorController: it reads the
@@ -45,18 +44,11 @@ func (d *Dispatcher) syncDecorator(ctx context.Context, item bus.WorkItem, seq u
 		if err != nil {
 			return d.failed(ctx, item, events.ReasonSyncError, err)
 		}
-		d.broadcastRelated(rules)
-		if !sameRules(rules, sreq.Related) {
-			// Taken with other (or no) rules: take it again.
-			sreq.Related = rules
-			if snap, err = snapshot.Fetch(ctx, d.snaps, sreq, d.cfg.SnapshotWait); err != nil || snap.Result != snapshot.OK {
-				if err == nil {
-					err = fmt.Errorf("%s: %s", snap.Result, snap.Message)
-				}
-				return d.failedQuietly(ctx, item, fmt.Errorf("observed state with related objects: %w", err))
-			}
-			target = snap.Parent
+		var out outcome
+		if snap, out = d.withRelated(ctx, item, sreq, snap, rules); snap == nil {
+			return out
 		}
+		target = snap.Parent
 	}
 	selected, err := decorator.Selected(dc.Spec, target, resource)
 	if err != nil {

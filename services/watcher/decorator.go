@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
@@ -30,11 +28,10 @@ import (
 // which never collides across kinds; the item's parent reference carries
 // the target's apiVersion, kind and resource.
 type decoratorWiring struct {
-	w         *Watcher
-	ref       bus.ControllerRef
-	obj       *unstructured.Unstructured
+	w   *Watcher
+	ref bus.ControllerRef
+	wiredObject
 	spec      v1alpha1.DecoratorControllerSpec
-	specJSON  string
 	finalizer string
 	selector  *decorator.Selector
 
@@ -99,11 +96,10 @@ func (w *Watcher) newDecoratorWiring(ctx context.Context, dc *unstructured.Unstr
 		return nil, fmt.Errorf("spec.resources is empty: nothing to decorate")
 	}
 	wr := &decoratorWiring{
-		w:        w,
-		ref:      bus.ControllerRef{Kind: v1alpha1.DecoratorControllerKind, Name: dc.GetName(), UID: string(dc.GetUID())},
-		obj:      dc,
-		spec:     spec,
-		specJSON: specJSON,
+		w:           w,
+		ref:         bus.ControllerRef{Kind: v1alpha1.DecoratorControllerKind, Name: dc.GetName(), UID: string(dc.GetUID())},
+		wiredObject: wiredObject{obj: dc, specJSON: specJSON},
+		spec:        spec,
 	}
 	if spec.Hooks != nil && spec.Hooks.Finalize != nil {
 		wr.finalizer = decorator.Finalizer(dc.GetName())
@@ -178,30 +174,8 @@ func (wr *decoratorWiring) start(ctx context.Context) error {
 			return err
 		}
 	}
-	if p := wr.spec.ResyncPeriodSeconds; p != nil && *p > 0 {
-		period := time.Duration(*p) * time.Second
-		go func() {
-			t := time.NewTicker(period)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					wr.resync(bus.ReasonResync)
-				}
-			}
-		}()
-	}
+	resyncEvery(ctx, wr.spec.ResyncPeriodSeconds, wr.resync)
 	return nil
-}
-
-func (wr *decoratorWiring) object() *unstructured.Unstructured { return wr.obj }
-
-func (wr *decoratorWiring) setObject(obj *unstructured.Unstructured) { wr.obj = obj }
-
-func (wr *decoratorWiring) sameSpec(spec string, uid types.UID) bool {
-	return wr.specJSON == spec && wr.obj.GetUID() == uid
 }
 
 func (wr *decoratorWiring) relatedIx() *relatedIndex { return wr.related }

@@ -27,11 +27,10 @@ import (
 
 // wiring is one CompositeController connected to the shared informers.
 type wiring struct {
-	w         *Watcher
-	ref       bus.ControllerRef
-	obj       *unstructured.Unstructured
+	w   *Watcher
+	ref bus.ControllerRef
+	wiredObject
 	spec      v1alpha1.CompositeControllerSpec
-	specJSON  string
 	parentRes *discovery.Resource
 	childRes  []*discovery.Resource
 	parentSel labels.Selector // parentResource.labelSelector
@@ -224,13 +223,12 @@ func (w *Watcher) newWiring(ctx context.Context, cc *unstructured.Unstructured, 
 		return nil, fmt.Errorf("parent resource %s does not have subresource 'status' enabled", parentRes.GVR)
 	}
 	wr := &wiring{
-		w:         w,
-		ref:       bus.ControllerRef{Kind: v1alpha1.CompositeControllerKind, Name: cc.GetName(), UID: string(cc.GetUID())},
-		obj:       cc,
-		spec:      spec,
-		specJSON:  specJSON,
-		parentRes: parentRes,
-		parentSel: labels.Everything(),
+		w:           w,
+		ref:         bus.ControllerRef{Kind: v1alpha1.CompositeControllerKind, Name: cc.GetName(), UID: string(cc.GetUID())},
+		wiredObject: wiredObject{obj: cc, specJSON: specJSON},
+		spec:        spec,
+		parentRes:   parentRes,
+		parentSel:   labels.Everything(),
 	}
 	if spec.Hooks != nil && spec.Hooks.Finalize != nil {
 		wr.finalizer = composite.Finalizer(cc.GetName())
@@ -286,30 +284,44 @@ func (wr *wiring) start(ctx context.Context) error {
 			return err
 		}
 	}
-	if p := wr.spec.ResyncPeriodSeconds; p != nil && *p > 0 {
-		period := time.Duration(*p) * time.Second
-		go func() {
-			t := time.NewTicker(period)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					wr.resync(bus.ReasonResync)
-				}
-			}
-		}()
-	}
+	resyncEvery(ctx, wr.spec.ResyncPeriodSeconds, wr.resync)
 	return nil
 }
 
-func (wr *wiring) object() *unstructured.Unstructured { return wr.obj }
+// wiredObject is the controller object a wiring was built from; every
+// controller kind embeds it.
+type wiredObject struct {
+	obj      *unstructured.Unstructured
+	specJSON string
+}
 
-func (wr *wiring) setObject(obj *unstructured.Unstructured) { wr.obj = obj }
+func (o *wiredObject) object() *unstructured.Unstructured { return o.obj }
 
-func (wr *wiring) sameSpec(spec string, uid types.UID) bool {
-	return wr.specJSON == spec && wr.obj.GetUID() == uid
+func (o *wiredObject) setObject(obj *unstructured.Unstructured) { o.obj = obj }
+
+func (o *wiredObject) sameSpec(spec string, uid types.UID) bool {
+	return o.specJSON == spec && o.obj.GetUID() == uid
+}
+
+// resyncEvery calls resync every resyncPeriodSeconds (if set) until ctx
+// ends.
+func resyncEvery(ctx context.Context, seconds *int32, resync func(reason string)) {
+	if seconds == nil || *seconds <= 0 {
+		return
+	}
+	period := time.Duration(*seconds) * time.Second
+	go func() {
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				resync(bus.ReasonResync)
+			}
+		}
+	}()
 }
 
 func (wr *wiring) stop() {
