@@ -41,6 +41,15 @@ const (
 	SnapshotQueue = "mc-snapshot"
 	// SnapshotServiceName is the micro service name of the snapshot service.
 	SnapshotServiceName = "metabus-snapshot"
+
+	// RevisionsSubject is the request/reply subject of the revisions
+	// service, which owns ControllerRevision objects (a nats micro service,
+	// queue group RevisionsQueue; schema in package revstore).
+	RevisionsSubject = "mc.svc.revisions"
+	// RevisionsQueue is the queue group of the revisions service.
+	RevisionsQueue = "mc-revisions"
+	// RevisionsServiceName is the micro service name of the revisions service.
+	RevisionsServiceName = "metabus-revisions"
 )
 
 // ControllerID returns the subject token that identifies a controller:
