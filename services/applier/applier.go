@@ -27,6 +27,7 @@ import (
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/obs"
+	"github.com/metabus/metabus/pkg/revstore"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 
@@ -60,6 +61,8 @@ type Deps struct {
 	NC        *nats.Conn
 	JS        jetstream.JetStream
 	Snapshots snapshot.Source
+	// Revisions reaches the revisions service; nil means over NATS (Client on NC).
+	Revisions revstore.Store
 	Log       *zap.Logger
 	Metrics   prometheus.Registerer
 	Health    *obs.Health
@@ -75,6 +78,7 @@ type Applier struct {
 	dyn     dynamic.Interface
 	disc    *discovery.Map
 	snaps   snapshot.Source
+	revs    revstore.Store
 	rec     *events.Recorder
 	health  *obs.Health
 	metrics *metrics
@@ -112,6 +116,10 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	if snaps == nil {
 		snaps = snapshot.Client{NC: deps.NC}
 	}
+	revs := deps.Revisions
+	if revs == nil {
+		revs = revstore.Client{NC: deps.NC}
+	}
 	health := deps.Health
 	if health == nil {
 		health = &obs.Health{}
@@ -124,6 +132,7 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 		dyn:     dyn,
 		disc:    discovery.New(kube.Discovery()),
 		snaps:   snaps,
+		revs:    revs,
 		rec:     events.New(kube, events.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-applier"}),
 		health:  health,
 		metrics: newMetrics(deps.Metrics),

@@ -27,6 +27,7 @@ import (
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/hooks"
 	"github.com/metabus/metabus/pkg/obs"
+	"github.com/metabus/metabus/pkg/revstore"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 
@@ -63,6 +64,8 @@ type Deps struct {
 	JS   jetstream.JetStream
 	// Snapshots is the observed-state source; nil uses the NATS service.
 	Snapshots snapshot.Source
+	// Revisions reaches the revisions service; nil means over NATS (Client on NC).
+	Revisions revstore.Store
 	Log       *zap.Logger
 	Metrics   prometheus.Registerer
 	Health    *obs.Health
@@ -76,6 +79,7 @@ type Dispatcher struct {
 	js      jetstream.JetStream
 	pub     bus.Publisher
 	snaps   snapshot.Source
+	revs    revstore.Store
 	hooks   *hooks.Client
 	rec     *events.Recorder
 	health  *obs.Health
@@ -116,6 +120,10 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	if snaps == nil {
 		snaps = snapshot.Client{NC: deps.NC}
 	}
+	revs := deps.Revisions
+	if revs == nil {
+		revs = revstore.Client{NC: deps.NC}
+	}
 	health := deps.Health
 	if health == nil {
 		health = &obs.Health{}
@@ -126,6 +134,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		js:        deps.JS,
 		pub:       bus.Publisher{JS: deps.JS},
 		snaps:     snaps,
+		revs:      revs,
 		rec:       events.New(kube, events.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-dispatcher"}),
 		health:    health,
 		metrics:   newMetrics(deps.Metrics),
