@@ -14,6 +14,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -248,4 +249,47 @@ func Aggregate(results []RevisionResult) (status map[string]any, resyncAfter flo
 		finalized = finalized && r.Finalized
 	}
 	return status, resyncAfter, finalized
+}
+
+// WithCondition returns a copy of the hook's status with c set in status.conditions (replacing
+// any condition of the same type the hook returned), as upstream sets the Updated condition.
+// lastTransitionTime is kept from the parent's current condition of that type when its status
+// is unchanged, so a steady rollout does not rewrite the parent's status on every sync; else it
+// is now (RFC 3339).
+func WithCondition(status, current map[string]any, c Condition, now time.Time) map[string]any {
+	out := make(map[string]any, len(status)+1)
+	for k, v := range status {
+		out[k] = v
+	}
+	transition := now.UTC().Format(time.RFC3339)
+	if prev := findCondition(current, c.Type); prev != nil && prev["status"] == c.Status {
+		if t, ok := prev["lastTransitionTime"].(string); ok && t != "" {
+			transition = t
+		}
+	}
+	cond := map[string]any{
+		"type": c.Type, "status": c.Status, "reason": c.Reason, "message": c.Message,
+		"lastTransitionTime": transition,
+	}
+	var conds []any
+	if list, ok := out["conditions"].([]any); ok {
+		for _, item := range list {
+			if m, ok := item.(map[string]any); ok && m["type"] == c.Type {
+				continue
+			}
+			conds = append(conds, item)
+		}
+	}
+	out["conditions"] = append(conds, cond)
+	return out
+}
+
+func findCondition(status map[string]any, typ string) map[string]any {
+	list, _ := status["conditions"].([]any)
+	for _, item := range list {
+		if m, ok := item.(map[string]any); ok && m["type"] == typ {
+			return m
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package rollout
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -297,6 +298,49 @@ func TestAggregate(t *testing.T) {
 			}
 			if resync != tc.wantResync || finalized != tc.wantFinalized {
 				t.Errorf("resync, finalized = %v, %v; want %v, %v", resync, finalized, tc.wantResync, tc.wantFinalized)
+			}
+		})
+	}
+}
+
+func TestWithCondition(t *testing.T) {
+	now := time.Date(2026, 11, 22, 5, 0, 0, 0, time.UTC)
+	updated := func(status, reason string) Condition {
+		return Condition{Type: ConditionUpdated, Status: status, Reason: reason, Message: "m"}
+	}
+	current := map[string]any{"conditions": []any{map[string]any{
+		"type": "Updated", "status": "False", "reason": "RolloutWaiting", "lastTransitionTime": "2026-11-22T04:00:00Z"}}}
+	cases := []struct {
+		reason         string
+		status         map[string]any
+		current        map[string]any
+		cond           Condition
+		wantTransition string
+		wantConditions int
+	}{
+		{"no current condition: the transition is now", map[string]any{"replicas": 3}, nil,
+			updated("False", ReasonRolloutProgressing), "2026-11-22T05:00:00Z", 1},
+		{"same status, other reason: the transition time is kept", nil, current,
+			updated("False", ReasonRolloutProgressing), "2026-11-22T04:00:00Z", 1},
+		{"status flips: the transition is now", nil, current,
+			updated("True", ReasonOnLatestRevision), "2026-11-22T05:00:00Z", 1},
+		{"the hook's own conditions are kept and its Updated replaced",
+			map[string]any{"conditions": []any{map[string]any{"type": "Ready", "status": "True"}, map[string]any{"type": "Updated", "status": "x"}}},
+			nil, updated("True", ReasonOnLatestRevision), "2026-11-22T05:00:00Z", 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.reason, func(t *testing.T) {
+			out := WithCondition(tc.status, tc.current, tc.cond, now)
+			conds := out["conditions"].([]any)
+			if len(conds) != tc.wantConditions {
+				t.Fatalf("conditions %v", conds)
+			}
+			got := findCondition(out, ConditionUpdated)
+			if got["lastTransitionTime"] != tc.wantTransition || got["status"] != tc.cond.Status || got["reason"] != tc.cond.Reason {
+				t.Errorf("condition %v", got)
+			}
+			if tc.status != nil && tc.status["replicas"] != nil && out["replicas"] != 3 {
+				t.Errorf("hook status field lost: %v", out)
 			}
 		})
 	}
