@@ -132,6 +132,22 @@ type DesiredState struct {
 	StatusSet bool `json:"statusSet,omitempty"`
 	// ProducedAt is when the hook answered.
 	ProducedAt time.Time `json:"producedAt"`
+	// LatestRevision (rolling updates only) names the ControllerRevision
+	// that Children render: the parent's current rolling fields. The
+	// applier drops a desired state whose latest revision is no longer the
+	// parent's, since its children would be recorded on the wrong revision.
+	LatestRevision string `json:"latestRevision,omitempty"`
+	// Revisions (rolling updates only) are the hook's children for every
+	// older revision that still holds children, each rendered from the
+	// parent as of that revision. Status, ResyncAfterSeconds and Finalized
+	// are already aggregated over all revisions.
+	Revisions []RevisionChildren `json:"revisions,omitempty"`
+}
+
+// RevisionChildren are the desired children of one older revision.
+type RevisionChildren struct {
+	Name     string                       `json:"name"`
+	Children []*unstructured.Unstructured `json:"children"`
 }
 
 // RelatedRules are a parent's related-resource rules, as its customize hook

@@ -21,6 +21,7 @@ import (
 	"github.com/metabus/metabus/pkg/children"
 	"github.com/metabus/metabus/pkg/composite"
 	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/rollout"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 
@@ -120,8 +121,18 @@ func (a *Applier) applyComposite(ctx context.Context, ds *bus.DesiredState, snap
 	if err != nil {
 		return a.writeFailed(ctx, ds, err)
 	}
-	actions, err := children.Plan(owner, rules, observed, desired)
-	if err != nil {
+	var actions []children.Action
+	if rollout.HasRolling(cc) {
+		var (
+			cond rollout.Condition
+			res  result
+			ok   bool
+		)
+		if actions, cond, res, ok = a.rolling(ctx, ds, cc, parent, owner, rules, desired, observed); !ok {
+			return res
+		}
+		withUpdatedCondition(ds, parent, cond)
+	} else if actions, err = children.Plan(owner, rules, observed, desired); err != nil {
 		return a.retry(ctx, ds, events.ReasonApplyError, fmt.Errorf("plan children: %w", err))
 	}
 	var errs []error

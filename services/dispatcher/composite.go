@@ -13,6 +13,8 @@ import (
 	"github.com/metabus/metabus/pkg/composite"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/hookapi"
+	"github.com/metabus/metabus/pkg/revision"
+	"github.com/metabus/metabus/pkg/rollout"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 
@@ -144,16 +146,30 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 			Finalizing: finalizing,
 		},
 	}
+	var history *revision.History
+	if rollout.HasRolling(cc) {
+		var out outcome
+		if history, out, ok = d.history(ctx, call, cc, parent); !ok {
+			return out
+		}
+	}
 	var resp hookapi.CompositeSyncResponse
 	if out, ok := d.callHook(ctx, call, &resp); !ok {
 		return out
 	}
-	return d.publishDesired(ctx, call, bus.DesiredState{
+	ds := bus.DesiredState{
 		Children:           resp.Children,
 		Status:             resp.Status,
 		ResyncAfterSeconds: resp.ResyncAfterSeconds,
 		Finalized:          resp.Finalized,
-	}, snap.Children)
+	}
+	if history != nil {
+		var out outcome
+		if ds, out, ok = d.syncRevisions(ctx, call, cc, parent, history, resp); !ok {
+			return out
+		}
+	}
+	return d.publishDesired(ctx, call, ds, snap.Children)
 }
 
 // release forwards a finalizer release to the applier: there is no

@@ -53,6 +53,9 @@ type syncCall struct {
 	ctrlName  string
 	endpoints []v1alpha1.EndpointConfig
 	request   any
+	// revision is the older revision the parent is rendered as of ("" for
+	// the parent as it is); it keeps hook response caches apart.
+	revision string
 }
 
 // callHook calls the hook and decodes into resp. When it returns ok=false
@@ -75,7 +78,7 @@ func (d *Dispatcher) callHook(ctx context.Context, c syncCall, resp any) (outcom
 			bus.ExtWorkSeq:      bus.WorkSeqString(c.seq),
 			bus.ExtPartitionKey: c.item.Controller.ID() + "/" + c.parent.UID,
 		},
-		CacheKey: c.parent.UID,
+		CacheKey: cacheKey(c),
 		Request:  c.request,
 	}, resp)
 	d.metrics.hookSeconds.WithLabelValues(c.kind).Observe(time.Since(start).Seconds())
@@ -129,4 +132,11 @@ func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.Desi
 		d.resyncAfter(ctx, next, time.Duration(ds.ResyncAfterSeconds*float64(time.Second)))
 	}
 	return outcome{result: "ok"}
+}
+
+func cacheKey(c syncCall) string {
+	if c.revision == "" {
+		return c.parent.UID
+	}
+	return c.parent.UID + "/" + c.revision
 }

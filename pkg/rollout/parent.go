@@ -1,0 +1,49 @@
+package rollout
+
+import (
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/composite"
+	"github.com/metabus/metabus/pkg/revision"
+)
+
+// FieldPaths returns the parent fields that roll out gradually (revisionHistory.fieldPaths;
+// package revision defaults an empty list to ["spec"]).
+func FieldPaths(cc *v1alpha1.CompositeController) []string {
+	if h := cc.Spec.ParentResource.RevisionHistory; h != nil {
+		return h.FieldPaths
+	}
+	return nil
+}
+
+// HistoryParent describes a CompositeController parent to package revision, with the labels
+// and controller reference upstream puts on the revisions it creates: the parent's
+// spec.template.metadata.labels (only controller-uid=<parent UID> under generateSelector), plus
+// the parent's API group and resource.
+func HistoryParent(cc *v1alpha1.CompositeController, parent *unstructured.Unstructured, resource string) revision.Parent {
+	group, _, found := strings.Cut(parent.GetAPIVersion(), "/")
+	if !found {
+		group = ""
+	}
+	var controllerUID string
+	if composite.GeneratesSelector(cc.Spec) {
+		controllerUID = string(parent.GetUID())
+	}
+	templateLabels, _, _ := unstructured.NestedStringMap(parent.Object, "spec", "template", "metadata", "labels")
+	yes := true
+	return revision.Parent{
+		Resource:  resource,
+		Group:     group,
+		UID:       string(parent.GetUID()),
+		Namespace: parent.GetNamespace(),
+		Labels:    revision.Labels(templateLabels, controllerUID, group, resource),
+		OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: parent.GetAPIVersion(), Kind: parent.GetKind(), Name: parent.GetName(),
+			UID: parent.GetUID(), Controller: &yes, BlockOwnerDeletion: &yes,
+		}},
+	}
+}

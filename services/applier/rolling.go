@@ -1,0 +1,147 @@
+package applier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/children"
+	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/revision"
+	"github.com/metabus/metabus/pkg/revstore"
+	"github.com/metabus/metabus/pkg/rollout"
+)
+
+// rolling plans the child writes of a parent with RollingRecreate or
+// RollingInPlace children. It runs inside the parent's critical section (one
+// MC_DESIRED message of a parent at a time, cluster-wide), which is what keeps
+// two appliers from advancing the same rollout:
+//
+//  1. load the parent's ControllerRevisions with a consistent read through the
+//     revisions service (adopting orphans that match the parent's selector);
+//  2. rollout.Step renders each child from its own revision and decides which
+//     one child, if any, moves to the latest revision;
+//  3. the revision writes that record the move are committed BEFORE any child
+//     is touched, so a crash at any point either leaves the move unrecorded
+//     (it is decided again) or recorded (the child is updated at the next try),
+//     and never updates a child twice or skips one.
+//
+// ok=false means the outcome res is final and nothing was written.
+func (a *Applier) rolling(ctx context.Context, ds *bus.DesiredState, cc *v1alpha1.CompositeController, parent *unstructured.Unstructured,
+	owner children.Owner, rules []children.Rule, desired []children.Desired, observed map[int][]*unstructured.Unstructured,
+) (actions []children.Action, cond rollout.Condition, res result, ok bool) {
+	paths := rollout.FieldPaths(cc)
+	patch, err := revision.ParentPatch(parent.Object, paths)
+	if err != nil {
+		return nil, cond, a.retry(ctx, ds, events.ReasonSyncError, fmt.Errorf("revisionHistory.fieldPaths: %w", err)), false
+	}
+	selector := ""
+	if owner.Selector != nil {
+		selector = owner.Selector.String()
+	}
+	loaded, err := a.revs.Revisions(ctx, revstore.Request{
+		Op: revstore.OpLoad, Controller: ds.Controller, Parent: storeParent(ds, parent, selector),
+		Adopt: parent.GetDeletionTimestamp() == nil,
+	})
+	if err == nil && loaded.Result != revstore.OK {
+		err = fmt.Errorf("%s: %s", loaded.Result, loaded.Message)
+	}
+	if err != nil {
+		return nil, cond, a.retry(ctx, ds, "", fmt.Errorf("load ControllerRevisions: %w", err)), false
+	}
+	h, err := revision.NewHistory(rollout.HistoryParent(cc, parent, ds.Parent.Resource), loaded.Revisions, patch)
+	if err != nil {
+		return nil, cond, a.retry(ctx, ds, events.ReasonApplyError, err), false
+	}
+	if ds.LatestRevision != h.Latest() {
+		// The parent's rolling fields changed since the hook ran (or the
+		// controller just turned rolling): its children would be recorded
+		// on the wrong revision. The change has queued a newer sync.
+		return nil, cond, a.requeueStale(ctx, ds, fmt.Sprintf("desired state renders revision %q, the parent is at %q", ds.LatestRevision, h.Latest())), false
+	}
+	older := make(map[string][]children.Desired, len(ds.Revisions))
+	for _, rc := range ds.Revisions {
+		d, err := children.Normalize(owner, rules, rc.Children)
+		if err != nil {
+			a.metrics.rejected.Inc()
+			return nil, cond, a.retry(ctx, ds, events.ReasonInvalidDesired,
+				fmt.Errorf("%s hook response for revision %s rejected, nothing applied: %w", ds.Hook, rc.Name, err)), false
+		}
+		older[rc.Name] = d
+	}
+	checks := make([][]v1alpha1.StatusConditionCheck, len(cc.Spec.ChildResources))
+	for i, c := range cc.Spec.ChildResources {
+		if c.UpdateStrategy != nil {
+			checks[i] = c.UpdateStrategy.StatusChecks.Conditions
+		}
+	}
+	step, err := rollout.Step(rollout.StepInput{
+		Owner: owner, Rules: rules, Checks: checks, History: h,
+		Latest: desired, Older: older, Observed: observed,
+	})
+	var missing *rollout.MissingRevisionsError
+	switch {
+	case errors.As(err, &missing):
+		return nil, cond, a.requeueStale(ctx, ds, err.Error()), false
+	case err != nil:
+		return nil, cond, a.retry(ctx, ds, events.ReasonApplyError, fmt.Errorf("plan rolling update: %w", err)), false
+	case step.ChildErrors != nil:
+		return nil, cond, a.retry(ctx, ds, events.ReasonApplyError, fmt.Errorf("plan children: %w", step.ChildErrors)), false
+	}
+
+	creates, updates, deletes := h.Changes()
+	if len(creates)+len(updates)+len(deletes) > 0 {
+		a.metrics.writes.WithLabelValues("commit_revisions", "controllerrevisions").Inc()
+		committed, err := a.revs.Revisions(ctx, revstore.Request{
+			Op: revstore.OpCommit, Controller: ds.Controller, Parent: storeParent(ds, parent, selector),
+			Creates: creates, Updates: updates, Deletes: deletes,
+		})
+		switch {
+		case err != nil:
+			return nil, cond, a.retry(ctx, ds, "", fmt.Errorf("commit ControllerRevisions: %w", err)), false
+		case committed.Result == revstore.Conflict:
+			return nil, cond, a.requeue(ctx, ds), false
+		case committed.Result != revstore.OK:
+			return nil, cond, a.retry(ctx, ds, events.ReasonApplyError,
+				fmt.Errorf("commit ControllerRevisions: %s: %s", committed.Result, committed.Message)), false
+		}
+	}
+	if step.Plan.Move != nil {
+		a.log.Info("rolling update: child moved to the latest revision", zap.String("controller", cc.Name),
+			zap.String("parent", key(parent)), zap.Stringer("child", step.Plan.Move), zap.String("revision", h.Latest()))
+	}
+	return step.Actions, step.Plan.Condition, result{}, true
+}
+
+// withUpdatedCondition sets the rollout's Updated condition in the status the
+// applier writes.
+func withUpdatedCondition(ds *bus.DesiredState, parent *unstructured.Unstructured, cond rollout.Condition) {
+	current, _, _ := unstructured.NestedMap(parent.Object, "status")
+	ds.Status = rollout.WithCondition(ds.Status, current, cond, time.Now())
+}
+
+func storeParent(ds *bus.DesiredState, parent *unstructured.Unstructured, selector string) revstore.Parent {
+	return revstore.Parent{
+		APIVersion: parent.GetAPIVersion(), Kind: parent.GetKind(), Resource: ds.Parent.Resource,
+		Namespace: parent.GetNamespace(), Name: parent.GetName(), UID: string(parent.GetUID()), Selector: selector,
+	}
+}
+
+// requeueStale syncs again now when the desired state was computed from a
+// view that has moved on; after a few immediate tries it backs off, so a
+// view that never settles cannot spin.
+func (a *Applier) requeueStale(ctx context.Context, ds *bus.DesiredState, why string) result {
+	a.log.Debug("desired state is stale; syncing again", zap.String("parent", ds.Parent.Namespace+"/"+ds.Parent.Name), zap.String("why", why))
+	if ds.Attempt < 3 {
+		next := *ds
+		next.Attempt++
+		return a.requeue(ctx, &next)
+	}
+	return a.retry(ctx, ds, "", errors.New(why))
+}
