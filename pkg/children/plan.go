@@ -70,10 +70,9 @@ func (a Action) Key() ChildKey {
 //   - both, by the rule's update method: OnDelete (or ""): nothing. InPlace: apply.UpdateChild,
 //     and Update if it changed anything. Recreate: apply.UpdateChild, and Delete if it changed
 //     anything; the next sync, which the deletion triggers, creates it again.
-//     RollingRecreate and RollingInPlace currently behave as Recreate and InPlace: every
-//     changed child is acted on in the same sync, without the one-at-a-time rollout and
-//     status checks of upstream, which need parent revisions that Plan does not track; the
-//     gradual rollout is a separate layer that will decide which of these actions to run.
+//     RollingRecreate and RollingInPlace act as Recreate and InPlace here: the gradual
+//     rollout (package rollout's Step) decides which revision renders each child's desired
+//     state, so at most one child is handed to Plan with a changed desired state per sync.
 //     A child with a deletionTimestamp is never updated (nor recreated until it is gone).
 //
 // Observed objects whose controller reference is not the owner (see IsOwnedBy) are ignored:
