@@ -14,7 +14,9 @@ import (
 	"github.com/metabus/metabus/pkg/natsx"
 )
 
-func startBus(t *testing.T, o Options) jetstream.JetStream {
+// startNATS starts an in-process embedded server for the test and connects
+// to it.
+func startNATS(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	s, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "-"})
 	if err != nil {
@@ -26,6 +28,12 @@ func startBus(t *testing.T, o Options) jetstream.JetStream {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
+	return nc, js
+}
+
+func startBus(t *testing.T, o Options) jetstream.JetStream {
+	t.Helper()
+	_, js := startNATS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := Ensure(ctx, js, o); err != nil {

@@ -2,7 +2,6 @@ package watcher
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -177,20 +176,12 @@ func (w *Watcher) serveSnapshots(ctx context.Context) (func(), error) {
 				sem <- struct{}{}
 				go func() {
 					defer func() { <-sem }()
-					var req snapshot.Request
-					if err := json.Unmarshal(r.Data(), &req); err != nil {
-						_ = r.Error("400", "malformed snapshot request: "+err.Error(), nil)
-						return
-					}
-					resp, _ := w.Snapshot(ctx, req)
-					data, err := json.Marshal(resp)
+					err := bus.RespondJSON(r, "snapshot", func(req snapshot.Request) any {
+						resp, _ := w.Snapshot(ctx, req)
+						return resp
+					})
 					if err != nil {
-						_ = r.Error("500", "encode snapshot: "+err.Error(), nil)
-						return
-					}
-					if err := r.Respond(data); err != nil {
-						w.log.Warn("respond to snapshot request", zap.Error(err), zap.Int("bytes", len(data)))
-						_ = r.Error("500", "respond: "+err.Error(), nil)
+						w.log.Warn("snapshot request not answered", zap.Error(err))
 					}
 				}()
 			}),
