@@ -1,5 +1,5 @@
-// Command metabus runs every stage (watcher, dispatcher, applier) in one
-// process, with an embedded JetStream server unless --nats-url is given.
+// Command metabus runs every stage (watcher, dispatcher, applier, revisions)
+// in one process, with an embedded JetStream server unless --nats-url is given.
 package main
 
 import (
@@ -18,6 +18,7 @@ func main() {
 	register := func(fs *flag.FlagSet) {
 		cfg.Watcher.RegisterFlags(fs)
 		(&cfg.Dispatcher).RegisterFlags(fs)
+		cfg.Revisions.RegisterFlags(fs)
 		fs.BoolVar(&external, "external-nats", false, "use --nats-url instead of an embedded JetStream server")
 		fs.StringVar(&cfg.StoreDir, "nats-store-dir", "metabus-data", "JetStream store directory of the embedded server")
 		fs.StringVar(&cfg.Listen, "nats-listen", "127.0.0.1:4222", "client address of the embedded server (\"-\": in-process only)")

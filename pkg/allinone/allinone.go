@@ -1,5 +1,5 @@
-// Package allinone composes the watcher, dispatcher and applier Run
-// functions into one process, with an embedded JetStream server unless an
+// Package allinone composes the watcher, dispatcher, applier and revisions
+// Run functions into one process, with an embedded JetStream server unless an
 // external NATS URL is given. It serves `metabus` (the all-in-one binary),
 // `make run` and the e2e tests, which start extra dispatcher and applier
 // replicas with their own NATS connections to exercise multi-replica
@@ -23,9 +23,11 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
+	"github.com/metabus/metabus/pkg/revstore"
 	"github.com/metabus/metabus/pkg/snapshot"
 	"github.com/metabus/metabus/services/applier"
 	"github.com/metabus/metabus/services/dispatcher"
+	"github.com/metabus/metabus/services/revisions"
 	"github.com/metabus/metabus/services/watcher"
 )
 
@@ -34,6 +36,7 @@ type Config struct {
 	Watcher    watcher.Config
 	Dispatcher dispatcher.Config
 	Applier    applier.Config
+	Revisions  revisions.Config
 	// Dispatchers and Appliers are how many replicas of each stage to run
 	// in this process (default 1), each with its own NATS connection.
 	Dispatchers int
@@ -48,7 +51,8 @@ type Config struct {
 	// port, "-" → in-process only).
 	Listen string
 	// SnapshotsOverNATS makes dispatchers and appliers use the NATS
-	// snapshot service instead of calling the watcher directly.
+	// snapshot and revisions services instead of calling the watcher and
+	// the revisions service directly.
 	SnapshotsOverNATS bool
 }
 
@@ -125,6 +129,16 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		return err
 	}
 	var src snapshot.Source = w
+	rnc, _, err := connect("metabus-revisions")
+	if err != nil {
+		return err
+	}
+	conns = append(conns, rnc)
+	revs, err := revisions.New(cfg.Revisions, revisions.Deps{REST: deps.REST, NC: rnc, Log: log, Metrics: deps.Metrics, Health: deps.Health})
+	if err != nil {
+		return err
+	}
+	var store revstore.Store = revs
 	// Create the streams before anyone consumes them.
 	if err := bus.Ensure(ctx, js, wcfg.Bus); err != nil {
 		return err
@@ -133,7 +147,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 1+max(cfg.Dispatchers, 1)+max(cfg.Appliers, 1))
+	errc := make(chan error, 2+max(cfg.Dispatchers, 1)+max(cfg.Appliers, 1))
 	runIt := func(name string, f func(context.Context) error) {
 		wg.Add(1)
 		go func() {
@@ -145,6 +159,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		}()
 	}
 	runIt("watcher", w.Run)
+	// Served over NATS too, so that separate-process replicas (and the
+	// tests) reach it.
+	runIt("revisions", revs.Run)
 	for i := 0; i < max(cfg.Dispatchers, 1); i++ {
 		nc, js, err := connect(fmt.Sprintf("metabus-dispatcher-%d", i))
 		if err != nil {
@@ -155,7 +172,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		conns = append(conns, nc)
 		d := dispatcher.Deps{REST: deps.REST, NC: nc, JS: js, Log: log.With(zap.Int("replica", i)), Health: deps.Health, Trace: deps.Trace}
 		if !cfg.SnapshotsOverNATS {
-			d.Snapshots = src
+			d.Snapshots, d.Revisions = src, store
 		}
 		if i == 0 {
 			d.Metrics = deps.Metrics
@@ -182,7 +199,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		conns = append(conns, nc)
 		a := applier.Deps{REST: deps.REST, NC: nc, JS: js, Log: log.With(zap.Int("replica", i)), Health: deps.Health, Trace: deps.Trace}
 		if !cfg.SnapshotsOverNATS {
-			a.Snapshots = src
+			a.Snapshots, a.Revisions = src, store
 		}
 		if i == 0 {
 			a.Metrics = deps.Metrics
