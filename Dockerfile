@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1
 #
 # One image with every metabus binary:
-#   /usr/local/bin/metabus-watcher, metabus-dispatcher, metabus-applier and
-#   metabus (all services in one process, with an embedded nats-server).
+#   /usr/local/bin/metabus-watcher, metabus-dispatcher, metabus-applier,
+#   metabus-revisions and metabus (all services in one process, with an
+#   embedded nats-server).
 # Deployments choose the binary with `command`.
 
 FROM golang:1.26 AS build
@@ -21,6 +22,7 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     go build -trimpath -ldflags "$ldflags" -o /out/metabus-watcher ./cmd/watcher; \
     go build -trimpath -ldflags "$ldflags" -o /out/metabus-dispatcher ./cmd/dispatcher; \
     go build -trimpath -ldflags "$ldflags" -o /out/metabus-applier ./cmd/applier; \
+    go build -trimpath -ldflags "$ldflags" -o /out/metabus-revisions ./cmd/revisions; \
     go build -trimpath -ldflags "$ldflags" -o /out/metabus ./cmd/metabus
 
 # distroless/static: no shell, no package manager, CA certificates and

@@ -1131,7 +1131,7 @@ func portNumber(c container, nameOrNumber any) int64 {
 // must keep, whether it comes from deploy/apps or `kubectl kustomize`.
 func checkServiceDeployment(t *testing.T, o map[string]any, svc string, binaries map[string]string) {
 	t.Helper()
-	wantReplicas := map[string]int64{"watcher": 2, "dispatcher": 2, "applier": 2}[svc]
+	wantReplicas := map[string]int64{"watcher": 2, "dispatcher": 2, "applier": 2, "revisions": 2}[svc]
 	if got, _, _ := unstructured.NestedInt64(o, "spec", "replicas"); got != wantReplicas {
 		t.Errorf("replicas %d, want %d", got, wantReplicas)
 	}
@@ -1215,7 +1215,7 @@ func checkServiceDeployment(t *testing.T, o map[string]any, svc string, binaries
 
 func TestDeployments(t *testing.T) {
 	binaries := dockerBinaries(t)
-	for _, svc := range []string{"watcher", "dispatcher", "applier"} {
+	for _, svc := range services {
 		t.Run(svc, func(t *testing.T) {
 			docs := readDocs(t, filepath.Join("apps", svc+".yaml"))
 			if len(docs) != 1 || str(docs[0], "kind") != "Deployment" {
@@ -1449,11 +1449,20 @@ func TestNATSConfig(t *testing.T) {
 		{"APPLIER_NKEY", "publish", "mc.dlq.desired.cc-hello.4f1c", false},
 		{"APPLIER_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_WORK.work-p00", false},
 		{"APPLIER_NKEY", "publish", "$JS.API.STREAM.MSG.DELETE.MC_DESIRED", false},
-		// revisions
+		// revisions: the micro service (its subject, $SRV discovery and
+		// replies); callers request it, nobody else serves it.
 		{"REVISIONS_NKEY", "subscribe", "mc.svc.revisions", true},
+		{"REVISIONS_NKEY", "subscribe", "$SRV.PING.metabus-revisions", true},
+		{"REVISIONS_NKEY", "subscribe", "$SRV.INFO.metabus-revisions.8Wq1", true},
 		{"REVISIONS_NKEY", "responses", "", true},
+		{"REVISIONS_NKEY", "publish", "mc.svc.revisions", false},
 		{"REVISIONS_NKEY", "publish", "mc.work.cc-hello.4f1c", false},
 		{"REVISIONS_NKEY", "subscribe", "mc.svc.snapshot", false},
+		{"DISPATCHER_NKEY", "publish", "mc.svc.revisions", true},
+		{"APPLIER_NKEY", "publish", "mc.svc.revisions", true},
+		{"DISPATCHER_NKEY", "subscribe", "mc.svc.revisions", false},
+		{"APPLIER_NKEY", "subscribe", "mc.svc.revisions", false},
+		{"WATCHER_NKEY", "subscribe", "mc.svc.revisions", false},
 	}
 	for _, u := range users {
 		cases = append(cases,
@@ -1476,6 +1485,61 @@ func TestNATSConfig(t *testing.T) {
 		if got != c.want {
 			t.Errorf("%s %s %q: allowed=%v, want %v", c.user, c.op, c.subject, got, c.want)
 		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Every service ships everywhere
+
+// TestEveryServiceShips checks that each service has all of its installation
+// pieces: a command, an image binary, a Deployment in the kustomization and
+// the chart, RBAC, a NATS user and Secret, and a docker-compose service. A
+// new service missing one of them would be installable but not runnable.
+func TestEveryServiceShips(t *testing.T) {
+	kustomize := readDocs(t, "kustomization.yaml")[0]
+	resources := stringList(slice(kustomize, "resources"))
+	values := readDocs(t, filepath.Join(chartDir, "values.yaml"))[0]
+	compose := mapping(readDocs(t, filepath.Join("..", "docker-compose.yaml"))[0], "services")
+	users := natsPermissions(t, readFile(t, filepath.Join("nats", "nats-server.conf")))
+	binaries := dockerBinaries(t)
+	rbacTpl := readFile(t, filepath.Join(chartDir, "templates", "rbac.yaml"))
+	notes := readFile(t, filepath.Join(chartDir, "templates", "NOTES.txt"))
+	readme := readFile(t, "README.md")
+	for _, svc := range services {
+		t.Run(svc, func(t *testing.T) {
+			if _, err := os.Stat(filepath.Join("..", "cmd", svc, "main.go")); err != nil {
+				t.Errorf("no command: %v", err)
+			}
+			if binaries["metabus-"+svc] != "./cmd/"+svc {
+				t.Errorf("the Dockerfile does not build metabus-%s from ./cmd/%s", svc, svc)
+			}
+			for _, f := range []string{"apps/" + svc + ".yaml", "rbac/" + svc + ".yaml"} {
+				if !slices.Contains(resources, f) {
+					t.Errorf("kustomization.yaml does not list %s", f)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(chartDir, "templates", svc+".yaml")); err != nil {
+				t.Errorf("no chart template: %v", err)
+			}
+			if !strings.Contains(rbacTpl, `"`+svc+`"`) {
+				t.Error("templates/rbac.yaml does not render its RBAC")
+			}
+			if str(values, svc, "natsSeedSecret") != "metabus-nats-"+svc {
+				t.Errorf("values %s.natsSeedSecret = %q", svc, str(values, svc, "natsSeedSecret"))
+			}
+			if !strings.Contains(notes, ".Values."+svc+".natsSeedSecret") {
+				t.Error("NOTES.txt does not list its NATS seed Secret")
+			}
+			if _, ok := users[strings.ToUpper(svc)+"_NKEY"]; !ok {
+				t.Errorf("nats-server.conf has no user $%s_NKEY", strings.ToUpper(svc))
+			}
+			if m := regexp.MustCompile(`for svc in ([a-z ]+);`).FindStringSubmatch(readme); m == nil || !slices.Contains(strings.Fields(m[1]), svc) {
+				t.Error("deploy/README.md does not create its nkey Secrets")
+			}
+			if compose[svc] == nil {
+				t.Error("docker-compose.yaml has no service for it")
+			}
+		})
 	}
 }
 
@@ -1518,12 +1582,11 @@ func TestKustomize(t *testing.T) {
 		"CustomResourceDefinition/compositecontrollers.metacontroller.k8s.io",
 		"CustomResourceDefinition/decoratorcontrollers.metacontroller.k8s.io",
 		"CustomResourceDefinition/controllerrevisions.metacontroller.k8s.io",
-		"Deployment/metabus-watcher", "Deployment/metabus-dispatcher", "Deployment/metabus-applier",
 		"StatefulSet/nats", "Service/nats", "Service/nats-headless",
 		"Role/metabus-watcher-leader-election", "RoleBinding/metabus-watcher-leader-election",
 	}
 	for _, svc := range services {
-		want = append(want, "ServiceAccount/metabus-"+svc, "ClusterRole/metabus-"+svc, "ClusterRoleBinding/metabus-"+svc)
+		want = append(want, "Deployment/metabus-"+svc, "ServiceAccount/metabus-"+svc, "ClusterRole/metabus-"+svc, "ClusterRoleBinding/metabus-"+svc)
 	}
 	for _, k := range want {
 		if byKey[k] == nil {
@@ -1531,7 +1594,7 @@ func TestKustomize(t *testing.T) {
 		}
 	}
 	binaries := dockerBinaries(t)
-	for _, svc := range []string{"watcher", "dispatcher", "applier"} {
+	for _, svc := range services {
 		if o := byKey["Deployment/metabus-"+svc]; o != nil {
 			t.Run(svc, func(t *testing.T) { checkServiceDeployment(t, o, svc, binaries) })
 		}
@@ -1570,7 +1633,7 @@ func TestHelmChart(t *testing.T) {
 		t.Errorf("Chart.yaml version %q is not SemVer", str(chart, "version"))
 	}
 	values := readDocs(t, filepath.Join(chartDir, "values.yaml"))[0]
-	for _, svc := range []string{"watcher", "dispatcher", "applier"} {
+	for _, svc := range services {
 		if r, _, _ := unstructured.NestedInt64(values, svc, "replicas"); r != 2 {
 			t.Errorf("values %s.replicas = %d, want 2 (as deploy/apps)", svc, r)
 		}
@@ -1664,7 +1727,7 @@ func TestHelmChart(t *testing.T) {
 			}
 		}
 		// The service Deployments keep the hardening of deploy/apps.
-		for _, svc := range []string{"watcher", "dispatcher", "applier"} {
+		for _, svc := range services {
 			text := texts[filepath.Join(chartDir, "templates", svc+".yaml")]
 			for _, want := range []string{
 				`command: ["/usr/local/bin/metabus-` + svc + `"]`, "terminationGracePeriodSeconds: 45",
@@ -1701,7 +1764,7 @@ func TestDockerfile(t *testing.T) {
 	bins := dockerBinaries(t)
 	want := map[string]string{
 		"metabus-watcher": "./cmd/watcher", "metabus-dispatcher": "./cmd/dispatcher",
-		"metabus-applier": "./cmd/applier", "metabus": "./cmd/metabus",
+		"metabus-applier": "./cmd/applier", "metabus-revisions": "./cmd/revisions", "metabus": "./cmd/metabus",
 	}
 	for b, pkg := range want {
 		if bins[b] != pkg {
@@ -1746,7 +1809,7 @@ func TestDockerCompose(t *testing.T) {
 	compose := docs[0]
 	svcs := mapping(compose, "services")
 	binaries := dockerBinaries(t)
-	for _, name := range []string{"nats", "watcher", "dispatcher", "applier"} {
+	for _, name := range append([]string{"nats"}, services...) {
 		if svcs[name] == nil {
 			t.Errorf("no service %s", name)
 		}
