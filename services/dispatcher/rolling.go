@@ -19,6 +19,12 @@ import (
 // before any hook call: the hook is called once per live revision.
 // ok=false means the outcome is final (the failure is reported).
 func (d *Dispatcher) history(ctx context.Context, call syncCall, cc *v1alpha1.CompositeController, parent *unstructured.Unstructured) (*revision.History, outcome, bool) {
+	if parent.GetNamespace() == "" {
+		// ControllerRevisions are namespaced, so a cluster-scoped parent has
+		// nowhere to keep its rollout (upstream fails here too, obscurely).
+		return nil, d.failed(ctx, call.item, events.ReasonSyncError,
+			fmt.Errorf("CompositeController %s: RollingRecreate and RollingInPlace need a namespaced parent resource (ControllerRevisions are namespaced); use Recreate or InPlace", cc.Name)), false
+	}
 	patch, err := revision.ParentPatch(parent.Object, rollout.FieldPaths(cc))
 	if err != nil {
 		return nil, d.failed(ctx, call.item, events.ReasonSyncError, fmt.Errorf("revisionHistory.fieldPaths: %w", err)), false
