@@ -682,8 +682,9 @@ func checkRolledInOrder(t *testing.T, evs []podEvent, names []string, old, new s
 // checkMovesGated checks every Pod deletion of a RollingRecreate history
 // from index from on: the deleted Pod was not already at the latest
 // template image, every other Pod at the latest image existed and was
-// healthy, and no Pod was missing on its way to the latest image (deleted
-// for its move and not yet recreated).
+// healthy, no Pod was missing on its way to the latest image (deleted for
+// its move and not yet recreated), and every Pod before it in hook order
+// that existed was already at the latest image.
 func checkMovesGated(t *testing.T, evs []podEvent, names []string, from int) {
 	t.Helper()
 	// The image each missing Pod comes back with, by event index.
@@ -707,12 +708,15 @@ func checkMovesGated(t *testing.T, evs []podEvent, names []string, from int) {
 			t.Errorf("event %d: %s was deleted although it was at the latest image %s", i, ev.Name, latestAt)
 		}
 		before := stateBefore(evs, i)
-		for _, other := range names {
+		k := slices.Index(names, ev.Name)
+		for j, other := range names {
 			if other == ev.Name {
 				continue
 			}
 			s, ok := before[other]
 			switch {
+			case j < k && ok && s.Image != latestAt:
+				t.Errorf("event %d: %s was deleted before %s (earlier in hook order, at %s) moved to %s", i, ev.Name, other, s.Image, latestAt)
 			case ok && s.Image == latestAt && !s.healthyAt(latestAt):
 				t.Errorf("event %d: %s was deleted while %s, at the latest image, was not Ready (%+v)", i, ev.Name, other, s)
 			case !ok && nextImage(other, i) == latestAt:
@@ -917,6 +921,9 @@ func TestRollingChildDeletedMidRollout(t *testing.T) {
 	up0 := waitPod(t, ns, names[0], 2, old[names[0]])
 	eventually(t, 30*time.Second, "the rollout to wait for "+names[0], wantUpdated(ns, name, "False", "RolloutWaiting"))
 
+	if err := expectPods(ns, old, 1, names[1:]...); err != nil {
+		t.Fatalf("while %s was not Ready: %v", names[0], err)
+	}
 	// A node drain deletes the last Pod, which has not been moved yet.
 	h.mark("delete "+names[2], rollImage(2))
 	victim := old[names[2]]
