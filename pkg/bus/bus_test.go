@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -343,4 +344,38 @@ func TestPoisonMessageDeadLettered(t *testing.T) {
 			t.Errorf("publish %d after dead-lettering: queued=%v err=%v", i, queued, err)
 		}
 	}
+}
+
+// TestHeartbeatFollowsConsumerAckWait: a replica configured with a longer
+// AckWait than the consumers really have (streams made by another process)
+// must still keep a slow message alive, or the server would hand it to a
+// second handler while the first still runs.
+func TestHeartbeatFollowsConsumerAckWait(t *testing.T) {
+	js := startBus(t, Options{WorkAckWait: 600 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	it := item("slow", "slow-0000-1111")
+	if _, err := (Publisher{JS: js}).PublishWork(ctx, it); err != nil {
+		t.Fatal(err)
+	}
+	var calls, done atomic.Int32
+	errc := make(chan error, 1)
+	go func() {
+		errc <- ConsumePartitions(ctx, js, WorkStream, WorkConsumerPrefix, 2, 30*time.Second, func(_ context.Context, m jetstream.Msg) {
+			calls.Add(1)
+			time.Sleep(2 * time.Second) // > 3 × the consumer's AckWait
+			_ = m.Ack()
+			done.Add(1)
+		}, func(error) {})
+	}()
+	deadline := time.Now().Add(15 * time.Second)
+	for done.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // a redelivery would land by now
+	if done.Load() == 0 || calls.Load() != 1 {
+		t.Fatalf("handled %d times (%d finished), want exactly once", calls.Load(), done.Load())
+	}
+	cancel()
+	<-errc
 }

@@ -62,6 +62,14 @@ func ConsumePartitions(ctx context.Context, js jetstream.JetStream, stream, pref
 			stopAll()
 			return fmt.Errorf("open consumer %s/%s: %w", stream, PartitionConsumerName(prefix, p), err)
 		}
+		// Heartbeat against the consumer's real AckWait: streams created by
+		// another process (or an older release) may use a shorter one than
+		// this replica's configuration, and heartbeats slower than AckWait
+		// would let the server redeliver a message that is still in hand.
+		beat := ackWait
+		if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 && info.Config.AckWait < beat {
+			beat = info.Config.AckWait
+		}
 		cc, err := cons.Consume(func(m jetstream.Msg) {
 			// Blocking here is fine: this partition has at most one
 			// message in flight anyway, and holding it keeps the
@@ -74,7 +82,7 @@ func ConsumePartitions(ctx context.Context, js jetstream.JetStream, stream, pref
 			}
 			inflight.Add(1)
 			defer func() { <-sem; inflight.Done() }()
-			runWithHeartbeat(hctx, m, ackWait, h)
+			runWithHeartbeat(hctx, m, beat, h)
 		}, jetstream.PullMaxMessages(1),
 			// A short pull expiry bounds how long a partition can sit idle
 			// when the server loses a pull request: with 30 s, bursts on
