@@ -1,9 +1,13 @@
 package bus
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 )
 
@@ -26,6 +30,36 @@ func RespondJSON[Req any](r micro.Request, what string, handle func(Req) any) er
 	if err := r.Respond(data); err != nil {
 		_ = r.Error("500", "respond: "+err.Error(), nil)
 		return fmt.Errorf("respond to %s request with %d bytes: %w", what, len(data), err)
+	}
+	return nil
+}
+
+// RequestJSON is the caller's side of RespondJSON: it sends req as JSON to a
+// request/reply service on subject and decodes the answer into resp. A
+// service error header (400/500 from RespondJSON) becomes an error, and no
+// responder is reported as the named service not running.
+func RequestJSON(ctx context.Context, nc *nats.Conn, subject, service string, timeout time.Duration, req, resp any) error {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode %s request: %w", service, err)
+	}
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	msg, err := nc.RequestWithContext(ctx, subject, data)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return fmt.Errorf("no %s service is running: %w", service, err)
+		}
+		return err
+	}
+	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
+		return fmt.Errorf("%s service error %s: %s", service, code, msg.Header.Get("Nats-Service-Error"))
+	}
+	if err := json.Unmarshal(msg.Data, resp); err != nil {
+		return fmt.Errorf("decode %s response: %w", service, err)
 	}
 	return nil
 }

@@ -15,8 +15,6 @@ package revstore
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -110,29 +108,9 @@ type Client struct {
 
 // Revisions sends req to the revisions service.
 func (c Client) Revisions(ctx context.Context, req Request) (*Response, error) {
-	data, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("encode revisions request: %w", err)
-	}
-	timeout := c.Timeout
-	if timeout <= 0 {
-		timeout = 10 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	msg, err := c.NC.RequestWithContext(ctx, bus.RevisionsSubject, data)
-	if err != nil {
-		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, fmt.Errorf("no revisions service is running: %w", err)
-		}
-		return nil, fmt.Errorf("revisions %s for %s/%s: %w", req.Op, req.Controller.ID(), req.Parent.UID, err)
-	}
-	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
-		return nil, fmt.Errorf("revisions service error %s: %s", code, msg.Header.Get("Nats-Service-Error"))
-	}
 	var resp Response
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return nil, fmt.Errorf("decode revisions response: %w", err)
+	if err := bus.RequestJSON(ctx, c.NC, bus.RevisionsSubject, "revisions", c.Timeout, req, &resp); err != nil {
+		return nil, fmt.Errorf("revisions %s request for %s/%s: %w", req.Op, req.Controller.ID(), req.Parent.UID, err)
 	}
 	return &resp, nil
 }

@@ -8,7 +8,6 @@ package snapshot
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -101,29 +100,12 @@ type Client struct {
 
 // Snapshot sends req to the snapshot service.
 func (c Client) Snapshot(ctx context.Context, req Request) (*Response, error) {
-	data, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("encode snapshot request: %w", err)
-	}
-	timeout := c.Timeout
-	if timeout <= 0 {
-		timeout = 10 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	msg, err := c.NC.RequestWithContext(ctx, bus.SnapshotSubject, data)
-	if err != nil {
+	var resp Response
+	if err := bus.RequestJSON(ctx, c.NC, bus.SnapshotSubject, "snapshot", c.Timeout, req, &resp); err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, fmt.Errorf("no snapshot service is running (is the watcher up?): %w", err)
+			return nil, fmt.Errorf("snapshot request for %s/%s (is the watcher up?): %w", req.Controller.ID(), req.ParentUID, err)
 		}
 		return nil, fmt.Errorf("snapshot request for %s/%s: %w", req.Controller.ID(), req.ParentUID, err)
-	}
-	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
-		return nil, fmt.Errorf("snapshot service error %s: %s", code, msg.Header.Get("Nats-Service-Error"))
-	}
-	var resp Response
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return nil, fmt.Errorf("decode snapshot response: %w", err)
 	}
 	return &resp, nil
 }

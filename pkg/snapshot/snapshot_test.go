@@ -291,7 +291,7 @@ func TestClientErrors(t *testing.T) {
 		{
 			reason:  "no responders: say the watcher is not running",
 			timeout: 5 * time.Second,
-			want:    []string{"no snapshot service is running (is the watcher up?)"},
+			want:    []string{"no snapshot service is running", "is the watcher up?"},
 			wantIs:  nats.ErrNoResponders,
 		},
 		{
