@@ -794,21 +794,30 @@ func autoReady(t *testing.T, h *podHistory, ns string, delay time.Duration, read
 
 // --- The tests ---
 
+// startRollSet runs metabus with a RollSet controller using method, creates
+// the RollSet name with replicas Pods at image v1 and marks them Ready. It
+// returns the namespace, the Pod history recorder, the names of the first
+// pods Pods in hook order, and the UIDs of the running ones.
+func startRollSet(t *testing.T, ctrl, method, name string, pods, replicas int) (string, *podHistory, []string, map[string]types.UID) {
+	t.Helper()
+	inst := startMetabus(t, allinone.Config{}, nil)
+	ns := newNamespace(t)
+	h := recordPods(t, ns)
+	url := hookServer(t, jsonHook(rollsetHook))
+	rollsetController(t, inst, ctrl, url, method)
+	names := podNames(name, pods)
+	createRollSet(t, ns, name, int64(replicas), 1)
+	return ns, h, names, startReplicas(t, ns, name, names[:replicas], 1)
+}
+
 // TestRollingRecreateInOrder: a template change recreates the Pods one at a
 // time in hook order, each only once the previous one is Ready; while the
 // updated Pod is not Ready the rollout waits (Updated False/RolloutWaiting)
 // and resumes when it is. At the end a single ControllerRevision is left,
 // shaped as upstream's.
 func TestRollingRecreateInOrder(t *testing.T) {
-	inst := startMetabus(t, allinone.Config{}, nil)
-	ns := newNamespace(t)
-	h := recordPods(t, ns)
-	url := hookServer(t, jsonHook(rollsetHook))
-	rollsetController(t, inst, "rollsets-recreate", url, "RollingRecreate")
 	const name = "web"
-	names := podNames(name, 3)
-	createRollSet(t, ns, name, 3, 1)
-	old := startReplicas(t, ns, name, names, 1)
+	ns, h, names, old := startRollSet(t, "rollsets-recreate", "RollingRecreate", name, 3, 3)
 
 	h.mark("template v2", rollImage(2))
 	setRollImage(t, ns, name, 2)
@@ -849,15 +858,8 @@ func TestRollingRecreateInOrder(t *testing.T) {
 // new template even while the rollout waits, removed Pods go (whatever
 // their revision), and the rollout of the remaining ones completes in order.
 func TestRollingScaleDuringRollout(t *testing.T) {
-	inst := startMetabus(t, allinone.Config{}, nil)
-	ns := newNamespace(t)
-	h := recordPods(t, ns)
-	url := hookServer(t, jsonHook(rollsetHook))
-	rollsetController(t, inst, "rollsets-scale", url, "RollingRecreate")
 	const name = "scaled"
-	names := podNames(name, 5)
-	createRollSet(t, ns, name, 3, 1)
-	old := startReplicas(t, ns, name, names[:3], 1)
+	ns, h, names, old := startRollSet(t, "rollsets-scale", "RollingRecreate", name, 5, 3)
 
 	h.mark("template v2", rollImage(2))
 	setRollImage(t, ns, name, 2)
@@ -906,15 +908,8 @@ func TestRollingScaleDuringRollout(t *testing.T) {
 // recreated at its own (old) revision, and later rolled like the others.
 func TestRollingChildDeletedMidRollout(t *testing.T) {
 	ctx := context.Background()
-	inst := startMetabus(t, allinone.Config{}, nil)
-	ns := newNamespace(t)
-	h := recordPods(t, ns)
-	url := hookServer(t, jsonHook(rollsetHook))
-	rollsetController(t, inst, "rollsets-deleted", url, "RollingRecreate")
 	const name = "drained"
-	names := podNames(name, 3)
-	createRollSet(t, ns, name, 3, 1)
-	old := startReplicas(t, ns, name, names, 1)
+	ns, h, names, old := startRollSet(t, "rollsets-deleted", "RollingRecreate", name, 3, 3)
 
 	h.mark("template v2", rollImage(2))
 	setRollImage(t, ns, name, 2)
@@ -962,15 +957,8 @@ func TestRollingChildDeletedMidRollout(t *testing.T) {
 // observed its update (status.observedGeneration) and is Ready again.
 func TestRollingInPlace(t *testing.T) {
 	ctx := context.Background()
-	inst := startMetabus(t, allinone.Config{}, nil)
-	ns := newNamespace(t)
-	h := recordPods(t, ns)
-	url := hookServer(t, jsonHook(rollsetHook))
-	rollsetController(t, inst, "rollsets-inplace", url, "RollingInPlace")
 	const name = "inplace"
-	names := podNames(name, 3)
-	createRollSet(t, ns, name, 3, 1)
-	old := startReplicas(t, ns, name, names, 1)
+	ns, h, names, old := startRollSet(t, "rollsets-inplace", "RollingInPlace", name, 3, 3)
 
 	h.mark("template v2", rollImage(2))
 	setRollImage(t, ns, name, 2)
