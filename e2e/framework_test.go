@@ -236,7 +236,7 @@ func cleanNamespace(ns string) {
 }
 
 // hookServer serves h on a loopback URL for the test's lifetime.
-func hookServer(t *testing.T, h http.Handler) string {
+func hookServer(t testing.TB, h http.Handler) string {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -244,7 +244,7 @@ func hookServer(t *testing.T, h http.Handler) string {
 }
 
 // eventually polls f until it returns nil or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+func eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var err error
@@ -260,7 +260,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, f func() error
 }
 
 // createController creates a CompositeController served by inst.
-func createController(t *testing.T, inst *instance, obj map[string]any) *unstructured.Unstructured {
+func createController(t testing.TB, inst *instance, obj map[string]any) *unstructured.Unstructured {
 	t.Helper()
 	u := &unstructured.Unstructured{Object: obj}
 	u.SetAPIVersion("metacontroller.k8s.io/v1alpha1")

@@ -83,9 +83,15 @@ func rollsetHook(req map[string]any) (int, any) {
 // rollsetController creates the RollSet controller: Pods roll out with
 // method, gated on their Ready condition; only spec.template rolls out
 // gradually (spec.replicas applies at once).
-func rollsetController(t *testing.T, inst *instance, name, url, method string) {
+func rollsetController(t testing.TB, inst *instance, name, url, method string) {
 	t.Helper()
-	createController(t, inst, map[string]any{
+	createController(t, inst, rollsetControllerObject(name, url, method))
+}
+
+// rollsetControllerObject is the RollSet controller object that
+// rollsetController creates.
+func rollsetControllerObject(name, url, method string) map[string]any {
+	return map[string]any{
 		"metadata": map[string]any{"name": name},
 		"spec": map[string]any{
 			"parentResource": map[string]any{
@@ -103,7 +109,7 @@ func rollsetController(t *testing.T, inst *instance, name, url, method string) {
 			}},
 			"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url, "timeout": "5s"}}},
 		},
-	})
+	}
 }
 
 func rollTemplate(name string, v int) map[string]any {
@@ -116,7 +122,7 @@ func rollTemplate(name string, v int) map[string]any {
 }
 
 // createRollSet creates a RollSet with replicas Pods at image version v.
-func createRollSet(t *testing.T, ns, name string, replicas int64, v int) {
+func createRollSet(t testing.TB, ns, name string, replicas int64, v int) {
 	t.Helper()
 	rs := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "test.metabus.dev/v1",
@@ -139,7 +145,7 @@ func patchRollSet(ns, name, patch string) error {
 }
 
 // setRollImage changes the template's image: a new revision.
-func setRollImage(t *testing.T, ns, name string, v int) {
+func setRollImage(t testing.TB, ns, name string, v int) {
 	t.Helper()
 	tmpl, _ := json.Marshal(rollTemplate(name, v))
 	if err := patchRollSet(ns, name, fmt.Sprintf(`{"spec":{"template":%s}}`, tmpl)); err != nil {
@@ -452,7 +458,7 @@ type podHistory struct {
 
 // recordPods starts recording the Pods of ns; the history is logged if the
 // test fails.
-func recordPods(t *testing.T, ns string) *podHistory {
+func recordPods(t testing.TB, ns string) *podHistory {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	list, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
@@ -749,7 +755,7 @@ func maxInFlight(evs []podEvent, names []string, from int) (max, at int) {
 // autoReady plays the kubelet for ns: every new Pod object is marked Ready
 // delay after it appears; then, if set, ready is called with its name and
 // image (on its own goroutine).
-func autoReady(t *testing.T, h *podHistory, ns string, delay time.Duration, ready func(name, image string)) {
+func autoReady(t testing.TB, h *podHistory, ns string, delay time.Duration, ready func(name, image string)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex
 	var wg sync.WaitGroup
