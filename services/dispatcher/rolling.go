@@ -30,7 +30,9 @@ func (d *Dispatcher) history(ctx context.Context, call syncCall, cc *v1alpha1.Co
 		return nil, d.failed(ctx, call.item, events.ReasonSyncError, fmt.Errorf("revisionHistory.fieldPaths: %w", err)), false
 	}
 	res, err := d.revs.Revisions(ctx, revstore.Request{
-		Op: revstore.OpLoad, Controller: call.item.Controller,
+		// A stale view only costs a resync: the applier loads consistently
+		// and rejects a desired state missing a revision's rendering.
+		Op: revstore.OpLoad, Controller: call.item.Controller, AllowStale: true,
 		Parent: revstore.Parent{
 			APIVersion: parent.GetAPIVersion(), Kind: parent.GetKind(), Resource: call.parent.Resource,
 			Namespace: parent.GetNamespace(), Name: parent.GetName(), UID: string(parent.GetUID()),

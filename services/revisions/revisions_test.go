@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -260,6 +261,49 @@ func TestLoadOnlyTheParentsRevisions(t *testing.T) {
 		return mf.GetName() == "metabus_revisions_request_duration_seconds" && len(mf.GetMetric()) == 1 && mf.GetMetric()[0].GetHistogram().GetSampleCount() == 2
 	}) {
 		t.Error("no duration histogram with the 2 loads")
+	}
+}
+
+// TestLoadAllowStale: a load that allows a stale answer asks the API server
+// for its watch cache (resourceVersion=0) and filters the same way; a
+// consistent load never does.
+func TestLoadAllowStale(t *testing.T) {
+	requireEnv(t)
+	var mu sync.Mutex
+	var rvs []string // resourceVersion of every ControllerRevision LIST
+	s, _ := newService(t, func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/controllerrevisions") {
+				mu.Lock()
+				rvs = append(rvs, req.URL.Query().Get("resourceVersion"))
+				mu.Unlock()
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	ns := newNamespace(t)
+	a := catSet(ns, "cats", "uid-a")
+	create(t, rev(a, "catsets.example.com-1", `{"spec":{"v":1}}`, "cats-0"))
+	create(t, rev(catSet(ns, "kittens", "uid-b"), "catsets.example.com-b", `{"spec":{"v":1}}`))
+
+	mustOK(t, call(t, s, revstore.Request{Op: revstore.OpLoad, Parent: a}))
+	var got []string
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) { // the watch cache may lag the creates by a moment
+		resp := call(t, s, revstore.Request{Op: revstore.OpLoad, Parent: a, AllowStale: true})
+		mustOK(t, resp)
+		if got = names(resp.Revisions); len(got) == 1 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !slices.Equal(got, []string{"catsets.example.com-1"}) {
+		t.Fatalf("stale load returned %v, want only parent a's revision", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(rvs) < 2 || rvs[0] != "" || slices.ContainsFunc(rvs[1:], func(rv string) bool { return rv != "0" }) {
+		t.Errorf("LIST resourceVersions %q, want \"\" for the consistent load, then \"0\"", rvs)
 	}
 }
 

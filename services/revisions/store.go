@@ -66,8 +66,9 @@ func (s *Service) client(ns string) dynamic.ResourceInterface {
 	return s.dyn.Resource(v1alpha1.ControllerRevisionGVR).Namespace(ns)
 }
 
-// load lists the parent's revisions with a quorum read (ResourceVersion
-// ""), so that they reflect every earlier commit, and adopts matching
+// load lists the parent's revisions with a consistent read (ResourceVersion
+// ""), so that they reflect every earlier commit, or from the API server's
+// watch cache when the caller allows a stale answer; it adopts matching
 // orphans when asked to.
 func (s *Service) load(ctx context.Context, req revstore.Request) *revstore.Response {
 	p := req.Parent
@@ -86,6 +87,9 @@ func (s *Service) load(ctx context.Context, req revstore.Request) *revstore.Resp
 	opts := metav1.ListOptions{
 		LabelSelector: labels.Set{revision.LabelAPIGroup: group, revision.LabelResource: p.Resource}.String(),
 		Limit:         listPageSize,
+	}
+	if req.AllowStale {
+		opts.ResourceVersion = "0"
 	}
 	c := s.client(p.Namespace)
 	var out []v1alpha1.ControllerRevision
@@ -124,7 +128,9 @@ func (s *Service) load(ctx context.Context, req revstore.Request) *revstore.Resp
 		if list.GetContinue() == "" {
 			break
 		}
-		opts.Continue = list.GetContinue()
+		// A continue token carries its own snapshot; it must not be
+		// combined with a resourceVersion.
+		opts.Continue, opts.ResourceVersion = list.GetContinue(), ""
 	}
 	slices.SortFunc(out, func(a, b v1alpha1.ControllerRevision) int { return strings.Compare(a.Name, b.Name) })
 	return &revstore.Response{Result: revstore.OK, Revisions: out}
