@@ -1151,3 +1151,73 @@ func episodeTarget(evs []podEvent, name string, i int) string {
 	}
 	return ""
 }
+
+// TestRollingHookPerRevision: while a rollout is in progress the sync hook is
+// asked about the parent as of every live revision (the old template and the
+// new one), and those calls run at the same time, so a slow hook costs one
+// hook latency per sync rather than one per revision. During the rollout the
+// hook holds each call until another one is in flight (an old-template call
+// waits up to 3s, a new-template one 0.5s) and records how many it saw at
+// once.
+func TestRollingHookPerRevision(t *testing.T) {
+	var (
+		mu          sync.Mutex
+		rolling     bool
+		inflight    int
+		maxInflight int
+		seen        = map[string]bool{} // template images asked about during the rollout
+		arrived     = sync.NewCond(&mu)
+	)
+	hook := jsonHook(func(req map[string]any) (int, any) {
+		parent := &unstructured.Unstructured{Object: req["parent"].(map[string]any)}
+		containers, _, _ := unstructured.NestedSlice(parent.Object, "spec", "template", "spec", "containers")
+		image := ""
+		if len(containers) > 0 {
+			image, _ = containers[0].(map[string]any)["image"].(string)
+		}
+		mu.Lock()
+		inflight++
+		maxInflight = max(maxInflight, inflight)
+		arrived.Broadcast()
+		if rolling {
+			seen[image] = true
+			wait := 500 * time.Millisecond
+			if image == rollImage(1) {
+				wait = 3 * time.Second
+			}
+			for deadline := time.Now().Add(wait); inflight < 2 && time.Now().Before(deadline); {
+				go func() { time.Sleep(100 * time.Millisecond); arrived.Broadcast() }()
+				arrived.Wait()
+			}
+		}
+		inflight--
+		mu.Unlock()
+		return rollsetHook(req)
+	})
+	inst := startMetabus(t, allinone.Config{}, nil)
+	ns := newNamespace(t)
+	h := recordPods(t, ns)
+	rollsetController(t, inst, "rollsets-per-revision", hookServer(t, hook), "RollingRecreate")
+	const name = "per-revision"
+	names := podNames(name, 2)
+	createRollSet(t, ns, name, 2, 1)
+	old := startReplicas(t, ns, name, names, 1)
+	autoReady(t, h, ns, 0, nil)
+
+	mu.Lock()
+	rolling, maxInflight = true, 0
+	mu.Unlock()
+	setRollImage(t, ns, name, 2)
+	waitPod(t, ns, names[0], 2, old[names[0]])
+	eventually(t, 60*time.Second, "the rollout to complete", wantRolledOut(ns, name, 2))
+
+	mu.Lock()
+	defer mu.Unlock()
+	rolling = false
+	if !seen[rollImage(1)] || !seen[rollImage(2)] {
+		t.Errorf("during the rollout the hook was asked about templates %v, want both v1 and v2", seen)
+	}
+	if maxInflight < 2 {
+		t.Errorf("at most %d hook call(s) at once: the revisions of a parent were asked one after another", maxInflight)
+	}
+}

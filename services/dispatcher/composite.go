@@ -153,6 +153,13 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 			return out
 		}
 	}
+	if history != nil {
+		ds, out, ok := d.syncRevisions(ctx, call, cc, parent, history)
+		if !ok {
+			return out
+		}
+		return d.publishDesired(ctx, call, ds, snap.Children)
+	}
 	var resp hookapi.CompositeSyncResponse
 	if out, ok := d.callHook(ctx, call, &resp); !ok {
 		return out
@@ -162,12 +169,6 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 		Status:             resp.Status,
 		ResyncAfterSeconds: resp.ResyncAfterSeconds,
 		Finalized:          resp.Finalized,
-	}
-	if history != nil {
-		var out outcome
-		if ds, out, ok = d.syncRevisions(ctx, call, cc, parent, history, resp); !ok {
-			return out
-		}
 	}
 	return d.publishDesired(ctx, call, ds, snap.Children)
 }

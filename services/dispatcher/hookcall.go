@@ -63,6 +63,14 @@ type syncCall struct {
 // without counting as a failure, or the failure was reported and retried
 // with backoff.
 func (d *Dispatcher) callHook(ctx context.Context, c syncCall, resp any) (outcome, bool) {
+	if err := d.doHook(ctx, c, resp); err != nil {
+		return d.hookFailed(ctx, c, err), false
+	}
+	return outcome{}, true
+}
+
+// doHook calls the hook and decodes into resp, recording its latency.
+func (d *Dispatcher) doHook(ctx context.Context, c syncCall, resp any) error {
 	start := time.Now()
 	err := d.hooks.Do(ctx, hooks.Call{
 		Hook:            c.hook,
@@ -82,20 +90,24 @@ func (d *Dispatcher) callHook(ctx context.Context, c syncCall, resp any) (outcom
 		Request:  c.request,
 	}, resp)
 	d.metrics.hookSeconds.WithLabelValues(c.kind).Observe(time.Since(start).Seconds())
-	if err == nil {
-		return outcome{}, true
-	}
+	return err
+}
+
+// hookFailed settles a failed hook call: a 429 is rescheduled after its
+// Retry-After without counting as a failure; anything else is reported and
+// retried with backoff.
+func (d *Dispatcher) hookFailed(ctx context.Context, c syncCall, err error) outcome {
 	var tooMany *hooks.TooManyRequestsError
 	if errors.As(err, &tooMany) {
 		// The hook asked us to come back later: not a failure.
 		d.log.Info("hook throttled; retrying after Retry-After", zap.String("controller", c.ctrlName),
 			zap.String("parent", c.parent.Namespace+"/"+c.parent.Name), zap.Duration("retryAfter", tooMany.RetryAfter))
 		if serr := d.retry(ctx, c.item, time.Now().Add(tooMany.RetryAfter)); serr != nil {
-			return outcome{result: "throttled", infra: true}, false
+			return outcome{result: "throttled", infra: true}
 		}
-		return outcome{result: "throttled"}, false
+		return outcome{result: "throttled"}
 	}
-	return d.failed(ctx, c.item, events.ReasonSyncError, fmt.Errorf("%s hook failed: %w", c.kind, err)), false
+	return d.failed(ctx, c.item, events.ReasonSyncError, fmt.Errorf("%s hook failed: %w", c.kind, err))
 }
 
 // publishDesired completes ds (freshness floor, attempt, timestamps),

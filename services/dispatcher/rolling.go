@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -51,40 +52,54 @@ func (d *Dispatcher) history(ctx context.Context, call syncCall, cc *v1alpha1.Co
 	return h, outcome{}, true
 }
 
-// syncRevisions completes a sync of a parent with rolling children: the hook
-// has answered for the parent as it is (the latest revision, resp); now it is
-// called once more for every older revision that still holds children, with
-// the parent as of that revision, and the answers are aggregated as upstream
-// does. ok=false means the outcome is final (the failure is reported).
-func (d *Dispatcher) syncRevisions(ctx context.Context, call syncCall, cc *v1alpha1.CompositeController, parent *unstructured.Unstructured, h *revision.History, resp hookapi.CompositeSyncResponse) (bus.DesiredState, outcome, bool) {
-	ds := bus.DesiredState{Children: resp.Children, Status: resp.Status, ResyncAfterSeconds: resp.ResyncAfterSeconds, Finalized: resp.Finalized}
+// syncRevisions calls the hook for a parent with rolling children: once for
+// the parent as it is (the latest revision) and once for every older
+// revision that still holds children, with the parent as of that revision,
+// all at once (as upstream), so a rollout costs one hook latency per sync,
+// not one per revision. The answers are aggregated as upstream does.
+// ok=false means the outcome is final (the failure is reported).
+func (d *Dispatcher) syncRevisions(ctx context.Context, call syncCall, cc *v1alpha1.CompositeController, parent *unstructured.Unstructured, h *revision.History) (bus.DesiredState, outcome, bool) {
+	req, isComposite := call.request.(hookapi.CompositeSyncRequest)
+	if !isComposite {
+		return bus.DesiredState{}, outcome{result: "invalid"}, false
+	}
 	paths := rollout.FieldPaths(cc)
-	ds.LatestRevision = h.Latest()
-	results := []rollout.RevisionResult{{Revision: h.Latest(), Latest: true, Status: resp.Status,
-		ResyncAfterSeconds: resp.ResyncAfterSeconds, Finalized: resp.Finalized}}
-	for _, r := range h.Revisions() {
+	revs := h.Revisions() // the latest first
+	calls := make([]syncCall, len(revs))
+	for i, r := range revs {
+		calls[i] = call
 		if r.Latest {
 			continue
 		}
 		asOf, err := revision.ApplyPatch(parent.Object, r.Patch, paths)
 		if err != nil {
-			return ds, d.failed(ctx, call.item, events.ReasonSyncError, fmt.Errorf("render %s as of revision %s: %w", parent.GetName(), r.Name, err)), false
+			return bus.DesiredState{}, d.failed(ctx, call.item, events.ReasonSyncError, fmt.Errorf("render %s as of revision %s: %w", parent.GetName(), r.Name, err)), false
 		}
-		old := call
-		old.revision = r.Name
-		req, ok := call.request.(hookapi.CompositeSyncRequest)
-		if !ok {
-			return ds, outcome{result: "invalid"}, false
+		old := req
+		old.Parent = &unstructured.Unstructured{Object: asOf}
+		calls[i].request, calls[i].revision = old, r.Name
+	}
+	resps := make([]hookapi.CompositeSyncResponse, len(revs))
+	errs := make([]error, len(revs))
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() { errs[i] = d.doHook(ctx, calls[i], &resps[i]) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return bus.DesiredState{}, d.hookFailed(ctx, calls[i], err), false
 		}
-		req.Parent = &unstructured.Unstructured{Object: asOf}
-		old.request = req
-		var oldResp hookapi.CompositeSyncResponse
-		if out, ok := d.callHook(ctx, old, &oldResp); !ok {
-			return ds, out, false
+	}
+
+	ds := bus.DesiredState{Children: resps[0].Children, LatestRevision: h.Latest()}
+	results := make([]rollout.RevisionResult, len(revs))
+	for i, r := range revs {
+		results[i] = rollout.RevisionResult{Revision: r.Name, Latest: r.Latest, Status: resps[i].Status,
+			ResyncAfterSeconds: resps[i].ResyncAfterSeconds, Finalized: resps[i].Finalized}
+		if !r.Latest {
+			ds.Revisions = append(ds.Revisions, bus.RevisionChildren{Name: r.Name, Children: nonNilChildren(resps[i].Children)})
 		}
-		ds.Revisions = append(ds.Revisions, bus.RevisionChildren{Name: r.Name, Children: nonNilChildren(oldResp.Children)})
-		results = append(results, rollout.RevisionResult{Revision: r.Name, Status: oldResp.Status,
-			ResyncAfterSeconds: oldResp.ResyncAfterSeconds, Finalized: oldResp.Finalized})
 	}
 	ds.Status, ds.ResyncAfterSeconds, ds.Finalized = rollout.Aggregate(results)
 	return ds, outcome{}, true
