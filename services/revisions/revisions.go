@@ -1,6 +1,7 @@
 // Package revisions is the metabus service that owns metacontroller.k8s.io
 // ControllerRevision objects: it loads a parent's revisions with a
-// consistent read (adopting matching orphans on request) and commits the
+// consistent read, or from the API server's watch cache when the caller
+// allows a stale answer (adopting matching orphans on request), and commits the
 // creates, updates and deletes a rolling update computes, each with
 // optimistic concurrency (protocol: package revstore).
 //
