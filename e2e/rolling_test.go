@@ -800,6 +800,26 @@ func autoReady(t testing.TB, h *podHistory, ns string, delay time.Duration, read
 
 // --- The tests ---
 
+// checkRolledOnce checks the Pod history of a v1 → v2 rollout that started
+// at the mark "template v2": in hook order, each move gated on the earlier
+// Pods, never two Pods missing or not Ready at once, and every Pod replaced
+// exactly once (one object at v1, then one at v2: never updated twice, never
+// skipped).
+func checkRolledOnce(t *testing.T, evs []podEvent, names []string) {
+	t.Helper()
+	from := markIndex(evs, "template v2")
+	checkRolledInOrder(t, evs, names, rollImage(1), rollImage(2), false)
+	checkMovesGated(t, evs, names, from)
+	if n, at := maxInFlight(evs, names, from); n > 1 {
+		t.Errorf("%d Pods were missing or not Ready at once (event %d)", n, at)
+	}
+	for _, pod := range names {
+		if ls := lives(evs, pod); len(ls) != 2 || ls[0].Images[0] != rollImage(1) || ls[1].Images[0] != rollImage(2) {
+			t.Errorf("%s: want exactly one object at v1 then one at v2 (never updated twice, never skipped), got %s", pod, describeLives(ls))
+		}
+	}
+}
+
 // startRollSet runs metabus with a RollSet controller using method, creates
 // the RollSet name with replicas Pods at image v1 and marks them Ready. It
 // returns the namespace, the Pod history recorder, the names of the first
@@ -845,18 +865,7 @@ func TestRollingRecreateInOrder(t *testing.T) {
 	eventually(t, 60*time.Second, "the rollout to complete", wantRolledOut(ns, name, 3))
 	checkOneRevision(t, ns, name, names)
 
-	evs := h.events()
-	from := markIndex(evs, "template v2")
-	checkRolledInOrder(t, evs, names, rollImage(1), rollImage(2), false)
-	checkMovesGated(t, evs, names, from)
-	if n, at := maxInFlight(evs, names, from); n > 1 {
-		t.Errorf("%d Pods were missing or not Ready at once (event %d)", n, at)
-	}
-	for _, pod := range names {
-		if ls := lives(evs, pod); len(ls) != 2 || ls[0].Images[0] != rollImage(1) || ls[1].Images[0] != rollImage(2) {
-			t.Errorf("%s: want one object at v1 then one at v2, got %s", pod, describeLives(ls))
-		}
-	}
+	checkRolledOnce(t, h.events(), names)
 }
 
 // TestRollingScaleDuringRollout: replicas are not part of the revision
