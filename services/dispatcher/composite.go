@@ -126,12 +126,7 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 		}
 		return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("CompositeController %s has no %s hook", cc.Name, kind))
 	}
-	version := hookVersion(hook)
-	children, err := objectMap(version, parent.GetNamespace() != "", snap.Children)
-	if err != nil {
-		return d.failed(ctx, item, events.ReasonSyncError, err)
-	}
-	relatedMap, err := objectMap(version, parent.GetNamespace() != "", snap.Related)
+	children, relatedMap, err := hookMaps(hookVersion(hook), parent.GetNamespace() != "", snap)
 	if err != nil {
 		return d.failed(ctx, item, events.ReasonSyncError, err)
 	}

@@ -66,12 +66,7 @@ func (d *Dispatcher) syncDecorator(ctx context.Context, item bus.WorkItem, seq u
 		}
 		return d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("DecoratorController %s has no %s hook", dc.Name, kind))
 	}
-	version := hookVersion(hook)
-	attachments, err := objectMap(version, target.GetNamespace() != "", snap.Children)
-	if err != nil {
-		return d.failed(ctx, item, events.ReasonSyncError, err)
-	}
-	related, err := objectMap(version, target.GetNamespace() != "", snap.Related)
+	attachments, related, err := hookMaps(hookVersion(hook), target.GetNamespace() != "", snap)
 	if err != nil {
 		return d.failed(ctx, item, events.ReasonSyncError, err)
 	}

@@ -42,6 +42,18 @@ func objectMap(version v1alpha1.HookVersion, parentNamespaced bool, groups []sna
 	return b.Map(), nil
 }
 
+// hookMaps encodes a snapshot's children (attachments) and related objects
+// for a hook request of the given version.
+func hookMaps(version v1alpha1.HookVersion, namespaced bool, snap *snapshot.Response) (children, related hookapi.ObjectMap, err error) {
+	if children, err = objectMap(version, namespaced, snap.Children); err != nil {
+		return nil, nil, err
+	}
+	if related, err = objectMap(version, namespaced, snap.Related); err != nil {
+		return nil, nil, err
+	}
+	return children, related, nil
+}
+
 // syncCall is one sync or finalize hook call for a parent.
 type syncCall struct {
 	item      bus.WorkItem

@@ -351,14 +351,7 @@ func (wr *decoratorWiring) handleFor(key string) *informers.Handle {
 			return h
 		}
 	}
-	wr.related.mu.Lock()
-	defer wr.related.mu.Unlock()
-	for gvr, h := range wr.related.handles {
-		if grKey(gvr) == key {
-			return h
-		}
-	}
-	return nil
+	return wr.related.handleFor(key)
 }
 
 // snapshot of a decorator target: the target as Parent, and its

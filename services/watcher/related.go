@@ -58,6 +58,19 @@ func newRelatedIndex(ctx context.Context, w *Watcher, enqueue func(uid string, g
 	}
 }
 
+// handleFor returns the related informer handle for a freshness key
+// ("<group>/<resource>"), or nil.
+func (ix *relatedIndex) handleFor(key string) *informers.Handle {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for gvr, h := range ix.handles {
+		if grKey(gvr) == key {
+			return h
+		}
+	}
+	return nil
+}
+
 // relatedHolder is a wiring whose parents may have related objects.
 type relatedHolder interface {
 	relatedIx() *relatedIndex

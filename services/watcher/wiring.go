@@ -487,12 +487,5 @@ func (wr *wiring) handleFor(key string) *informers.Handle {
 			return h
 		}
 	}
-	wr.related.mu.Lock()
-	defer wr.related.mu.Unlock()
-	for gvr, h := range wr.related.handles {
-		if grKey(gvr) == key {
-			return h
-		}
-	}
-	return nil
+	return wr.related.handleFor(key)
 }
