@@ -572,6 +572,12 @@ func (e *Env) setProc(slot **process, p *process) {
 	*slot = p
 }
 
+// PIDs returns the process IDs of the components started for this Env,
+// keyed by name ("etcd", "kube-apiserver", "kube-controller-manager"),
+// including ones that already exited, so a caller can read their CPU time
+// and memory from /proc.
+func (e *Env) PIDs() map[string]int { return e.pids() }
+
 // pids returns the PIDs of the processes started for this Env (including
 // ones that already exited), for tests.
 func (e *Env) pids() map[string]int {
