@@ -1,0 +1,302 @@
+// Command benchcmp compares, in one run on one machine, three ways of
+// running the same CompositeController workload, each against its own fresh
+// local control plane (etcd + kube-apiserver from pkg/kubeenv, no
+// kube-controller-manager, so nothing else talks to the API server):
+//
+//   - raw: the harness itself does only the necessary writes, 64 concurrent
+//     (the physical limit of the API server on this machine);
+//   - metabus: the all-in-one binary (bin/metabus) at its defaults;
+//   - upstream: upstream Metacontroller, tuned (--workers=50
+//     --client-go-qps=500 --client-go-burst=1000), when -upstream or
+//     $MC_BIN names its binary.
+//
+// The workload: a namespaced Bench CRD; a CompositeController with one
+// InPlace ConfigMap child whose sync hook (in the harness, no latency)
+// returns a ConfigMap with data.gen = spec.gen and status {childCount,
+// observedGen}. A parent has converged when the harness's watches have seen
+// childCount 1, the current observedGen and the ConfigMap at the current
+// gen. Figures:
+//
+//	B1  -parents parents created by 50 clients: parents/s, hook calls and API
+//	    requests (by verb, no watches, not the harness's) per parent, CPU ms
+//	    per parent of the controller, kube-apiserver and etcd
+//	B2  idle latency of 100 sequential updates: p50/p99 to the ConfigMap
+//	    and to the status watch event
+//	B3  100 back-to-back updates of one parent: hook calls, and whether the
+//	    last call saw the final gen
+//	B4  resyncPeriodSeconds=10: API requests per no-op resync over 25s
+//	B5  controller RSS after B1 (and after -rss-parents more)
+//
+// Controllers run as separate processes; CPU and RSS come from /proc. It
+// prints one table and asserts nothing about speed. Run from the repository
+// root, with KUBE_BIN_DIR set as by `make bench`:
+//
+//	go build -o bin/ ./cmd/... &&
+//	KUBE_BIN_DIR=$(hack/kubeenv/build.sh | tail -1) go run ./hack/benchcmp -upstream /path/to/metacontroller
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+type config struct {
+	parents     int
+	rssParents  int
+	rounds      int
+	contenders  []string
+	metabusBin  string
+	metabusArgs []string
+	upstreamBin string
+	crdDir      string
+	logDir      string
+	timeout     time.Duration
+}
+
+func main() {
+	var (
+		cfg         config
+		only        string
+		metabusArgs string
+	)
+	flag.IntVar(&cfg.parents, "parents", 2000, "B1: parents created by 50 concurrent clients")
+	flag.IntVar(&cfg.rssParents, "rss-parents", 0, "B5: this many more parents before reading RSS again (0: skip)")
+	flag.IntVar(&cfg.rounds, "rounds", 1, "rounds; contenders are interleaved and the table shows median [min–max]")
+	flag.StringVar(&only, "only", "raw,metabus,upstream", "contenders to run (upstream only with -upstream or $MC_BIN)")
+	flag.StringVar(&cfg.metabusBin, "metabus", "bin/metabus", "the all-in-one metabus binary (go build -o bin/ ./cmd/...)")
+	flag.StringVar(&metabusArgs, "metabus-args", "", "extra flags for metabus, e.g. \"--client-go-qps=1000\"")
+	flag.StringVar(&cfg.upstreamBin, "upstream", os.Getenv("MC_BIN"), "upstream metacontroller binary (default $MC_BIN)")
+	flag.StringVar(&cfg.crdDir, "crds", "deploy/crds", "metacontroller CRDs to install")
+	flag.StringVar(&cfg.logDir, "logs", "", "directory for the contenders' logs (default: a new temporary directory)")
+	flag.DurationVar(&cfg.timeout, "timeout", 15*time.Minute, "how long B1 may take to converge")
+	flag.Parse()
+	cfg.metabusArgs = splitArgs(metabusArgs)
+
+	if err := setup(&cfg, only, flag.CommandLine.Lookup("only").Value.String() != flag.CommandLine.Lookup("only").DefValue); err != nil {
+		fmt.Fprintln(os.Stderr, "benchcmp:", err)
+		os.Exit(2)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := benchmark(ctx, &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "benchcmp:", err)
+		os.Exit(1)
+	}
+}
+
+// setup validates the flags and creates the log directory.
+func setup(cfg *config, only string, onlyGiven bool) error {
+	cs, err := parseContenders(only)
+	if err != nil {
+		return err
+	}
+	for _, c := range cs {
+		switch c {
+		case "metabus":
+			if err := checkExecutable(cfg.metabusBin); err != nil {
+				return fmt.Errorf("metabus: %w (build it with: go build -o bin/ ./cmd/...)", err)
+			}
+		case "upstream":
+			if cfg.upstreamBin == "" {
+				if onlyGiven {
+					return fmt.Errorf("upstream selected but no binary: pass -upstream /path/to/metacontroller or set MC_BIN")
+				}
+				continue
+			}
+			if err := checkExecutable(cfg.upstreamBin); err != nil {
+				return fmt.Errorf("upstream: %w", err)
+			}
+		}
+		cfg.contenders = append(cfg.contenders, c)
+	}
+	if cfg.parents < 1 || cfg.rounds < 1 || cfg.rssParents < 0 {
+		return fmt.Errorf("-parents and -rounds must be positive, -rss-parents not negative")
+	}
+	if _, err := os.Stat(cfg.crdDir); err != nil {
+		return fmt.Errorf("CRDs: %w (run from the repository root or pass -crds)", err)
+	}
+	if cfg.logDir == "" {
+		if cfg.logDir, err = os.MkdirTemp("", "benchcmp-"); err != nil {
+			return err
+		}
+	} else if err := os.MkdirAll(cfg.logDir, 0o755); err != nil {
+		return err
+	}
+	return nil
+}
+
+func checkExecutable(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("%s is not an executable file", path)
+	}
+	return nil
+}
+
+func benchmark(ctx context.Context, cfg *config) error {
+	logFile, err := os.Create(cfg.logDir + "/benchcmp.log")
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	var mu sync.Mutex
+	start := time.Now()
+	// Progress goes to stderr and benchcmp.log; the control planes' own
+	// chatter only to the log.
+	logf := func(format string, args ...any) {
+		line := fmt.Sprintf("[%6.1fs] ", time.Since(start).Seconds()) + fmt.Sprintf(format, args...) + "\n"
+		mu.Lock()
+		defer mu.Unlock()
+		_, _ = io.WriteString(logFile, line)
+		if !strings.HasPrefix(format, "kubeenv") {
+			_, _ = io.WriteString(os.Stderr, line)
+		}
+	}
+	logf("benchcmp: %s, %d parents, %d round(s); logs in %s", strings.Join(cfg.contenders, ", "), cfg.parents, cfg.rounds, cfg.logDir)
+	for _, c := range cfg.contenders {
+		switch c {
+		case "metabus":
+			logf("metabus: %s %s", cfg.metabusBin, strings.Join(cfg.metabusArgs, " "))
+		case "upstream":
+			logf("upstream: %s %s", cfg.upstreamBin, strings.Join(upstreamTuned, " "))
+		}
+	}
+
+	results := map[string][]figures{}
+	var failures []string
+	for round := 1; round <= cfg.rounds; round++ {
+		for _, c := range cfg.contenders {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			logf("round %d/%d: %s", round, cfg.rounds, c)
+			fig, err := runContender(ctx, cfg, c, round, logf)
+			if err != nil {
+				logf("round %d: %s FAILED: %v", round, c, err)
+				failures = append(failures, fmt.Sprintf("round %d %s: %v", round, c, err))
+			}
+			results[c] = append(results[c], fig)
+		}
+	}
+	printTable(os.Stdout, cfg, results)
+	fmt.Printf("logs: %s\n", cfg.logDir)
+	if len(failures) > 0 {
+		return fmt.Errorf("%d run(s) failed:\n  %s", len(failures), strings.Join(failures, "\n  "))
+	}
+	return nil
+}
+
+// row is one line of the table.
+type row struct {
+	key, label string
+	prec       int
+	yesNo      bool
+}
+
+func tableRows(cfg *config) []row {
+	rows := []row{
+		{key: "b1.rate", label: fmt.Sprintf("B1 parents/s (%d parents)", cfg.parents), prec: 1},
+		{key: "b1.hooks", label: "B1 hook calls / parent", prec: 2},
+	}
+	for _, v := range verbColumns {
+		rows = append(rows, row{key: "b1.req." + v, label: "B1 API " + v + " / parent", prec: 2})
+	}
+	rows = append(rows,
+		row{key: "b1.req.total", label: "B1 API requests / parent (no watches)", prec: 2},
+		row{key: "b1.cpu.controller", label: "B1 CPU ms / parent: controller", prec: 2},
+		row{key: "b1.cpu.apiserver", label: "B1 CPU ms / parent: kube-apiserver", prec: 2},
+		row{key: "b1.cpu.etcd", label: "B1 CPU ms / parent: etcd", prec: 2},
+		row{key: "b2.cm.p50", label: "B2 idle update → ConfigMap p50 ms", prec: 1},
+		row{key: "b2.cm.p99", label: "B2 idle update → ConfigMap p99 ms", prec: 1},
+		row{key: "b2.st.p50", label: "B2 idle update → status p50 ms", prec: 1},
+		row{key: "b2.st.p99", label: "B2 idle update → status p99 ms", prec: 1},
+		row{key: "b3.hooks", label: "B3 hook calls for 100 rapid updates", prec: 0},
+		row{key: "b3.final", label: "B3 last hook call saw final gen", yesNo: true},
+		row{key: "b4.per", label: "B4 API requests / parent / no-op resync", prec: 2},
+		row{key: "b4.hooks", label: "B4 hook calls in 25s (resync 10s)", prec: 0},
+		row{key: "b5.rss", label: "B5 controller RSS MiB after B1", prec: 0},
+	)
+	if cfg.rssParents > 0 {
+		rows = append(rows, row{key: "b5.rssbig", label: fmt.Sprintf("B5 controller RSS MiB, +%d parents", cfg.rssParents), prec: 0})
+	}
+	return rows
+}
+
+func column(results map[string][]figures, contender, key string) []float64 {
+	var xs []float64
+	for _, f := range results[contender] {
+		v, ok := f[key]
+		if !ok {
+			v = math.NaN()
+		}
+		xs = append(xs, v)
+	}
+	return xs
+}
+
+func printTable(w io.Writer, cfg *config, results map[string][]figures) {
+	fmt.Fprintln(w)
+	head := "figure"
+	if cfg.rounds > 1 {
+		head = fmt.Sprintf("figure (median [min–max] of %d rounds)", cfg.rounds)
+	}
+	names := map[string]string{"raw": "raw client", "metabus": "metabus (defaults)", "upstream": "upstream (tuned)"}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, head)
+	for _, c := range cfg.contenders {
+		fmt.Fprint(tw, "\t", names[c])
+	}
+	fmt.Fprintln(tw)
+	for _, r := range tableRows(cfg) {
+		fmt.Fprint(tw, r.label)
+		for _, c := range cfg.contenders {
+			xs := column(results, c, r.key)
+			cell := formatSpread(summarize(xs), r.prec)
+			if r.yesNo {
+				cell = formatYesNo(xs)
+			}
+			fmt.Fprint(tw, "\t", cell)
+		}
+		fmt.Fprintln(tw)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w, summaryLine(cfg, results))
+}
+
+// summaryLine puts the B1 rates side by side, as ratios.
+func summaryLine(cfg *config, results map[string][]figures) string {
+	rate := map[string]float64{}
+	for _, c := range cfg.contenders {
+		rate[c] = summarize(column(results, c, "b1.rate")).Median
+	}
+	var parts []string
+	for _, c := range cfg.contenders {
+		if math.IsNaN(rate[c]) {
+			parts = append(parts, c+" failed")
+			continue
+		}
+		p := fmt.Sprintf("%s %.1f parents/s", c, rate[c])
+		if c != "raw" && !math.IsNaN(rate["raw"]) && rate["raw"] > 0 {
+			p += fmt.Sprintf(" (%.2f× raw)", rate[c]/rate["raw"])
+		}
+		parts = append(parts, p)
+	}
+	s := "summary: " + strings.Join(parts, ", ")
+	if m, u := rate["metabus"], rate["upstream"]; !math.IsNaN(m) && !math.IsNaN(u) && u > 0 && m > 0 {
+		s += fmt.Sprintf("; metabus/upstream %.2f×", m/u)
+	}
+	return s
+}

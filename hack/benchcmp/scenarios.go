@@ -1,0 +1,460 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// ns is where the workload lives.
+const ns = "default"
+
+// figures are one contender's results of one round, by row key (see rows);
+// a missing key prints "—".
+type figures map[string]float64
+
+// run is one contender in one round, on its own fresh control plane.
+type run struct {
+	cfg  *config
+	name string // raw, metabus, upstream
+	dir  string // its log directory
+	logf func(string, ...any)
+
+	cl    *cluster
+	hook  *hookServer
+	track *tracker
+	ctrl  controller
+	raw   *rawController
+	fig   figures
+}
+
+// runContender runs the whole workload for one contender.
+func runContender(ctx context.Context, cfg *config, name string, round int, logf func(string, ...any)) (figures, error) {
+	r := &run{cfg: cfg, name: name, fig: figures{}, logf: logf}
+	r.dir = filepath.Join(cfg.logDir, fmt.Sprintf("%s-round%d", name, round))
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return nil, err
+	}
+	err := r.do(ctx)
+	return r.fig, errors.Join(err, r.teardown())
+}
+
+func (r *run) do(ctx context.Context) error {
+	t := time.Now()
+	var err error
+	if r.cl, err = startCluster(ctx, r.cfg.crdDir, r.dir, r.logf); err != nil {
+		return fmt.Errorf("control plane: %w", err)
+	}
+	r.logf("%s: control plane up in %s", r.name, time.Since(t).Round(time.Millisecond))
+	if r.hook, err = startHook(); err != nil {
+		return err
+	}
+	var onAdd func(*unstructured.Unstructured)
+	if r.name == "raw" {
+		r.raw = newRawController(r.cl.ctrl, ns)
+		onAdd = r.raw.enqueue
+	}
+	if r.track, err = startTracker(ctx, r.cl.harness, ns, onAdd); err != nil {
+		return err
+	}
+	if err := r.startController(ctx); err != nil {
+		return err
+	}
+
+	// Warm-up: one parent converged proves the controller is wired and its
+	// informers synced, and takes the API server's 2s delay on creates just
+	// after a CRD is established out of the measurement.
+	if err := r.createParents(ctx, []string{"warmup"}, 1); err != nil {
+		return err
+	}
+	if _, err := r.track.waitConverged(ctx, []string{"warmup"}, 2*time.Minute); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	r.waitQuiet(ctx, time.Second, 30*time.Second)
+
+	if err := r.b1(ctx); err != nil {
+		return fmt.Errorf("B1: %w", err)
+	}
+	if pid := r.ctrl.pid(); pid != 0 {
+		rss, err := procRSS(pid)
+		if err != nil {
+			return fmt.Errorf("B5: %w", err)
+		}
+		r.fig["b5.rss"] = float64(rss) / (1 << 20)
+	}
+	if r.name == "raw" {
+		return nil
+	}
+	if err := r.b2(ctx); err != nil {
+		return fmt.Errorf("B2: %w", err)
+	}
+	if err := r.b3(ctx); err != nil {
+		return fmt.Errorf("B3: %w", err)
+	}
+	if err := r.b4(ctx); err != nil {
+		return fmt.Errorf("B4: %w", err)
+	}
+	if r.cfg.rssParents > 0 {
+		if err := r.b5(ctx); err != nil {
+			return fmt.Errorf("B5: %w", err)
+		}
+	}
+	return nil
+}
+
+func (r *run) startController(ctx context.Context) error {
+	logPath := filepath.Join(r.dir, r.name+".log")
+	switch r.name {
+	case "raw":
+		r.raw.start()
+		r.ctrl = r.raw
+		return nil
+	case "metabus":
+		p, err := startMetabus(ctx, r.cfg.metabusBin, r.cl.env.Kubeconfig, r.dir, logPath, r.cfg.metabusArgs)
+		if err != nil {
+			return err
+		}
+		r.ctrl = p
+	case "upstream":
+		p, err := startUpstream(ctx, r.cfg.upstreamBin, r.cl.env.Kubeconfig, logPath)
+		if err != nil {
+			return err
+		}
+		r.ctrl = p
+	}
+	r.logf("%s: controller ready (pid %d, log %s)", r.name, r.ctrl.pid(), logPath)
+	return r.createCompositeController(ctx)
+}
+
+// createCompositeController creates the workload's controller: Benches with
+// one InPlace ConfigMap child each, synced by the harness's hook.
+func (r *run) createCompositeController(ctx context.Context) error {
+	cc := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "metacontroller.k8s.io/v1alpha1",
+		"kind":       "CompositeController",
+		"metadata":   map[string]any{"name": "bench"},
+		"spec": map[string]any{
+			"generateSelector": true,
+			"parentResource":   map[string]any{"apiVersion": "bench.metabus.dev/v1", "resource": "benches"},
+			"childResources": []any{map[string]any{
+				"apiVersion":     "v1",
+				"resource":       "configmaps",
+				"updateStrategy": map[string]any{"method": "InPlace"},
+			}},
+			"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": r.hook.url}}},
+		},
+	}}
+	_, err := r.cl.harness.Resource(ccGVR).Create(ctx, cc, metav1.CreateOptions{})
+	return err
+}
+
+func (r *run) teardown() error {
+	var errs []error
+	if r.ctrl != nil {
+		errs = append(errs, r.ctrl.stop())
+	}
+	if r.track != nil {
+		r.track.close()
+	}
+	if r.hook != nil {
+		r.hook.close()
+	}
+	if r.cl != nil {
+		errs = append(errs, r.cl.stop())
+	}
+	// metabus's JetStream store is big and of no use once it stopped.
+	errs = append(errs, os.RemoveAll(filepath.Join(r.dir, "nats")))
+	return errors.Join(errs...)
+}
+
+// creators is how many concurrent clients create parents.
+const creators = 50
+
+// createParents creates Benches with spec.gen = gen, from 50 concurrent
+// clients.
+func (r *run) createParents(ctx context.Context, names []string, gen int64) error {
+	work := make(chan string)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	for range min(creators, len(names)) {
+		wg.Go(func() {
+			for name := range work {
+				r.track.setTarget(name, gen)
+				b := &unstructured.Unstructured{Object: map[string]any{
+					"apiVersion": "bench.metabus.dev/v1",
+					"kind":       "Bench",
+					"metadata":   map[string]any{"name": name},
+					"spec":       map[string]any{"gen": gen},
+				}}
+				if _, err := r.cl.harness.Resource(benchGVR).Namespace(ns).Create(ctx, b, metav1.CreateOptions{}); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = fmt.Errorf("create %s: %w", name, err)
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for _, n := range names {
+		work <- n
+	}
+	close(work)
+	wg.Wait()
+	return first
+}
+
+// setGen sets a parent's spec.gen with one merge patch.
+func (r *run) setGen(ctx context.Context, name string, gen int64) error {
+	r.track.setTarget(name, gen)
+	patch := fmt.Appendf(nil, `{"spec":{"gen":%d}}`, gen)
+	_, err := r.cl.harness.Resource(benchGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// waitQuiet waits until neither the hook nor the harness's watches have
+// seen anything for d (checking in-process counters, not the API server),
+// or until max has passed.
+func (r *run) waitQuiet(ctx context.Context, d, max time.Duration) {
+	deadline := time.Now().Add(max)
+	last := r.hook.total.Load() + r.track.events.Load()
+	since := time.Now()
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+		n := r.hook.total.Load() + r.track.events.Load()
+		if n != last {
+			last, since = n, time.Now()
+			continue
+		}
+		if time.Since(since) >= d {
+			return
+		}
+	}
+}
+
+// pids are the processes whose CPU time the figures report.
+func (r *run) pids() map[string]int {
+	return map[string]int{
+		"controller": r.ctrl.pid(),
+		"apiserver":  r.cl.pid("kube-apiserver"),
+		"etcd":       r.cl.pid("etcd"),
+	}
+}
+
+func names(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%05d", prefix, i)
+	}
+	return out
+}
+
+// b1 is throughput: N parents created by 50 clients, from the first create
+// to the last parent's convergence. Hook calls, API requests and CPU time
+// are counted from the first create until everything has settled (2s
+// without a hook call or watch event), so trailing no-op syncs count too.
+func (r *run) b1(ctx context.Context) error {
+	ps := names("p", r.cfg.parents)
+	before, err := r.cl.snapshot(ctx, r.pids())
+	if err != nil {
+		return err
+	}
+	hooks0 := r.hook.callsOf(ps...)
+	t0 := time.Now()
+	if err := r.createParents(ctx, ps, 1); err != nil {
+		return err
+	}
+	created := time.Since(t0)
+	end, err := r.track.waitConverged(ctx, ps, r.cfg.timeout)
+	if err != nil {
+		return err
+	}
+	secs := end.Sub(t0).Seconds()
+	r.waitQuiet(ctx, 2*time.Second, time.Minute)
+	after, err := r.cl.snapshot(ctx, r.pids())
+	if err != nil {
+		return err
+	}
+	n := float64(len(ps))
+	r.fig["b1.rate"] = n / secs
+	if r.name != "raw" {
+		r.fig["b1.hooks"] = float64(r.hook.callsOf(ps...)-hooks0) / n
+	}
+	reqs := controllerRequests(before, after)
+	total := int64(0)
+	for v, c := range reqs.byVerb(nil) {
+		r.fig["b1.req."+v] = float64(c) / n
+		total += c
+	}
+	for _, v := range verbColumns {
+		if _, ok := r.fig["b1.req."+v]; !ok {
+			r.fig["b1.req."+v] = 0
+		}
+	}
+	r.fig["b1.req.total"] = float64(total) / n
+	for role, t := range after.cpu {
+		if role == "controller" && r.ctrl.pid() == 0 {
+			continue
+		}
+		r.fig["b1.cpu."+role] = (t - before.cpu[role]) * 1000 / n
+	}
+	r.logf("%s B1: %d parents created in %s, converged in %.1fs (%.1f/s); requests: %s",
+		r.name, len(ps), created.Round(time.Millisecond), secs, n/secs, reqs)
+	return nil
+}
+
+// b2 is idle latency: 50 converged parents, then 100 sequential updates
+// (round-robin), each waiting for convergence; from just before sending the
+// update to the watch event of the ConfigMap with the new gen and of the
+// status with the new observedGen.
+func (r *run) b2(ctx context.Context) error {
+	ps := names("idle", 50)
+	if err := r.createParents(ctx, ps, 1); err != nil {
+		return err
+	}
+	if _, err := r.track.waitConverged(ctx, ps, 5*time.Minute); err != nil {
+		return err
+	}
+	r.waitQuiet(ctx, time.Second, 30*time.Second)
+	gens := map[string]int64{}
+	var cmLat, stLat []float64
+	for i := range 100 {
+		p := ps[i%len(ps)]
+		gens[p]++
+		gen := gens[p] + 1
+		t0 := time.Now()
+		if err := r.setGen(ctx, p, gen); err != nil {
+			return err
+		}
+		if _, err := r.track.waitConverged(ctx, []string{p}, time.Minute); err != nil {
+			return fmt.Errorf("update %d: %w", i, err)
+		}
+		cmAt, stAt, _ := r.track.times(p)
+		cmLat = append(cmLat, ms(cmAt.Sub(t0)))
+		stLat = append(stLat, ms(stAt.Sub(t0)))
+	}
+	r.fig["b2.cm.p50"], r.fig["b2.cm.p99"] = percentile(cmLat, 50), percentile(cmLat, 99)
+	r.fig["b2.st.p50"], r.fig["b2.st.p99"] = percentile(stLat, 50), percentile(stLat, 99)
+	r.logf("%s B2: ConfigMap p50 %.1f ms p99 %.1f ms, status p50 %.1f ms p99 %.1f ms", r.name,
+		r.fig["b2.cm.p50"], r.fig["b2.cm.p99"], r.fig["b2.st.p50"], r.fig["b2.st.p99"])
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// b3 is coalescing: one converged parent gets 100 back-to-back updates
+// (sequential requests, no waiting for convergence); hook calls for it are
+// counted until it converged at the final gen and 3s passed without a call.
+func (r *run) b3(ctx context.Context) error {
+	const p = "burst"
+	if err := r.createParents(ctx, []string{p}, 1); err != nil {
+		return err
+	}
+	if _, err := r.track.waitConverged(ctx, []string{p}, time.Minute); err != nil {
+		return err
+	}
+	r.waitQuiet(ctx, time.Second, 30*time.Second)
+	calls0 := r.hook.callsOf(p)
+	const final = 101
+	for gen := int64(2); gen <= final; gen++ {
+		if err := r.setGen(ctx, p, gen); err != nil {
+			return err
+		}
+	}
+	if _, err := r.track.waitConverged(ctx, []string{p}, 2*time.Minute); err != nil {
+		return err
+	}
+	// 3s of quiet: no hook call for this parent.
+	last, since := r.hook.callsOf(p), time.Now()
+	for time.Since(since) < 3*time.Second && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+		if n := r.hook.callsOf(p); n != last {
+			last, since = n, time.Now()
+		}
+	}
+	r.fig["b3.hooks"] = float64(r.hook.callsOf(p) - calls0)
+	r.fig["b3.final"] = 0
+	if r.hook.last(p) == final {
+		r.fig["b3.final"] = 1
+	}
+	r.logf("%s B3: %v hook calls for 100 updates, last call saw gen %d", r.name, r.fig["b3.hooks"], r.hook.last(p))
+	return nil
+}
+
+// b4 is the cost of a no-op resync: resyncPeriodSeconds=10 on the
+// controller, 5s to take effect, then API requests (no watches, not the
+// harness's) and hook calls over 25s.
+func (r *run) b4(ctx context.Context) error {
+	if err := r.patchResync(ctx, 10); err != nil {
+		return err
+	}
+	time.Sleep(5 * time.Second)
+	before, err := r.cl.snapshot(ctx, r.pids())
+	if err != nil {
+		return err
+	}
+	h0 := r.hook.total.Load()
+	time.Sleep(25 * time.Second)
+	after, err := r.cl.snapshot(ctx, r.pids())
+	if err != nil {
+		return err
+	}
+	calls := r.hook.total.Load() - h0
+	reqs := controllerRequests(before, after)
+	total := int64(0)
+	for _, c := range reqs.byVerb(nil) {
+		total += c
+	}
+	r.fig["b4.hooks"] = float64(calls)
+	r.fig["b4.reqs"] = float64(total)
+	r.fig["b4.per"] = math.NaN()
+	if calls > 0 {
+		r.fig["b4.per"] = float64(total) / float64(calls)
+	}
+	r.logf("%s B4: %d hook calls and %d requests in 25s; requests: %s", r.name, calls, total, reqs)
+	return r.patchResync(ctx, 0)
+}
+
+// patchResync sets (or, with 0, removes) the controller's resyncPeriodSeconds.
+func (r *run) patchResync(ctx context.Context, secs int) error {
+	patch := []byte(`{"spec":{"resyncPeriodSeconds":null}}`)
+	if secs > 0 {
+		patch = fmt.Appendf(nil, `{"spec":{"resyncPeriodSeconds":%d}}`, secs)
+	}
+	_, err := r.cl.harness.Resource(ccGVR).Patch(ctx, "bench", types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// b5 is RSS growth: that many more parents, converged and settled, then the
+// controller's RSS again.
+func (r *run) b5(ctx context.Context) error {
+	ps := names("rss", r.cfg.rssParents)
+	t0 := time.Now()
+	if err := r.createParents(ctx, ps, 1); err != nil {
+		return err
+	}
+	timeout := max(r.cfg.timeout, time.Duration(r.cfg.rssParents/r.cfg.parents+1)*r.cfg.timeout)
+	if _, err := r.track.waitConverged(ctx, ps, timeout); err != nil {
+		return err
+	}
+	r.waitQuiet(ctx, 2*time.Second, time.Minute)
+	rss, err := procRSS(r.ctrl.pid())
+	if err != nil {
+		return err
+	}
+	r.fig["b5.rssbig"] = float64(rss) / (1 << 20)
+	r.logf("%s B5: %d more parents converged in %s, RSS %.0f MiB", r.name, len(ps), time.Since(t0).Round(time.Second), r.fig["b5.rssbig"])
+	return nil
+}
