@@ -14,7 +14,7 @@ export METABUS_CACHE ?= $(HOME)/.cache/metabus
 FUZZTIME ?= 60000x
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build test unit e2e fuzz bench run vet fmt kube-bins clean
+.PHONY: all build test unit e2e fuzz bench bench-compare run vet fmt kube-bins clean
 
 all: build
 
@@ -50,11 +50,27 @@ e2e:
 
 # bench prints figures (never asserts on time): the pure cores and the bus,
 # then end-to-end convergence, idle latency and no-op resync cost against the
-# local control plane (~3 min).
-bench:
+# local control plane (~3 min), then the raw-client and bin/metabus columns
+# of hack/benchcmp (~3 min).
+bench: build
 	$(GO) test -count=1 -run '^$$' -bench . -benchmem ./pkg/... ./services/...
 	@KUBE_BIN_DIR=$$(hack/kubeenv/build.sh | tail -1); export KUBE_BIN_DIR; \
-	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 20m ./e2e/
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 20m ./e2e/ && \
+	$(GO) run ./hack/benchcmp -only raw,metabus $(BENCH_ARGS)
+
+# bench-compare puts upstream Metacontroller (tuned) next to metabus and the
+# raw client, two interleaved rounds, each on a fresh control plane:
+#   make bench-compare MC_BIN=/path/to/metacontroller [BENCH_ARGS="-parents 500"]
+bench-compare:
+	@if [ -z "$(MC_BIN)" ]; then \
+		echo "bench-compare: set MC_BIN to an upstream metacontroller binary, e.g." >&2; \
+		echo "  make bench-compare MC_BIN=/path/to/metacontroller" >&2; exit 1; \
+	elif [ ! -f "$(MC_BIN)" ] || [ ! -x "$(MC_BIN)" ]; then \
+		echo "bench-compare: MC_BIN=$(MC_BIN) is not an executable file" >&2; exit 1; \
+	fi
+	@$(MAKE) --no-print-directory build
+	@KUBE_BIN_DIR=$$(hack/kubeenv/build.sh | tail -1); export KUBE_BIN_DIR; \
+	$(GO) run ./hack/benchcmp -rounds 2 -upstream "$(MC_BIN)" $(BENCH_ARGS)
 
 # run brings metabus up: against the current kubeconfig's cluster if it
 # answers, otherwise against a local control plane it starts; then it runs
