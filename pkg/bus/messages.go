@@ -112,6 +112,13 @@ type DesiredState struct {
 	Finalized bool `json:"finalized,omitempty"`
 	// Observed lists the children the hook was shown.
 	Observed []ObjectRef `json:"observed,omitempty"`
+	// Inputs maps the UID of every object the hook was shown (controller,
+	// parent, children, related) to its resourceVersion. The applier passes
+	// it on in its Applied note, which is how a later sync recognises that
+	// nothing but metabus's own writes changed since (see package echo).
+	// Empty when the sync's inputs are not just objects (rolling updates
+	// also depend on ControllerRevisions): such syncs are never skipped.
+	Inputs map[string]string `json:"inputs,omitempty"`
 	// MinResourceVersions carries the freshness floor of the snapshot the
 	// hook saw, so the applier never acts on older observed state.
 	MinResourceVersions map[string]string `json:"minResourceVersions,omitempty"`
@@ -167,6 +174,28 @@ type RelatedRules struct {
 // RelatedSubject is the core NATS subject (no stream: it is a cache hint)
 // of RelatedRules broadcasts to every watcher replica.
 const RelatedSubject = "mc.related.rules"
+
+// Applied (core NATS, AppliedSubject, plain JSON) is an applier's note that
+// it applied one desired state completely: what the hook that produced it
+// was shown (Inputs) and the resourceVersion each of its updates produced
+// (Wrote, by UID; creates and deletes are not listed, since a child
+// appearing or disappearing is news to the hook). Watchers and dispatchers
+// use it to drop echoes: an update event that is exactly metabus's own
+// write, and a sync that would show the hook only what it was shown plus
+// what it asked for. It is a hint: a lost note costs one needless hook
+// call, never a missed change.
+type Applied struct {
+	Controller ControllerRef     `json:"controller"`
+	ParentUID  string            `json:"parentUID"`
+	WorkSeq    uint64            `json:"workSeq"`
+	Inputs     map[string]string `json:"inputs,omitempty"`
+	Wrote      map[string]string `json:"wrote,omitempty"`
+}
+
+// AppliedSubject is the core NATS subject (no stream: a lost note only
+// costs a hook call) of Applied notes, broadcast to every watcher and
+// dispatcher replica.
+const AppliedSubject = "mc.applied"
 
 // DueMessage is the body of a schedule in MC_SCHED: the work item to
 // publish when it fires.

@@ -83,6 +83,7 @@ type Applier struct {
 	health  *obs.Health
 	metrics *metrics
 	trace   obs.Tracer
+	nc      *nats.Conn
 
 	// written is this replica's last write of each parent (read your
 	// writes), "<group>/<resource>=<resourceVersion>" by controller/parent.
@@ -137,6 +138,7 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 		health:  health,
 		metrics: newMetrics(deps.Metrics),
 		trace:   deps.Trace,
+		nc:      deps.NC,
 		written: map[string]string{},
 	}, nil
 }
@@ -187,23 +189,30 @@ func (a *Applier) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.TermWithReason("malformed desired state")
 		return
 	}
-	seq, _, err := bus.Meta(m)
+	md, err := m.Metadata()
 	if err != nil {
 		_ = m.NakWithDelay(time.Second)
 		return
 	}
-	if a.superseded(ctx, &ds, seq) {
+	seq := md.Sequence.Stream
+	// Nothing pending behind this message in its partition means nothing
+	// newer for this parent either: skip the stream lookup.
+	if md.NumPending > 0 && a.superseded(ctx, &ds, seq) {
 		a.metrics.applies.WithLabelValues("superseded").Inc()
 		_ = m.Ack()
 		return
 	}
 	start := time.Now()
-	res := a.traced(ctx, &ds)
+	wl := writeLog{}
+	res := a.traced(withWriteLog(ctx, wl), &ds)
 	a.metrics.applies.WithLabelValues(res.result).Inc()
 	a.metrics.applySeconds.WithLabelValues(res.result).Observe(time.Since(start).Seconds())
 	if res.infra {
 		_ = m.NakWithDelay(time.Second)
 		return
+	}
+	if res.result == "ok" || res.result == "noop" {
+		a.noteApplied(&ds, wl)
 	}
 	_ = m.Ack()
 }

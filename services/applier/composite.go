@@ -337,7 +337,7 @@ func (a *Applier) setFinalizer(ctx context.Context, ds *bus.DesiredState, parent
 	if err != nil {
 		return nil, fmt.Errorf("%s %s on %s: %w", strings.ReplaceAll(verb, "_", " "), finalizer, key(parent), err)
 	}
-	a.wrote(ds, out)
+	a.wrote(ctx, ds, out)
 	return out, nil
 }
 
@@ -442,7 +442,8 @@ func (a *Applier) write(ctx context.Context, act children.Action) error {
 		}
 	case children.OpUpdate:
 		a.metrics.writes.WithLabelValues("update", act.Rule.Resource).Inc()
-		if _, err := c.Update(ctx, obj, metav1.UpdateOptions{}); err != nil {
+		out, err := c.Update(ctx, obj, metav1.UpdateOptions{})
+		if err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil // deleted meanwhile; the next sync recreates it
 			}
@@ -451,6 +452,7 @@ func (a *Applier) write(ctx context.Context, act children.Action) error {
 			}
 			return fmt.Errorf("update %s: %w", what, err)
 		}
+		logWrite(ctx, out)
 	case children.OpDelete:
 		a.metrics.writes.WithLabelValues("delete", act.Rule.Resource).Inc()
 		uid := obj.GetUID()
@@ -511,7 +513,7 @@ func (a *Applier) writeStatus(ctx context.Context, ds *bus.DesiredState, parent 
 		}
 		return nil, fmt.Errorf("update status of %s: %w", key(parent), err)
 	}
-	a.wrote(ds, out)
+	a.wrote(ctx, ds, out)
 	return out, nil
 }
 

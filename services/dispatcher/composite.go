@@ -11,6 +11,7 @@ import (
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/composite"
+	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/hookapi"
 	"github.com/metabus/metabus/pkg/revision"
@@ -116,6 +117,16 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 		}
 		parent = snap.Parent
 	}
+	rolling := rollout.HasRolling(cc)
+	var inputs map[string]string
+	if !rolling {
+		// A rolling parent's sync also depends on its ControllerRevisions,
+		// which the inputs do not cover: it is never an echo.
+		inputs = echo.Inputs(snap)
+		if d.echoed(item, inputs) {
+			return outcome{result: "echo"}
+		}
+	}
 	hook, kind, finalizing := composite.ChooseHook(cc, parent)
 	if hook == nil {
 		if kind == "" {
@@ -133,6 +144,7 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 	call := syncCall{
 		item: item, seq: seq, parent: pref, hook: hook, kind: kind,
 		ctrlType: v1alpha1.CompositeControllerKind, ctrlName: cc.Name, endpoints: cc.Spec.EndpointConfigs,
+		inputs: inputs,
 		request: hookapi.CompositeSyncRequest{
 			Controller: snap.Controller,
 			Parent:     parent,
@@ -142,7 +154,7 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 		},
 	}
 	var history *revision.History
-	if rollout.HasRolling(cc) {
+	if rolling {
 		var out outcome
 		if history, out, ok = d.history(ctx, call, cc, parent); !ok {
 			return out

@@ -8,6 +8,7 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/composite"
 	"github.com/metabus/metabus/pkg/decorator"
+	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/hookapi"
 )
@@ -50,6 +51,10 @@ func (d *Dispatcher) syncDecorator(ctx context.Context, item bus.WorkItem, seq u
 		}
 		target = snap.Parent
 	}
+	inputs := echo.Inputs(snap)
+	if d.echoed(item, inputs) {
+		return outcome{result: "echo"}
+	}
 	selected, err := decorator.Selected(dc.Spec, target, resource)
 	if err != nil {
 		// The watcher wired the controller with the same selectors, so
@@ -73,6 +78,7 @@ func (d *Dispatcher) syncDecorator(ctx context.Context, item bus.WorkItem, seq u
 	call := syncCall{
 		item: item, seq: seq, parent: pref, hook: hook, kind: kind,
 		ctrlType: v1alpha1.DecoratorControllerKind, ctrlName: dc.Name, endpoints: dc.Spec.EndpointConfigs,
+		inputs: inputs,
 		request: hookapi.DecoratorSyncRequest{
 			Controller:  snap.Controller,
 			Object:      target,

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/hooks"
 	"github.com/metabus/metabus/pkg/obs"
@@ -97,6 +98,10 @@ type Dispatcher struct {
 	cmu       sync.Mutex
 	customize map[string]customizeEntry
 
+	// echoes knows the appliers' Applied notes, to skip syncs that would
+	// only show a hook its own answer.
+	echoes *echo.Book
+
 	// timers are pending sub-second resyncs, one per parent.
 	tmu    sync.Mutex
 	timers map[string]*time.Timer
@@ -143,6 +148,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		timers:    map[string]*time.Timer{},
 		customize: map[string]customizeEntry{},
 		nc:        deps.NC,
+		echoes:    echo.NewBook(0),
 	}
 	d.hooks = hooks.New(hooks.Options{
 		Secrets:    kubeSecrets{kube},
@@ -158,6 +164,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if err := bus.WaitReady(ctx, d.js); err != nil {
 		return err
 	}
+	sub, err := d.echoes.Subscribe(d.nc)
+	if err != nil {
+		return fmt.Errorf("subscribe to applied notes: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	logErr := func(err error) { d.log.Warn("bus", zap.Error(err)) }
@@ -283,6 +294,19 @@ func (d *Dispatcher) resyncAfter(ctx context.Context, item bus.WorkItem, delay t
 type outcome struct {
 	result string
 	infra  bool
+}
+
+// echoed reports whether a work item only echoes metabus's own writes: it
+// was caused by an event, and the hook would be shown what it was shown
+// last time plus what the applier wrote from its answer. Such a sync is
+// settled without a hook call. Retries, resyncs and requeues always call
+// the hook (a failed write, or time, may have changed the answer).
+func (d *Dispatcher) echoed(item bus.WorkItem, inputs map[string]string) bool {
+	if item.Reason != bus.ReasonEvent || !d.echoes.Echo(item.Controller.ID(), item.Parent.UID, inputs) {
+		return false
+	}
+	d.succeeded(item)
+	return true
 }
 
 func (d *Dispatcher) failureKey(item bus.WorkItem) string {

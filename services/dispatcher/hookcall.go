@@ -65,6 +65,9 @@ type syncCall struct {
 	ctrlName  string
 	endpoints []v1alpha1.EndpointConfig
 	request   any
+	// inputs are the objects the hook is shown, by UID (echo.Inputs); nil
+	// for syncs that must never count as echoes.
+	inputs map[string]string
 	// revision is the older revision the parent is rendered as of ("" for
 	// the parent as it is); it keeps hook response caches apart.
 	revision string
@@ -135,6 +138,7 @@ func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.Desi
 	}
 	ds.Controller, ds.Parent, ds.WorkSeq, ds.Hook = c.item.Controller, c.parent, c.seq, c.kind
 	ds.Observed, ds.MinResourceVersions = ObservedRefs(observed), minRVs
+	ds.Inputs = c.inputs
 	ds.Attempt, ds.ProducedAt = d.attempt(c.item), time.Now()
 	if ds.Children == nil {
 		ds.Children = []*unstructured.Unstructured{}

@@ -277,6 +277,9 @@ func (wr *decoratorWiring) onTarget(t *decoratorTarget, oldObj, obj any) {
 		if old.GetResourceVersion() == target.GetResourceVersion() {
 			return // informer resync: the bus has its own
 		}
+		if wr.w.ownWrite(wr.ref, target) {
+			return
+		}
 		if t.ignoreStatusChanges && !parentChangedBeyondStatus(old, target) {
 			return
 		}
@@ -297,7 +300,7 @@ func (wr *decoratorWiring) onAttachment(gvr schema.GroupVersionResource, oldObj,
 	}
 	rv := a.GetResourceVersion()
 	if old, ok := oldObj.(*unstructured.Unstructured); ok {
-		if old.GetResourceVersion() == rv {
+		if old.GetResourceVersion() == rv || wr.w.ownWrite(wr.ref, a) {
 			return
 		}
 		// Released, re-owned or unmarked: the old target must hear about

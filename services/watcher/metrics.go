@@ -9,6 +9,7 @@ type metrics struct {
 	controllers     prometheus.Gauge
 	snapshots       *prometheus.CounterVec
 	snapshotSeconds prometheus.Histogram
+	echoes          prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, w *Watcher) *metrics {
@@ -25,6 +26,10 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) *metrics {
 			Name: "metabus_snapshot_requests_total",
 			Help: "Snapshot requests served, by result.",
 		}, []string{"result"}),
+		echoes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "metabus_watcher_echoes_dropped_total",
+			Help: "Update events dropped because they were a controller's own write (an applier's Applied note listed them).",
+		}),
 		snapshotSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "metabus_snapshot_duration_seconds",
 			Help:    "Time to serve a snapshot, including freshness waits.",
@@ -32,7 +37,7 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.published, m.controllers, m.snapshots, m.snapshotSeconds,
+		reg.MustRegister(m.published, m.controllers, m.snapshots, m.snapshotSeconds, m.echoes,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "metabus_watcher_publish_queue_depth",
 				Help: "Parents waiting to be published to MC_WORK.",

@@ -396,6 +396,9 @@ func (wr *wiring) onParent(oldObj, obj any) {
 		if old.GetResourceVersion() == parent.GetResourceVersion() {
 			return // informer resync: the bus has its own
 		}
+		if wr.w.ownWrite(wr.ref, parent) {
+			return
+		}
 		if ign := wr.spec.ParentResource.IgnoreStatusChanges; ign != nil && *ign && !parentChangedBeyondStatus(old, parent) {
 			return
 		}
@@ -423,7 +426,7 @@ func (wr *wiring) onChild(gvr schema.GroupVersionResource, oldObj, obj any) {
 	}
 	rv := child.GetResourceVersion()
 	if old, ok := oldObj.(*unstructured.Unstructured); ok {
-		if old.GetResourceVersion() == rv {
+		if old.GetResourceVersion() == rv || wr.w.ownWrite(wr.ref, child) {
 			return
 		}
 		// The controller changed (released or adopted elsewhere): the
