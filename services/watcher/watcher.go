@@ -37,6 +37,7 @@ import (
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/discovery"
+	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/obs"
@@ -139,6 +140,13 @@ type Watcher struct {
 	resyncQueue workqueue.TypedInterface[string]
 	pmu         sync.Mutex
 	pending     map[string]*bus.WorkItem
+	// pace spaces the real-change publishes of a parent that keeps
+	// changing (bursts coalesce; isolated changes go at once).
+	pace *pacer
+
+	// echoes holds the appliers' Applied notes: an update event that is a
+	// controller's own latest write is not enqueued for it.
+	echoes *echo.Book
 }
 
 // New builds a watcher; Run starts it.
@@ -184,6 +192,8 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 		wirings:     map[string]controllerWiring{},
 		ctrlHandles: map[string]*informers.Handle{},
 		pending:     map[string]*bus.WorkItem{},
+		echoes:      echo.NewBook(0),
+		pace:        newPacer(),
 		ctrlQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "metabus-watcher-controllers"}),
@@ -204,6 +214,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if err := bus.Ensure(ctx, w.js, w.cfg.Bus); err != nil {
 			return err
 		}
+		// Partition consumers keep their state in memory: a restarted
+		// NATS server has lost them until they are recreated.
+		go bus.KeepConsumers(ctx, w.js, w.cfg.Bus, 5*time.Second, func(err error) { w.log.Warn("bus", zap.Error(err)) })
 	} else if err := bus.WaitReady(ctx, w.js); err != nil {
 		return err
 	}
@@ -223,6 +236,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return fmt.Errorf("subscribe to related-rules broadcasts: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	esub, err := w.echoes.Subscribe(w.nc)
+	if err != nil {
+		return fmt.Errorf("subscribe to applied notes: %w", err)
+	}
+	defer func() { _ = esub.Unsubscribe() }()
 	if w.cfg.ServeSnapshots {
 		stop, err := w.serveSnapshots(ctx)
 		if err != nil {
@@ -352,6 +370,19 @@ func (w *Watcher) resyncAll(reason string) {
 // grKey is the freshness key of a resource: "<group>/<resource>".
 func grKey(gvr schema.GroupVersionResource) string { return gvr.Group + "/" + gvr.Resource }
 
+// ownWrite reports that an updated object is exactly the controller's own
+// latest write of it, as an applier's Applied note says: an echo, not news
+// to the controller's hook. Only updates are judged (callers pass the new
+// object of an update event); a note that arrives after its event lets the
+// dispatcher drop the sync instead.
+func (w *Watcher) ownWrite(ref bus.ControllerRef, obj *unstructured.Unstructured) bool {
+	if !w.echoes.Wrote(ref.ID(), string(obj.GetUID()), obj.GetResourceVersion()) {
+		return false
+	}
+	w.metrics.echoes.Inc()
+	return true
+}
+
 // enqueue records that parent needs a sync because an object of gvr changed
 // to resourceVersion rv.
 func (w *Watcher) enqueue(ref bus.ControllerRef, parentRes *discovery.Resource, parent *unstructured.Unstructured, reason string, gvr schema.GroupVersionResource, rv string) {
@@ -393,10 +424,15 @@ func (w *Watcher) enqueueItem(ref bus.ControllerRef, parentRes *discovery.Resour
 	}
 	resync := item.Reason == bus.ReasonResync
 	w.pmu.Unlock()
-	if resync {
+	switch {
+	case resync:
 		w.resyncQueue.Add(key)
-	} else {
-		w.queue.Add(key)
+	default:
+		if d := w.pace.event(key, time.Now()); d > 0 {
+			w.queue.AddAfter(key, d)
+		} else {
+			w.queue.Add(key)
+		}
 	}
 }
 
@@ -420,6 +456,7 @@ func (w *Watcher) runPublisher(ctx context.Context) {
 			w.queue.Done(key)
 			continue
 		}
+		w.pace.published(key, time.Now())
 		w.publish(ctx, key, item)
 		w.queue.Done(key)
 	}

@@ -1,0 +1,75 @@
+package watcher
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestPacer drives the pacer with a simulated clock: each step is an event
+// at a time offset, and publishes happen as soon as the pacer allows (as the
+// publisher workers would).
+func TestPacer(t *testing.T) {
+	cases := []struct {
+		name   string
+		reason string
+		events []time.Duration // event times, ascending
+		// want are the publish times.
+		want []time.Duration
+	}{
+		{"isolated", "a lone change goes at once", []time.Duration{0}, []time.Duration{0}},
+		{"spaced changes", "changes further apart than the minimum window all go at once",
+			[]time.Duration{0, 20 * time.Millisecond, 40 * time.Millisecond},
+			[]time.Duration{0, 20 * time.Millisecond, 40 * time.Millisecond}},
+		{"burst", "a 500 ms burst of changes 4 ms apart costs 5 publishes, the last after the burst",
+			burst(126, 4*time.Millisecond),
+			[]time.Duration{0, 16 * time.Millisecond, 80 * time.Millisecond, 336 * time.Millisecond, 836 * time.Millisecond}},
+		{"quiet after burst", "after a burst and a quiet spell, a change goes at once again",
+			append(burst(50, 4*time.Millisecond), 3*time.Second),
+			[]time.Duration{0, 16 * time.Millisecond, 80 * time.Millisecond, 336 * time.Millisecond, 3 * time.Second}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, simulatePacer(tc.events)); diff != "" {
+				t.Errorf("%s: publish times (-want +got):\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+func burst(n int, gap time.Duration) []time.Duration {
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = time.Duration(i) * gap
+	}
+	return out
+}
+
+// simulatePacer returns when items would be published for events at the
+// given offsets: an event schedules a publish at now+delay unless one is
+// already scheduled (the pending item absorbs it, as the workqueue does).
+func simulatePacer(events []time.Duration) []time.Duration {
+	p := newPacer()
+	t0 := time.Unix(1000, 0)
+	const key = "cc-x/uid"
+	var published []time.Duration
+	due := time.Duration(-1) // scheduled publish, -1: none
+	flush := func(until time.Duration) {
+		if due >= 0 && due <= until {
+			p.published(key, t0.Add(due))
+			published = append(published, due)
+			due = -1
+		}
+	}
+	for _, at := range events {
+		flush(at)
+		d := p.event(key, t0.Add(at))
+		if due < 0 || at+d < due {
+			due = at + d
+		}
+		flush(at)
+	}
+	flush(time.Hour)
+	return published
+}
