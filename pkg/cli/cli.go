@@ -25,10 +25,15 @@ type KubeFlags struct {
 // Register adds --kubeconfig, --client-go-qps and --client-go-burst.
 func (f *KubeFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "path to a kubeconfig (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)")
-	// Upstream defaults to 5/10, which caps it near 5 syncs/s; metabus
-	// avoids needless requests instead and defaults higher.
-	fs.Float64Var(&f.QPS, "client-go-qps", 100, "Kubernetes client queries per second")
-	fs.IntVar(&f.Burst, "client-go-burst", 200, "Kubernetes client burst")
+	// Upstream defaults to 5/10, which caps it near 5 syncs/s. A fixed
+	// budget is wrong for every cluster but one: 100 QPS capped a default
+	// install at 33 parents/s (3 requests per parent) while the API server
+	// had room for several times that. So by default there is no
+	// client-side limit: concurrency is already bounded by --workers, and
+	// the API server's priority and fairness pushes back with 429 and
+	// Retry-After, which client-go honours (and retries) on its own.
+	fs.Float64Var(&f.QPS, "client-go-qps", -1, "Kubernetes client queries per second (<= 0: no client-side limit; the API server's priority and fairness applies)")
+	fs.IntVar(&f.Burst, "client-go-burst", 200, "Kubernetes client burst (with --client-go-qps > 0)")
 }
 
 // Config builds the REST config.
@@ -45,6 +50,11 @@ func (f *KubeFlags) Config() (*rest.Config, error) {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
 	cfg.QPS = float32(f.QPS)
+	if f.QPS <= 0 {
+		// rest.Config treats 0 as "default 5 QPS"; negative disables the
+		// client-side limiter.
+		cfg.QPS = -1
+	}
 	cfg.Burst = f.Burst
 	return cfg, nil
 }
