@@ -177,19 +177,26 @@ const RelatedSubject = "mc.related.rules"
 
 // Applied (core NATS, AppliedSubject, plain JSON) is an applier's note that
 // it applied one desired state completely: what the hook that produced it
-// was shown (Inputs) and the resourceVersion each of its updates produced
-// (Wrote, by UID; creates and deletes are not listed, since a child
-// appearing or disappearing is news to the hook). Watchers and dispatchers
-// use it to drop echoes: an update event that is exactly metabus's own
-// write, and a sync that would show the hook only what it was shown plus
-// what it asked for. It is a hint: a lost note costs one needless hook
-// call, never a missed change.
+// was shown (Inputs), and every update it made, as the resourceVersion
+// written against (the write's precondition) and the one it produced.
+// Creates and deletes are not listed, since a child appearing or
+// disappearing is news to the hook. Watchers and dispatchers use it to drop
+// echoes (see package echo). It is a hint: a lost note costs one needless
+// hook call, never a missed change.
 type Applied struct {
 	Controller ControllerRef     `json:"controller"`
 	ParentUID  string            `json:"parentUID"`
 	WorkSeq    uint64            `json:"workSeq"`
 	Inputs     map[string]string `json:"inputs,omitempty"`
-	Wrote      map[string]string `json:"wrote,omitempty"`
+	Writes     []Write           `json:"writes,omitempty"`
+}
+
+// Write is one update an applier made: object UID, from resourceVersion
+// From (its precondition) to To.
+type Write struct {
+	UID  string `json:"uid"`
+	From string `json:"from"`
+	To   string `json:"to"`
 }
 
 // AppliedSubject is the core NATS subject (no stream: a lost note only

@@ -2,22 +2,30 @@
 // events, so that they do not cost another hook call.
 //
 // An applier that applied a desired state completely broadcasts a
-// bus.Applied note: the resourceVersion of every object the hook was shown
-// and the resourceVersion each of its own updates produced. Two decisions
-// follow, both per controller (a write of one controller is news to another):
+// bus.Applied note: what the hook was shown, and each update it made as
+// "object U from resourceVersion A to B". Dispatchers also remember what
+// they showed the hook themselves. Two decisions follow, both per controller
+// (a write of one controller is news to another):
 //
-//   - an update event whose new resourceVersion is one this controller's
-//     applier wrote is an echo: the watcher does not enqueue it (Book.Wrote);
-//   - a sync whose hook would be shown exactly what it was last shown, except
-//     objects that are now at a resourceVersion the applier wrote from that
-//     very answer, is an echo: the dispatcher skips the hook (Book.Echo, whose
-//     core is the pure IsEcho).
+//   - an update event whose new resourceVersion one of this controller's
+//     recent writes produced is an echo: the watcher does not enqueue it
+//     (Book.Wrote). Dropping the event alone is safe even if that write
+//     folded in someone else's earlier change: that change had an event of
+//     its own.
+//   - a sync is an echo when every object the hook would be shown is either
+//     as the hook's latest call saw it, or reached from there only through
+//     this controller's own writes (a chain of From→To that starts at the
+//     version the hook saw). The dispatcher then skips the hook (Book.Echo,
+//     whose core is the pure IsEcho). The latest answer is on its way to, or
+//     in, the cluster and desired states apply in order, so nothing but our
+//     own writes separates the world from what that answer was computed for.
+//     A write made against a version the hook never saw breaks the chain:
+//     a snapshot that folds someone else's change into our write is news.
 //
 // What is never an echo: a create or a delete (the set of objects changes,
 // e.g. a child the hook asked for now exists and should be counted), and any
-// change by anyone else, since its resourceVersion is not one metabus wrote.
-// Notes travel on core NATS without persistence: a lost or late note only
-// costs the hook call it would have saved.
+// change by anyone else. Notes travel on core NATS without persistence: a
+// lost or late note only costs the hook call it would have saved.
 package echo
 
 import (
@@ -34,23 +42,54 @@ import (
 // Book remembers in each of its two generations.
 const DefaultSize = 50000
 
+// recentWrites is how many of its latest writes an object keeps: the
+// longest chain of our own writes an echo may span.
+const recentWrites = 4
+
 // IsEcho reports whether a hook about to be shown now (UID to
-// resourceVersion of every object in the request) would see only what it
-// was shown for last, plus the applier's own updates made from its answer.
-func IsEcho(last *bus.Applied, now map[string]string) bool {
-	if last == nil || len(last.Inputs) == 0 || len(now) != len(last.Inputs) {
+// resourceVersion of every object in the request) would see only what it was
+// shown at its latest call (ref), or versions that writes(uid) lead to from
+// there.
+func IsEcho(ref, now map[string]string, writes func(uid string) []bus.Write) bool {
+	if len(ref) == 0 || len(now) != len(ref) {
 		return false
 	}
 	for uid, rv := range now {
-		seen, ok := last.Inputs[uid]
-		if !ok {
-			return false
-		}
-		if rv != seen && (rv == "" || last.Wrote[uid] != rv) {
+		seen, ok := ref[uid]
+		if !ok || !reaches(seen, rv, writes, uid) {
 			return false
 		}
 	}
 	return true
+}
+
+// reaches reports whether rv is seen, or the end of a chain of our writes
+// that starts at seen.
+func reaches(seen, rv string, writes func(uid string) []bus.Write, uid string) bool {
+	var ws []bus.Write
+	if writes != nil {
+		ws = writes(uid)
+	}
+	for step := 0; step <= len(ws); step++ {
+		if rv == seen {
+			return true
+		}
+		if rv == "" {
+			return false
+		}
+		prev := ""
+		for _, w := range ws {
+			if w.To == rv {
+				prev = w.From
+				break
+			}
+		}
+		if prev == "" {
+			return false
+		}
+		rv = prev
+	}
+	return false
 }
 
 // Inputs lists the objects of a snapshot that a hook request is built from:
@@ -78,16 +117,24 @@ func Inputs(snap *snapshot.Response) map[string]string {
 	return in
 }
 
-// Book remembers the latest Applied note per parent and the writes they
-// list, in two generations of bounded maps: when the current one is full it
-// becomes the old one and the oldest is dropped. Forgetting only costs a
-// hook call. The zero value is not usable; call NewBook.
+// Book remembers, per parent, the inputs of the hook's latest call (from
+// this dispatcher's own calls and from every applier's notes, whichever is
+// newer by work sequence) and, per object, its latest writes. Both live in
+// two generations of bounded maps: when the current one is full it becomes
+// the old one and the older is dropped. Forgetting only costs a hook call.
+// The zero value is not usable; call NewBook.
 type Book struct {
 	size int
 
-	mu         sync.Mutex
-	notes, old map[string]*bus.Applied // by controller ID / parent UID
-	wrote, wo  map[string]string       // by controller ID / object UID
+	mu        sync.Mutex
+	refs, old map[string]ref         // by controller ID / parent UID
+	writes    map[string][]bus.Write // by controller ID / object UID, newest last
+	wold      map[string][]bus.Write
+}
+
+type ref struct {
+	seq    uint64
+	inputs map[string]string
 }
 
 // NewBook returns a Book holding up to size entries per generation
@@ -96,69 +143,99 @@ func NewBook(size int) *Book {
 	if size <= 0 {
 		size = DefaultSize
 	}
-	return &Book{size: size, notes: map[string]*bus.Applied{}, old: map[string]*bus.Applied{},
-		wrote: map[string]string{}, wo: map[string]string{}}
+	return &Book{size: size, refs: map[string]ref{}, old: map[string]ref{},
+		writes: map[string][]bus.Write{}, wold: map[string][]bus.Write{}}
 }
 
-// Record takes a note in. A note older (by work sequence) than the one the
-// Book holds for the same parent is ignored.
+// Record takes an applier's note in: its writes, and its inputs as the
+// parent's reference unless a newer call is known.
 func (b *Book) Record(a *bus.Applied) {
-	if a == nil || a.ParentUID == "" {
+	if b == nil || a == nil || a.ParentUID == "" {
 		return
 	}
 	ctrl := a.Controller.ID()
-	key := ctrl + "/" + a.ParentUID
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if cur := b.noteLocked(key); cur != nil && cur.WorkSeq > a.WorkSeq {
+	b.refLocked(ctrl+"/"+a.ParentUID, a.WorkSeq, a.Inputs)
+	for _, w := range a.Writes {
+		if w.UID == "" || w.To == "" {
+			continue
+		}
+		key := ctrl + "/" + w.UID
+		prev := b.writesLocked(key)
+		if len(b.writes) >= b.size {
+			b.wold, b.writes = b.writes, make(map[string][]bus.Write, len(b.writes))
+		}
+		ws := make([]bus.Write, 0, recentWrites)
+		ws = append(ws, prev[max(0, len(prev)-(recentWrites-1)):]...)
+		b.writes[key] = append(ws, w)
+	}
+}
+
+// Called records that the hook of the parent was called at work sequence
+// seq with inputs (nil: a call whose inputs are not just objects, after
+// which nothing is an echo until the next call).
+func (b *Book) Called(ctrlID, parentUID string, seq uint64, inputs map[string]string) {
+	if b == nil {
 		return
 	}
-	if len(b.notes) >= b.size {
-		b.old, b.notes = b.notes, make(map[string]*bus.Applied, len(b.notes))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refLocked(ctrlID+"/"+parentUID, seq, inputs)
+}
+
+func (b *Book) refLocked(key string, seq uint64, inputs map[string]string) {
+	if cur, ok := b.lookupLocked(key); ok && cur.seq > seq {
+		return
 	}
-	b.notes[key] = a
+	if len(b.refs) >= b.size {
+		b.old, b.refs = b.refs, make(map[string]ref, len(b.refs))
+	}
+	b.refs[key] = ref{seq: seq, inputs: inputs}
 	delete(b.old, key)
-	for uid, rv := range a.Wrote {
-		if len(b.wrote) >= b.size {
-			b.wo, b.wrote = b.wrote, make(map[string]string, len(b.wrote))
-		}
-		b.wrote[ctrl+"/"+uid] = rv
-	}
 }
 
-func (b *Book) noteLocked(key string) *bus.Applied {
-	if n, ok := b.notes[key]; ok {
-		return n
+func (b *Book) lookupLocked(key string) (ref, bool) {
+	if r, ok := b.refs[key]; ok {
+		return r, true
 	}
-	return b.old[key]
+	r, ok := b.old[key]
+	return r, ok
 }
 
-// Wrote reports whether rv is the resourceVersion the controller's own
-// latest update of object uid produced.
+func (b *Book) writesLocked(key string) []bus.Write {
+	if ws, ok := b.writes[key]; ok {
+		return ws
+	}
+	return b.wold[key]
+}
+
+// Wrote reports whether one of the controller's recent writes of object uid
+// produced resourceVersion rv.
 func (b *Book) Wrote(ctrlID, uid, rv string) bool {
 	if b == nil || rv == "" {
 		return false
 	}
-	key := ctrlID + "/" + uid
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	w, ok := b.wrote[key]
-	if !ok {
-		w, ok = b.wo[key]
+	for _, w := range b.writesLocked(ctrlID + "/" + uid) {
+		if w.To == rv {
+			return true
+		}
 	}
-	return ok && w == rv
+	return false
 }
 
 // Echo reports whether a sync of the parent whose hook would be shown now is
-// an echo of the last desired state applied for it.
+// an echo of the hook's latest call.
 func (b *Book) Echo(ctrlID, parentUID string, now map[string]string) bool {
 	if b == nil || len(now) == 0 {
 		return false
 	}
 	b.mu.Lock()
-	last := b.noteLocked(ctrlID + "/" + parentUID)
-	b.mu.Unlock()
-	return IsEcho(last, now)
+	defer b.mu.Unlock()
+	r, _ := b.lookupLocked(ctrlID + "/" + parentUID)
+	return IsEcho(r.inputs, now, func(uid string) []bus.Write { return b.writesLocked(ctrlID + "/" + uid) })
 }
 
 // Subscribe feeds the Book from AppliedSubject until the subscription ends.

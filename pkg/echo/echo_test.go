@@ -12,46 +12,48 @@ import (
 )
 
 func TestIsEcho(t *testing.T) {
-	last := &bus.Applied{
-		Inputs: map[string]string{"ctrl": "1", "parent": "10", "child": "20"},
-		Wrote:  map[string]string{"parent": "12", "child": "21"},
+	ref := map[string]string{"ctrl": "1", "parent": "10", "child": "20"}
+	writes := map[string][]bus.Write{
+		// Our status write from what the hook saw, then another on top.
+		"parent": {{UID: "parent", From: "10", To: "11"}, {UID: "parent", From: "11", To: "12"},
+			// A write against someone else's version 13.
+			{UID: "parent", From: "13", To: "14"}},
+		"child": {{UID: "child", From: "20", To: "21"}},
 	}
+	of := func(uid string) []bus.Write { return writes[uid] }
 	cases := []struct {
 		name   string
 		reason string
-		last   *bus.Applied
+		ref    map[string]string
 		now    map[string]string
 		want   bool
 	}{
-		{"unchanged", "the hook would see exactly what it saw", last,
+		{"unchanged", "the hook would see exactly what it saw", ref,
 			map[string]string{"ctrl": "1", "parent": "10", "child": "20"}, true},
-		{"own status write", "the parent is at the version our status write produced", last,
-			map[string]string{"ctrl": "1", "parent": "12", "child": "20"}, true},
-		{"own writes everywhere", "parent and child both at our versions", last,
+		{"own status write", "the parent is at the version our write from what the hook saw produced", ref,
+			map[string]string{"ctrl": "1", "parent": "11", "child": "20"}, true},
+		{"chain of own writes", "two of our writes in a row lead from what the hook saw", ref,
 			map[string]string{"ctrl": "1", "parent": "12", "child": "21"}, true},
-		{"someone else changed the child", "a version we did not write is news", last,
+		{"own write over someone else's", "our write against a version the hook never saw carries that change along", ref,
+			map[string]string{"ctrl": "1", "parent": "14", "child": "20"}, false},
+		{"someone else changed the child", "a version we did not write is news", ref,
 			map[string]string{"ctrl": "1", "parent": "12", "child": "22"}, false},
-		{"parent changed after our write", "a later version than ours is news", last,
-			map[string]string{"ctrl": "1", "parent": "13", "child": "20"}, false},
-		{"child created", "a new object is news even if we created it", last,
+		{"child created", "a new object is news even if we created it", ref,
 			map[string]string{"ctrl": "1", "parent": "12", "child": "21", "new": "30"}, false},
-		{"child deleted", "a missing object is news", last,
+		{"child deleted", "a missing object is news", ref,
 			map[string]string{"ctrl": "1", "parent": "12"}, false},
-		{"replaced child", "same count, different UID", last,
+		{"replaced child", "same count, different UID", ref,
 			map[string]string{"ctrl": "1", "parent": "12", "other": "21"}, false},
-		{"controller changed", "a new controller spec may change the answer", last,
+		{"controller changed", "a new controller spec may change the answer", ref,
 			map[string]string{"ctrl": "2", "parent": "10", "child": "20"}, false},
-		{"no note", "nothing known: call the hook", nil,
+		{"no reference", "nothing known: call the hook", nil,
 			map[string]string{"ctrl": "1"}, false},
-		{"note without inputs", "a rolling sync's note never matches", &bus.Applied{Wrote: map[string]string{"a": "1"}},
-			map[string]string{}, false},
-		{"empty version", "an object without a version is never ours", &bus.Applied{
-			Inputs: map[string]string{"a": "1"}, Wrote: map[string]string{"a": ""}},
-			map[string]string{"a": ""}, false},
+		{"empty version", "an object without a version is never ours",
+			map[string]string{"a": "1"}, map[string]string{"a": ""}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := IsEcho(tc.last, tc.now); got != tc.want {
+			if got := IsEcho(tc.ref, tc.now, of); got != tc.want {
 				t.Errorf("%s: IsEcho = %v, want %v", tc.reason, got, tc.want)
 			}
 		})
@@ -100,8 +102,8 @@ func TestBook(t *testing.T) {
 	ctrl := bus.ControllerRef{Kind: "CompositeController", Name: "c"}
 	other := bus.ControllerRef{Kind: "DecoratorController", Name: "d"}
 	b := NewBook(2)
-	b.Record(&bus.Applied{Controller: ctrl, ParentUID: "p", WorkSeq: 5,
-		Inputs: map[string]string{"p": "1"}, Wrote: map[string]string{"p": "2", "k": "7"}})
+	b.Record(&bus.Applied{Controller: ctrl, ParentUID: "p", WorkSeq: 5, Inputs: map[string]string{"p": "1"},
+		Writes: []bus.Write{{UID: "p", From: "1", To: "2"}, {UID: "k", From: "6", To: "7"}}})
 
 	t.Run("own write", func(t *testing.T) {
 		if !b.Wrote(ctrl.ID(), "k", "7") {
@@ -123,21 +125,49 @@ func TestBook(t *testing.T) {
 			t.Error("a sync seeing only our status write must be an echo")
 		}
 	})
-	t.Run("older note ignored", func(t *testing.T) {
+	t.Run("older note keeps newer reference", func(t *testing.T) {
 		b.Record(&bus.Applied{Controller: ctrl, ParentUID: "p", WorkSeq: 4, Inputs: map[string]string{"p": "0"}})
 		if !b.Echo(ctrl.ID(), "p", map[string]string{"p": "2"}) {
-			t.Error("an older note replaced a newer one")
+			t.Error("an older note replaced a newer reference")
+		}
+	})
+	t.Run("later call is the reference", func(t *testing.T) {
+		// The hook was called again (seq 6) with the parent at 3, someone
+		// else's change; our write 1→2 no longer leads there.
+		b.Called(ctrl.ID(), "p", 6, map[string]string{"p": "3"})
+		if b.Echo(ctrl.ID(), "p", map[string]string{"p": "2"}) {
+			t.Error("a write from before the latest call's view must not be an echo")
+		}
+		if !b.Echo(ctrl.ID(), "p", map[string]string{"p": "3"}) {
+			t.Error("what the latest call saw must be an echo")
+		}
+	})
+	t.Run("call without inputs", func(t *testing.T) {
+		b.Called(ctrl.ID(), "p", 7, nil)
+		if b.Echo(ctrl.ID(), "p", map[string]string{"p": "3"}) {
+			t.Error("after a call with unknown inputs nothing is an echo")
+		}
+	})
+	t.Run("recent writes", func(t *testing.T) {
+		for i, rv := range []string{"10", "11", "12", "13", "14"} {
+			b.Record(&bus.Applied{Controller: ctrl, ParentUID: "q", WorkSeq: uint64(10 + i),
+				Writes: []bus.Write{{UID: "x", From: "0", To: rv}}})
+		}
+		for rv, want := range map[string]bool{"10": false, "11": true, "14": true} {
+			if got := b.Wrote(ctrl.ID(), "x", rv); got != want {
+				t.Errorf("Wrote(x, %s) = %v, want %v (the last %d writes count)", rv, got, want, recentWrites)
+			}
 		}
 	})
 	t.Run("bounded", func(t *testing.T) {
 		for _, uid := range []string{"q1", "q2", "q3", "q4", "q5"} {
-			b.Record(&bus.Applied{Controller: ctrl, ParentUID: uid, WorkSeq: 9, Inputs: map[string]string{uid: "1"}})
+			b.Record(&bus.Applied{Controller: ctrl, ParentUID: uid, WorkSeq: 99, Inputs: map[string]string{uid: "1"}})
 		}
-		if b.Echo(ctrl.ID(), "p", map[string]string{"p": "2"}) {
-			t.Error("a note survived two generations of newer ones")
+		if b.Echo(ctrl.ID(), "p", map[string]string{"p": "3"}) {
+			t.Error("a reference survived two generations of newer ones")
 		}
 		if !b.Echo(ctrl.ID(), "q5", map[string]string{"q5": "1"}) {
-			t.Error("the newest note was dropped")
+			t.Error("the newest reference was dropped")
 		}
 	})
 	t.Run("nil book", func(t *testing.T) {

@@ -203,7 +203,7 @@ func (a *Applier) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	start := time.Now()
-	wl := writeLog{}
+	wl := &writeLog{}
 	res := a.traced(withWriteLog(ctx, wl), &ds)
 	a.metrics.applies.WithLabelValues(res.result).Inc()
 	a.metrics.applySeconds.WithLabelValues(res.result).Observe(time.Since(start).Seconds())
@@ -259,10 +259,15 @@ func (a *Applier) retry(ctx context.Context, ds *bus.DesiredState, reason string
 	return result{result: "error"}
 }
 
-// requeue re-runs the sync now: the cluster changed under us (409), so
-// there is nothing to back off from.
+// requeue re-runs the sync within a second: the cluster changed under us
+// (409). The change that caused the conflict has an event of its own, which
+// normally syncs the parent at once; this is the safety net for a change the
+// watcher drops as our own write (a cache that lagged it). It goes through
+// the parent's schedule rather than straight to MC_WORK so that a parent
+// being changed in a burst, whose applies keep conflicting, costs at most
+// one extra sync a second instead of one per conflict.
 func (a *Applier) requeue(ctx context.Context, ds *bus.DesiredState) result {
-	if _, err := a.pub.PublishWork(ctx, workItem(ds, bus.ReasonConflict, ds.Attempt)); err != nil {
+	if err := a.pub.Schedule(ctx, workItem(ds, bus.ReasonConflict, ds.Attempt), time.Now()); err != nil {
 		a.log.Warn("requeue after conflict", zap.Error(err))
 		return result{result: "conflict", infra: true}
 	}

@@ -337,7 +337,7 @@ func (a *Applier) setFinalizer(ctx context.Context, ds *bus.DesiredState, parent
 	if err != nil {
 		return nil, fmt.Errorf("%s %s on %s: %w", strings.ReplaceAll(verb, "_", " "), finalizer, key(parent), err)
 	}
-	a.wrote(ctx, ds, out)
+	a.wrote(ctx, ds, parent, out)
 	return out, nil
 }
 
@@ -452,7 +452,7 @@ func (a *Applier) write(ctx context.Context, act children.Action) error {
 			}
 			return fmt.Errorf("update %s: %w", what, err)
 		}
-		logWrite(ctx, out)
+		logWrite(ctx, obj, out)
 	case children.OpDelete:
 		a.metrics.writes.WithLabelValues("delete", act.Rule.Resource).Inc()
 		uid := obj.GetUID()
@@ -513,7 +513,7 @@ func (a *Applier) writeStatus(ctx context.Context, ds *bus.DesiredState, parent 
 		}
 		return nil, fmt.Errorf("update status of %s: %w", key(parent), err)
 	}
-	a.wrote(ctx, ds, out)
+	a.wrote(ctx, ds, parent, out)
 	return out, nil
 }
 

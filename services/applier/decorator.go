@@ -178,7 +178,7 @@ func (a *Applier) patchTarget(ctx context.Context, ds *bus.DesiredState, target 
 	if err != nil {
 		return nil, fmt.Errorf("patch labels/annotations/finalizers of %s: %w", key(target), err)
 	}
-	a.wrote(ctx, ds, out)
+	a.wrote(ctx, ds, target, out)
 	return out, nil
 }
 
@@ -202,6 +202,6 @@ func (a *Applier) writeTargetStatus(ctx context.Context, ds *bus.DesiredState, t
 		}
 		return nil, fmt.Errorf("update status of %s: %w", key(target), err)
 	}
-	a.wrote(ctx, ds, out)
+	a.wrote(ctx, ds, target, out)
 	return out, nil
 }

@@ -23,11 +23,11 @@ const maxWritten = 100000
 // taken before the write; without this the applier would compare against
 // the stale cached parent and write with its stale resourceVersion: a 409,
 // a requeue and one more hook call (measured on 11-25% of idle changes).
-func (a *Applier) wrote(ctx context.Context, ds *bus.DesiredState, out *unstructured.Unstructured) {
+func (a *Applier) wrote(ctx context.Context, ds *bus.DesiredState, base, out *unstructured.Unstructured) {
 	if out == nil || out.GetResourceVersion() == "" {
 		return
 	}
-	logWrite(ctx, out)
+	logWrite(ctx, base, out)
 	gv, err := schema.ParseGroupVersion(ds.Parent.APIVersion)
 	if err != nil {
 		return
@@ -63,35 +63,40 @@ func (a *Applier) freshness(ds *bus.DesiredState) map[string]string {
 	return out
 }
 
-// writeLog collects the resourceVersions that one apply's updates produced
-// (by UID), for the Applied note that lets watchers and dispatchers drop
-// their echoes. Creates, deletes and ownership changes are not logged: they
-// change the set of objects the hook sees, which is news to it.
-type writeLog map[string]string
+// writeLog collects the updates one apply made, as "object U from
+// resourceVersion A (the write's precondition) to B", for the Applied note
+// that lets watchers and dispatchers drop their echoes. Creates, deletes and
+// ownership changes are not logged: they change the set of objects the hook
+// sees, which is news to it.
+type writeLog struct {
+	writes []bus.Write
+}
 
 type writeLogKey struct{}
 
-func withWriteLog(ctx context.Context, wl writeLog) context.Context {
+func withWriteLog(ctx context.Context, wl *writeLog) context.Context {
 	return context.WithValue(ctx, writeLogKey{}, wl)
 }
 
-// logWrite records an update's result in the apply's write log, if any.
-func logWrite(ctx context.Context, out *unstructured.Unstructured) {
-	wl, _ := ctx.Value(writeLogKey{}).(writeLog)
-	if wl == nil || out == nil || out.GetResourceVersion() == "" {
+// logWrite records an update of base (the object as written against) that
+// produced out.
+func logWrite(ctx context.Context, base, out *unstructured.Unstructured) {
+	wl, _ := ctx.Value(writeLogKey{}).(*writeLog)
+	if wl == nil || base == nil || out == nil || base.GetUID() != out.GetUID() ||
+		base.GetResourceVersion() == "" || out.GetResourceVersion() == "" {
 		return
 	}
-	wl[string(out.GetUID())] = out.GetResourceVersion()
+	wl.writes = append(wl.writes, bus.Write{UID: string(out.GetUID()), From: base.GetResourceVersion(), To: out.GetResourceVersion()})
 }
 
 // noteApplied broadcasts that ds was applied completely. Only desired
 // states that list their inputs take part: a rolling update's sync also
 // depends on ControllerRevisions, so its writes are never treated as echoes.
-func (a *Applier) noteApplied(ds *bus.DesiredState, wl writeLog) {
+func (a *Applier) noteApplied(ds *bus.DesiredState, wl *writeLog) {
 	if len(ds.Inputs) == 0 || a.nc == nil {
 		return
 	}
-	note := &bus.Applied{Controller: ds.Controller, ParentUID: ds.Parent.UID, WorkSeq: ds.WorkSeq, Inputs: ds.Inputs, Wrote: wl}
+	note := &bus.Applied{Controller: ds.Controller, ParentUID: ds.Parent.UID, WorkSeq: ds.WorkSeq, Inputs: ds.Inputs, Writes: wl.writes}
 	if err := echo.Publish(a.nc, note); err != nil {
 		a.log.Debug("publish applied note", zap.Error(err))
 	}

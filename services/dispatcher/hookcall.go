@@ -153,6 +153,9 @@ func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.Desi
 		return outcome{result: "error", infra: true}
 	}
 	d.succeeded(c.item)
+	// The answer is on its way: until the world changes beyond our own
+	// writes, syncing again would show the hook what it has answered.
+	d.echoes.Called(c.item.Controller.ID(), c.parent.UID, c.seq, c.inputs)
 	if ds.ResyncAfterSeconds > 0 {
 		next := c.item
 		next.Reason, next.Attempt, next.EnqueuedAt = bus.ReasonResyncAfter, 0, time.Time{}
