@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -39,6 +40,9 @@ type proc struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
 	waitErr error
+	// metricsURL, if set, is scraped into <log>.metrics just before stop,
+	// so a run can be explained afterwards (syncs by result, echoes...).
+	metricsURL string
 }
 
 // startProc starts path with args (and extra environment) and waits until
@@ -107,12 +111,21 @@ func (p *proc) waitReady(ctx context.Context, url string, timeout time.Duration)
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
 
-// stop sends SIGTERM and, after 15s, SIGKILL.
+// stop saves the final metrics, sends SIGTERM and, after 15s, SIGKILL.
 func (p *proc) stop() error {
 	select {
 	case <-p.done:
 		return nil
 	default:
+	}
+	if p.metricsURL != "" {
+		client := &http.Client{Timeout: 5 * time.Second}
+		if resp, err := client.Get(p.metricsURL); err == nil {
+			if data, err := io.ReadAll(resp.Body); err == nil {
+				_ = os.WriteFile(strings.TrimSuffix(p.logPath, ".log")+".metrics", data, 0o644)
+			}
+			resp.Body.Close()
+		}
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -154,7 +167,11 @@ func startMetabus(ctx context.Context, bin, kubeconfig, dir, logPath string, ext
 		"--health-probe-bind-address", health,
 	}
 	args = append(args, extra...)
-	return startProc(ctx, "metabus", bin, args, nil, logPath, "http://"+health+"/readyz")
+	p, err := startProc(ctx, "metabus", bin, args, nil, logPath, "http://"+health+"/readyz")
+	if p != nil {
+		p.metricsURL = "http://" + metrics + "/metrics"
+	}
+	return p, err
 }
 
 // upstreamTuned are the flags of "upstream tuned": 50 workers and a

@@ -91,6 +91,7 @@ type CommonFlags struct {
 	Log         obs.LogFlags
 	MetricsAddr string
 	HealthAddr  string
+	PprofAddr   string
 
 	// Shared by several services (registered once in the all-in-one).
 	Workers           int
@@ -107,6 +108,7 @@ func (f *CommonFlags) Register(fs *flag.FlagSet, defaultMetrics, defaultHealth s
 	f.Log.Register(fs)
 	fs.StringVar(&f.MetricsAddr, "metrics-address", defaultMetrics, "address of the Prometheus /metrics endpoint (\"0\" disables)")
 	fs.StringVar(&f.HealthAddr, "health-probe-bind-address", defaultHealth, "address of /healthz and /readyz (\"0\" disables)")
+	fs.StringVar(&f.PprofAddr, "pprof-address", "0", "address of /debug/pprof (\"0\" disables; as upstream)")
 	fs.IntVar(&f.Workers, "workers", 16, "concurrent syncs (dispatcher) and applies (applier) per replica")
 	fs.DurationVar(&f.DiscoveryInterval, "discovery-interval", 30*time.Second, "how often API discovery is refreshed")
 	fs.DurationVar(&f.SnapshotWait, "snapshot-wait", 5*time.Second, "how long a sync waits for fresh observed state before rescheduling itself")

@@ -2,11 +2,15 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/zapr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,10 +57,32 @@ func Main(name string, register func(fs *flag.FlagSet), run func(ctx context.Con
 			stop()
 		}
 	}()
+	if common.PprofAddr != "" && common.PprofAddr != "0" {
+		go servePprof(ctx, log, common.PprofAddr)
+	}
 	if err := run(ctx, env); err != nil && ctx.Err() == nil {
 		log.Error(name+" stopped", zap.Error(err))
 		_ = log.Sync()
 		os.Exit(1)
 	}
 	log.Info(name + " stopped")
+}
+
+// servePprof serves the runtime profiles on their own address (never on the
+// metrics port, which is often scraped from outside the pod) until ctx ends.
+func servePprof(ctx context.Context, log *zap.Logger, addr string) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Error("pprof server", zap.Error(err))
+	}
 }
