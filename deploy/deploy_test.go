@@ -1463,6 +1463,17 @@ func TestNATSConfig(t *testing.T) {
 		{"DISPATCHER_NKEY", "subscribe", "mc.svc.revisions", false},
 		{"APPLIER_NKEY", "subscribe", "mc.svc.revisions", false},
 		{"WATCHER_NKEY", "subscribe", "mc.svc.revisions", false},
+		// core NATS broadcasts: related-resource rules (dispatcher to
+		// watchers) and applied notes (applier to watchers and dispatchers).
+		{"DISPATCHER_NKEY", "publish", "mc.related.rules", true},
+		{"WATCHER_NKEY", "subscribe", "mc.related.rules", true},
+		{"WATCHER_NKEY", "publish", "mc.related.rules", false},
+		{"APPLIER_NKEY", "publish", "mc.applied", true},
+		{"WATCHER_NKEY", "subscribe", "mc.applied", true},
+		{"DISPATCHER_NKEY", "subscribe", "mc.applied", true},
+		{"WATCHER_NKEY", "publish", "mc.applied", false},
+		{"DISPATCHER_NKEY", "publish", "mc.applied", false},
+		{"REVISIONS_NKEY", "subscribe", "mc.applied", false},
 	}
 	for _, u := range users {
 		cases = append(cases,
