@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
 	"github.com/metabus/metabus/pkg/revstore"
@@ -124,7 +125,18 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	wcfg.EnsureStreams = true
 	// Separate-process replicas (and the tests) reach it over NATS.
 	wcfg.ServeSnapshots = true
-	w, err := watcher.New(wcfg, watcher.Deps{REST: deps.REST, NC: nc, JS: js, Log: log, Metrics: deps.Metrics, Health: deps.Health})
+	// One echo book for the whole process, fed by every applier in it
+	// directly and by the broadcasts of appliers elsewhere.
+	var book *echo.Book
+	if !cfg.SnapshotsOverNATS {
+		book = echo.NewBook(0)
+		sub, err := book.Subscribe(nc)
+		if err != nil {
+			return fmt.Errorf("subscribe to applied notes: %w", err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+	}
+	w, err := watcher.New(wcfg, watcher.Deps{REST: deps.REST, NC: nc, JS: js, Log: log, Metrics: deps.Metrics, Health: deps.Health, Echoes: book})
 	if err != nil {
 		return err
 	}
@@ -170,7 +182,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			return err
 		}
 		conns = append(conns, nc)
-		d := dispatcher.Deps{REST: deps.REST, NC: nc, JS: js, Log: log.With(zap.Int("replica", i)), Health: deps.Health, Trace: deps.Trace}
+		d := dispatcher.Deps{REST: deps.REST, NC: nc, JS: js, Log: log.With(zap.Int("replica", i)), Health: deps.Health, Trace: deps.Trace, Echoes: book}
 		if !cfg.SnapshotsOverNATS {
 			d.Snapshots, d.Revisions = src, store
 		}
@@ -197,7 +209,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			return err
 		}
 		conns = append(conns, nc)
-		a := applier.Deps{REST: deps.REST, NC: nc, JS: js, Log: log.With(zap.Int("replica", i)), Health: deps.Health, Trace: deps.Trace}
+		a := applier.Deps{REST: deps.REST, NC: nc, JS: js, Log: log.With(zap.Int("replica", i)), Health: deps.Health, Trace: deps.Trace, Echoes: book}
 		if !cfg.SnapshotsOverNATS {
 			a.Snapshots, a.Revisions = src, store
 		}

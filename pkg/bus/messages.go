@@ -175,10 +175,11 @@ type RelatedRules struct {
 // of RelatedRules broadcasts to every watcher replica.
 const RelatedSubject = "mc.related.rules"
 
-// Applied (core NATS, AppliedSubject, plain JSON) is an applier's note that
-// it applied one desired state completely: what the hook that produced it
-// was shown (Inputs), and every update it made, as the resourceVersion
-// written against (the write's precondition) and the one it produced.
+// Applied (core NATS, AppliedSubject, plain JSON) is an applier's note
+// about one desired state: every update it made, as the resourceVersion
+// written against (the write's precondition) and the one it produced, sent
+// as each write happens (Writes only), and once it applied the desired
+// state completely, also what the hook that produced it was shown (Inputs).
 // Creates and deletes are not listed, since a child appearing or
 // disappearing is news to the hook. Watchers and dispatchers use it to drop
 // echoes (see package echo). It is a hint: a lost note costs one needless

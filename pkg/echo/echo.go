@@ -30,6 +30,7 @@ package echo
 
 import (
 	"encoding/json"
+	"slices"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -147,8 +148,8 @@ func NewBook(size int) *Book {
 		writes: map[string][]bus.Write{}, wold: map[string][]bus.Write{}}
 }
 
-// Record takes an applier's note in: its writes, and its inputs as the
-// parent's reference unless a newer call is known.
+// Record takes an applier's note in: its writes, and its inputs (if any)
+// as the parent's reference unless a newer call is known.
 func (b *Book) Record(a *bus.Applied) {
 	if b == nil || a == nil || a.ParentUID == "" {
 		return
@@ -156,13 +157,20 @@ func (b *Book) Record(a *bus.Applied) {
 	ctrl := a.Controller.ID()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.refLocked(ctrl+"/"+a.ParentUID, a.WorkSeq, a.Inputs)
+	if len(a.Inputs) > 0 {
+		// A note with writes only (sent as each write happens) says
+		// nothing about what the hook was shown.
+		b.refLocked(ctrl+"/"+a.ParentUID, a.WorkSeq, a.Inputs)
+	}
 	for _, w := range a.Writes {
 		if w.UID == "" || w.To == "" {
 			continue
 		}
 		key := ctrl + "/" + w.UID
 		prev := b.writesLocked(key)
+		if slices.Contains(prev, w) {
+			continue // the same note twice (recorded in-process, then broadcast)
+		}
 		if len(b.writes) >= b.size {
 			b.wold, b.writes = b.writes, make(map[string][]bus.Write, len(b.writes))
 		}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/discovery"
+	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/obs"
 	"github.com/metabus/metabus/pkg/revstore"
@@ -67,6 +68,10 @@ type Deps struct {
 	Metrics   prometheus.Registerer
 	Health    *obs.Health
 	Trace     obs.Tracer
+	// Echoes, if set, is the Book of the dispatchers and watcher in this
+	// process: applied notes are recorded in it at once, before the
+	// broadcast, so that an echo never outruns its note in-process.
+	Echoes *echo.Book
 }
 
 // Applier is a running applier.
@@ -84,6 +89,7 @@ type Applier struct {
 	metrics *metrics
 	trace   obs.Tracer
 	nc      *nats.Conn
+	echoes  *echo.Book
 
 	// written is this replica's last write of each parent (read your
 	// writes), "<group>/<resource>=<resourceVersion>" by controller/parent.
@@ -139,6 +145,7 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 		metrics: newMetrics(deps.Metrics),
 		trace:   deps.Trace,
 		nc:      deps.NC,
+		echoes:  deps.Echoes,
 		written: map[string]string{},
 	}, nil
 }
@@ -203,7 +210,7 @@ func (a *Applier) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	start := time.Now()
-	wl := &writeLog{}
+	wl := a.newWriteLog(&ds)
 	res := a.traced(withWriteLog(ctx, wl), &ds)
 	a.metrics.applies.WithLabelValues(res.result).Inc()
 	a.metrics.applySeconds.WithLabelValues(res.result).Observe(time.Since(start).Seconds())

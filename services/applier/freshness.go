@@ -70,6 +70,9 @@ func (a *Applier) freshness(ds *bus.DesiredState) map[string]string {
 // sees, which is news to it.
 type writeLog struct {
 	writes []bus.Write
+	// onWrite tells watchers and dispatchers at once: the event of a
+	// write can reach them before the apply has finished.
+	onWrite func(bus.Write)
 }
 
 type writeLogKey struct{}
@@ -86,17 +89,41 @@ func logWrite(ctx context.Context, base, out *unstructured.Unstructured) {
 		base.GetResourceVersion() == "" || out.GetResourceVersion() == "" {
 		return
 	}
-	wl.writes = append(wl.writes, bus.Write{UID: string(out.GetUID()), From: base.GetResourceVersion(), To: out.GetResourceVersion()})
+	w := bus.Write{UID: string(out.GetUID()), From: base.GetResourceVersion(), To: out.GetResourceVersion()}
+	wl.writes = append(wl.writes, w)
+	if wl.onWrite != nil {
+		wl.onWrite(w)
+	}
+}
+
+// newWriteLog starts the write log of applying ds.
+func (a *Applier) newWriteLog(ds *bus.DesiredState) *writeLog {
+	wl := &writeLog{}
+	if len(ds.Inputs) > 0 {
+		wl.onWrite = func(w bus.Write) {
+			a.publishNote(&bus.Applied{Controller: ds.Controller, ParentUID: ds.Parent.UID, WorkSeq: ds.WorkSeq, Writes: []bus.Write{w}})
+		}
+	}
+	return wl
 }
 
 // noteApplied broadcasts that ds was applied completely. Only desired
 // states that list their inputs take part: a rolling update's sync also
 // depends on ControllerRevisions, so its writes are never treated as echoes.
 func (a *Applier) noteApplied(ds *bus.DesiredState, wl *writeLog) {
-	if len(ds.Inputs) == 0 || a.nc == nil {
+	if len(ds.Inputs) == 0 {
 		return
 	}
-	note := &bus.Applied{Controller: ds.Controller, ParentUID: ds.Parent.UID, WorkSeq: ds.WorkSeq, Inputs: ds.Inputs, Writes: wl.writes}
+	a.publishNote(&bus.Applied{Controller: ds.Controller, ParentUID: ds.Parent.UID, WorkSeq: ds.WorkSeq, Inputs: ds.Inputs, Writes: wl.writes})
+}
+
+// publishNote records a note in this process's Book, if it shares one, and
+// broadcasts it to the others.
+func (a *Applier) publishNote(note *bus.Applied) {
+	a.echoes.Record(note) // nil-safe: only in a composed process
+	if a.nc == nil {
+		return
+	}
 	if err := echo.Publish(a.nc, note); err != nil {
 		a.log.Debug("publish applied note", zap.Error(err))
 	}

@@ -71,6 +71,9 @@ type Deps struct {
 	Metrics   prometheus.Registerer
 	Health    *obs.Health
 	Trace     obs.Tracer
+	// Echoes, if set, is a Book shared in this process (fed by its
+	// composer); nil makes the dispatcher keep and feed its own.
+	Echoes *echo.Book
 }
 
 // Dispatcher is a running dispatcher.
@@ -148,7 +151,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		timers:    map[string]*time.Timer{},
 		customize: map[string]customizeEntry{},
 		nc:        deps.NC,
-		echoes:    echo.NewBook(0),
+		echoes:    deps.Echoes,
 	}
 	d.hooks = hooks.New(hooks.Options{
 		Secrets:    kubeSecrets{kube},
@@ -164,11 +167,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if err := bus.WaitReady(ctx, d.js); err != nil {
 		return err
 	}
-	sub, err := d.echoes.Subscribe(d.nc)
-	if err != nil {
-		return fmt.Errorf("subscribe to applied notes: %w", err)
+	if d.echoes == nil {
+		d.echoes = echo.NewBook(0)
+		sub, err := d.echoes.Subscribe(d.nc)
+		if err != nil {
+			return fmt.Errorf("subscribe to applied notes: %w", err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
 	}
-	defer func() { _ = sub.Unsubscribe() }()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	logErr := func(err error) { d.log.Warn("bus", zap.Error(err)) }

@@ -108,6 +108,9 @@ type Deps struct {
 	Log     *zap.Logger
 	Metrics prometheus.Registerer
 	Health  *obs.Health
+	// Echoes, if set, is a Book shared in this process (fed by its
+	// composer); nil makes the watcher keep and feed its own.
+	Echoes *echo.Book
 }
 
 // Watcher is a running watcher.
@@ -192,7 +195,7 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 		wirings:     map[string]controllerWiring{},
 		ctrlHandles: map[string]*informers.Handle{},
 		pending:     map[string]*bus.WorkItem{},
-		echoes:      echo.NewBook(0),
+		echoes:      deps.Echoes,
 		pace:        newPacer(),
 		ctrlQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -236,11 +239,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return fmt.Errorf("subscribe to related-rules broadcasts: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	esub, err := w.echoes.Subscribe(w.nc)
-	if err != nil {
-		return fmt.Errorf("subscribe to applied notes: %w", err)
+	if w.echoes == nil {
+		w.echoes = echo.NewBook(0)
+		esub, err := w.echoes.Subscribe(w.nc)
+		if err != nil {
+			return fmt.Errorf("subscribe to applied notes: %w", err)
+		}
+		defer func() { _ = esub.Unsubscribe() }()
 	}
-	defer func() { _ = esub.Unsubscribe() }()
 	if w.cfg.ServeSnapshots {
 		stop, err := w.serveSnapshots(ctx)
 		if err != nil {
