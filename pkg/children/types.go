@@ -133,10 +133,42 @@ func checkRules(rules []Rule) error {
 			errs = append(errs, fmt.Errorf("rule %d (%s.%s) has unknown update method %q", i, r.Kind, r.APIVersion, r.Method))
 		}
 	}
+	if err := CheckDistinct("rules", rules); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("children: invalid child rules: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// CheckDistinct rejects a list of rules (field names it in the message, e.g.
+// "spec.childResources") that declares one resource twice: the same API group and kind, in
+// the same version or in two (autoscaling/v1 and autoscaling/v2 HorizontalPodAutoscalers are
+// the same objects). Such a list cannot be planned consistently: each object would be observed
+// once per rule but desired under one only, so every sync would delete and recreate it. Rules
+// without a kind (not resolved) are left to the other checks.
+func CheckDistinct(field string, rules []Rule) error {
+	var errs []error
+	first := make(map[[2]string]int, len(rules))
+	for i, r := range rules {
+		if r.Kind == "" {
+			continue
+		}
+		gk := [2]string{apiGroup(r.APIVersion), r.Kind}
+		j, dup := first[gk]
+		if !dup {
+			first[gk] = i
+			continue
+		}
+		how := "too"
+		if rules[j].APIVersion != r.APIVersion {
+			how = "as " + rules[j].APIVersion
+		}
+		errs = append(errs, fmt.Errorf("%s[%d] declares %s.%s, which %s[%d] declares %s: list each resource once, in one version",
+			field, i, r.Kind, r.APIVersion, field, j, how))
+	}
+	return errors.Join(errs...)
 }
 
 // checkOwner rejects an owner whose scope and namespace disagree.

@@ -395,6 +395,9 @@ func (a *Applier) rules(ctx context.Context, cc *v1alpha1.CompositeController) (
 		}
 		rules = append(rules, r)
 	}
+	if err := children.CheckDistinct("spec.childResources", rules); err != nil {
+		return nil, err
+	}
 	return rules, nil
 }
 

@@ -158,6 +158,9 @@ func (a *Applier) attachmentRules(ctx context.Context, dc *v1alpha1.DecoratorCon
 		}
 		rules = append(rules, r)
 	}
+	if err := children.CheckDistinct("spec.attachments", rules); err != nil {
+		return nil, err
+	}
 	return rules, nil
 }
 
