@@ -156,13 +156,30 @@ func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.Desi
 	// The answer is on its way: until the world changes beyond our own
 	// writes, syncing again would show the hook what it has answered.
 	d.echoes.Called(c.item.Controller.ID(), c.parent.UID, c.seq, c.inputs)
-	if ds.ResyncAfterSeconds > 0 {
+	if delay, ok := resyncDelay(ds.ResyncAfterSeconds); ok {
 		next := c.item
 		next.Reason, next.Attempt, next.EnqueuedAt = bus.ReasonResyncAfter, 0, time.Time{}
 		next.MinResourceVersions = nil
-		d.resyncAfter(ctx, next, time.Duration(ds.ResyncAfterSeconds*float64(time.Second)))
+		d.resyncAfter(ctx, next, delay)
 	}
 	return outcome{result: "ok"}
+}
+
+// maxResyncAfter bounds a hook's resyncAfterSeconds. Longer delays gain nothing over the
+// periodic resyncs, and values from about 9.2e9 s on would overflow time.Duration into a
+// negative delay, which re-syncs the parent in a hot loop.
+const maxResyncAfter = 24 * time.Hour
+
+// resyncDelay converts a hook's resyncAfterSeconds into a delay, at most maxResyncAfter; ok is
+// false when it asks for no resync (zero, negative or NaN).
+func resyncDelay(seconds float64) (delay time.Duration, ok bool) {
+	if !(seconds > 0) { // also false for NaN
+		return 0, false
+	}
+	if seconds >= maxResyncAfter.Seconds() { // compared as float: no overflow
+		return maxResyncAfter, true
+	}
+	return time.Duration(seconds * float64(time.Second)), true
 }
 
 func cacheKey(c syncCall) string {
