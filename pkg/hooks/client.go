@@ -45,7 +45,8 @@ type Options struct {
 	// MaxResponseBytes bounds a reply body (DefaultMaxResponseBytes if ≤0); a larger one is a
 	// DecodeError, so a hostile or broken hook cannot exhaust memory.
 	MaxResponseBytes int64
-	// DefaultTimeout applies to webhooks without a positive timeout (DefaultTimeout if ≤0).
+	// DefaultTimeout applies to webhooks without a positive timeout (DefaultTimeout if ≤0; at
+	// most MaxTimeout, as every timeout).
 	DefaultTimeout time.Duration
 	// Now is the clock for ETag expiry, Secret refresh, Retry-After dates and ce-time
 	// (time.Now if nil).

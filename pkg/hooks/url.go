@@ -15,6 +15,11 @@ import (
 // DefaultTimeout is the webhook timeout when webhook.timeout is unset or not positive, as upstream.
 const DefaultTimeout = 10 * time.Second
 
+// MaxTimeout bounds every webhook timeout (webhook.timeout and Options.DefaultTimeout): a hook
+// call holds its work item, and with it the other parents of its partition, until it ends, so
+// one slow controller must not stall the others for longer.
+const MaxTimeout = 60 * time.Second
+
 // URL resolves the effective URL of a webhook. A non-empty url overrides service and path;
 // otherwise the URL is <protocol>://<name>.<namespace>:<port><path> with protocol "http" and
 // port 80 by default, resolved through cluster DNS.
@@ -86,16 +91,17 @@ func parseHookURL(raw string) (*url.URL, error) {
 }
 
 // Timeout returns the effective timeout of a webhook: webhook.timeout, or DefaultTimeout when
-// it is unset or not positive.
+// it is unset or not positive, at most MaxTimeout.
 func Timeout(w *v1alpha1.Webhook) time.Duration {
 	return timeoutOr(w, DefaultTimeout)
 }
 
 func timeoutOr(w *v1alpha1.Webhook, def time.Duration) time.Duration {
-	if w == nil || w.Timeout == nil || w.Timeout.Duration <= 0 {
-		return def
+	d := def
+	if w != nil && w.Timeout != nil && w.Timeout.Duration > 0 {
+		d = w.Timeout.Duration
 	}
-	return w.Timeout.Duration
+	return min(d, MaxTimeout)
 }
 
 // hostPort returns the lower-cased host and the effective port of u, folding the scheme's

@@ -1,10 +1,12 @@
 package hooks
 
 import (
+	"math"
 	"net/url"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
@@ -74,6 +76,37 @@ func TestTimeout(t *testing.T) {
 		if got := Timeout(tt.webhook); got != tt.want {
 			t.Errorf("%s: Timeout = %s, want %s", tt.reason, got, tt.want)
 		}
+	}
+}
+
+// One slow controller must not hold a partition's message for long: webhook.timeout (and the
+// default, Options.DefaultTimeout) is bounded at 60 s.
+func TestTimeoutIsBounded(t *testing.T) {
+	d := func(x time.Duration) *metav1.Duration { return &metav1.Duration{Duration: x} }
+	tests := []struct {
+		reason  string
+		webhook *v1alpha1.Webhook
+		def     time.Duration // the client's default timeout
+		want    time.Duration
+	}{
+		{reason: "below the bound", webhook: &v1alpha1.Webhook{Timeout: d(59 * time.Second)}, def: DefaultTimeout, want: 59 * time.Second},
+		{reason: "at the bound", webhook: &v1alpha1.Webhook{Timeout: d(60 * time.Second)}, def: DefaultTimeout, want: 60 * time.Second},
+		{reason: "above the bound", webhook: &v1alpha1.Webhook{Timeout: d(61 * time.Second)}, def: DefaultTimeout, want: 60 * time.Second},
+		{reason: "an hour", webhook: &v1alpha1.Webhook{Timeout: d(time.Hour)}, def: DefaultTimeout, want: 60 * time.Second},
+		{reason: "the largest duration", webhook: &v1alpha1.Webhook{Timeout: d(math.MaxInt64)}, def: DefaultTimeout, want: 60 * time.Second},
+		{reason: "a default above the bound, webhook.timeout unset", webhook: &v1alpha1.Webhook{}, def: 5 * time.Minute, want: 60 * time.Second},
+		{reason: "a default above the bound, no webhook", def: 5 * time.Minute, want: 60 * time.Second},
+		{reason: "a default below the bound", webhook: &v1alpha1.Webhook{Timeout: d(0)}, def: 20 * time.Second, want: 20 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.reason, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, timeoutOr(tt.webhook, tt.def)); diff != "" {
+				t.Errorf("timeoutOr (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if diff := cmp.Diff(60*time.Second, Timeout(&v1alpha1.Webhook{Timeout: d(2 * time.Minute)})); diff != "" {
+		t.Errorf("Timeout of a 2m webhook.timeout (-want +got):\n%s", diff)
 	}
 }
 
