@@ -277,12 +277,11 @@ func (wr *decoratorWiring) onTarget(t *decoratorTarget, oldObj, obj any) {
 		if old.GetResourceVersion() == target.GetResourceVersion() {
 			return // informer resync: the bus has its own
 		}
-		if wr.w.ownWrite(wr.ref, target) {
-			return
-		}
 		if t.ignoreStatusChanges && !parentChangedBeyondStatus(old, target) {
 			return
 		}
+		wr.w.enqueueUpdate(wr.ref, t.res, target, t.res.GVR, target)
+		return
 	}
 	wr.w.enqueue(wr.ref, t.res, target, bus.ReasonEvent, t.res.GVR, target.GetResourceVersion())
 }
@@ -300,17 +299,25 @@ func (wr *decoratorWiring) onAttachment(gvr schema.GroupVersionResource, oldObj,
 	}
 	rv := a.GetResourceVersion()
 	if old, ok := oldObj.(*unstructured.Unstructured); ok {
-		if old.GetResourceVersion() == rv || wr.w.ownWrite(wr.ref, a) {
+		if old.GetResourceVersion() == rv {
+			return
+		}
+		if ref, oref := metav1.GetControllerOfNoCopy(a), metav1.GetControllerOfNoCopy(old); ref != nil && oref != nil &&
+			ref.UID == oref.UID && decorator.IsAttachment(old, wr.ref.Name) && decorator.IsAttachment(a, wr.ref.Name) {
+			// Same target: possibly our own write (an echo).
+			wr.enqueueOwner(gvr, a, rv, a)
 			return
 		}
 		// Released, re-owned or unmarked: the old target must hear about
 		// it too (the same target is merged into one work item).
-		wr.enqueueOwner(gvr, old, rv)
+		wr.enqueueOwner(gvr, old, rv, nil)
 	}
-	wr.enqueueOwner(gvr, a, rv)
+	wr.enqueueOwner(gvr, a, rv, nil)
 }
 
-func (wr *decoratorWiring) enqueueOwner(gvr schema.GroupVersionResource, a *unstructured.Unstructured, rv string) {
+// enqueueOwner enqueues the target an attachment belongs to; update is the
+// attachment if the event is an update that may be our own write.
+func (wr *decoratorWiring) enqueueOwner(gvr schema.GroupVersionResource, a *unstructured.Unstructured, rv string, update *unstructured.Unstructured) {
 	ref := metav1.GetControllerOfNoCopy(a)
 	if ref == nil || !decorator.IsAttachment(a, wr.ref.Name) {
 		return
@@ -324,7 +331,11 @@ func (wr *decoratorWiring) enqueueOwner(gvr schema.GroupVersionResource, a *unst
 			continue
 		}
 		if target, ok := t.h.ByUID(string(ref.UID)); ok && wr.selects(target) {
-			wr.w.enqueue(wr.ref, t.res, target, bus.ReasonEvent, gvr, rv)
+			if update != nil {
+				wr.w.enqueueUpdate(wr.ref, t.res, target, gvr, update)
+			} else {
+				wr.w.enqueue(wr.ref, t.res, target, bus.ReasonEvent, gvr, rv)
+			}
 			return
 		}
 	}

@@ -143,6 +143,12 @@ type Watcher struct {
 	resyncQueue workqueue.TypedInterface[string]
 	pmu         sync.Mutex
 	pending     map[string]*bus.WorkItem
+	// suspects says, per pending item, whether it may be nothing but
+	// echoes: it was caused only by update events (listed), which are
+	// checked against the applied notes when the item is about to be
+	// published, not when the event arrives: by then the note of a write
+	// whose event outran it has usually come in.
+	suspects map[string]*suspects
 	// pace spaces the real-change publishes of a parent that keeps
 	// changing (bursts coalesce; isolated changes go at once).
 	pace *pacer
@@ -195,6 +201,7 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 		wirings:     map[string]controllerWiring{},
 		ctrlHandles: map[string]*informers.Handle{},
 		pending:     map[string]*bus.WorkItem{},
+		suspects:    map[string]*suspects{},
 		echoes:      deps.Echoes,
 		pace:        newPacer(),
 		ctrlQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -376,31 +383,61 @@ func (w *Watcher) resyncAll(reason string) {
 // grKey is the freshness key of a resource: "<group>/<resource>".
 func grKey(gvr schema.GroupVersionResource) string { return gvr.Group + "/" + gvr.Resource }
 
-// ownWrite reports that an updated object is exactly the controller's own
-// latest write of it, as an applier's Applied note says: an echo, not news
-// to the controller's hook. Only updates are judged (callers pass the new
-// object of an update event); a note that arrives after its event lets the
-// dispatcher drop the sync instead.
-func (w *Watcher) ownWrite(ref bus.ControllerRef, obj *unstructured.Unstructured) bool {
-	if !w.echoes.Wrote(ref.ID(), string(obj.GetUID()), obj.GetResourceVersion()) {
+// suspects are the update events behind a pending item (object UID and
+// new resourceVersion), unless something else caused it too (news).
+type suspects struct {
+	news    bool
+	updates [][2]string
+}
+
+// maxSuspects bounds the updates remembered per pending item; past it the
+// item is simply published.
+const maxSuspects = 16
+
+// echoOnly reports whether every event behind a pending item was one of the
+// controller's own writes (an applier's note lists it): not news to its
+// hook, so the item need not be published.
+func (w *Watcher) echoOnly(ctrlID string, s *suspects) bool {
+	if s == nil || s.news || len(s.updates) == 0 {
 		return false
 	}
-	w.metrics.echoes.Inc()
+	for _, u := range s.updates {
+		if !w.echoes.Wrote(ctrlID, u[0], u[1]) {
+			return false
+		}
+	}
 	return true
 }
 
 // enqueue records that parent needs a sync because an object of gvr changed
 // to resourceVersion rv.
 func (w *Watcher) enqueue(ref bus.ControllerRef, parentRes *discovery.Resource, parent *unstructured.Unstructured, reason string, gvr schema.GroupVersionResource, rv string) {
-	w.enqueueItem(ref, parentRes, parent, reason, gvr, rv, "")
+	w.enqueueItem(ref, parentRes, parent, reason, gvr, rv, "", nil)
 }
 
-func (w *Watcher) enqueueItem(ref bus.ControllerRef, parentRes *discovery.Resource, parent *unstructured.Unstructured, reason string, gvr schema.GroupVersionResource, rv, finalizer string) {
+// enqueueUpdate is enqueue for an update event of obj (the parent itself or
+// an object mapped to it), which may turn out to be the controller's own
+// write.
+func (w *Watcher) enqueueUpdate(ref bus.ControllerRef, parentRes *discovery.Resource, parent *unstructured.Unstructured, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) {
+	w.enqueueItem(ref, parentRes, parent, bus.ReasonEvent, gvr, obj.GetResourceVersion(), "", obj)
+}
+
+func (w *Watcher) enqueueItem(ref bus.ControllerRef, parentRes *discovery.Resource, parent *unstructured.Unstructured, reason string, gvr schema.GroupVersionResource, rv, finalizer string, update *unstructured.Unstructured) {
 	if !w.leader.Load() {
 		return
 	}
 	key := ref.ID() + "/" + string(parent.GetUID())
 	w.pmu.Lock()
+	sus := w.suspects[key]
+	if sus == nil {
+		sus = &suspects{}
+		w.suspects[key] = sus
+	}
+	if update == nil || reason != bus.ReasonEvent || len(sus.updates) >= maxSuspects {
+		sus.news = true
+	} else {
+		sus.updates = append(sus.updates, [2]string{string(update.GetUID()), update.GetResourceVersion()})
+	}
 	item, ok := w.pending[key]
 	if !ok {
 		item = &bus.WorkItem{
@@ -444,7 +481,7 @@ func (w *Watcher) enqueueItem(ref bus.ControllerRef, parentRes *discovery.Resour
 
 // enqueueRelease queues the removal of finalizer from parent.
 func (w *Watcher) enqueueRelease(ref bus.ControllerRef, parentRes *discovery.Resource, parent *unstructured.Unstructured, finalizer string) {
-	w.enqueueItem(ref, parentRes, parent, bus.ReasonRelease, parentRes.GVR, "", finalizer)
+	w.enqueueItem(ref, parentRes, parent, bus.ReasonRelease, parentRes.GVR, "", finalizer, nil)
 }
 
 func (w *Watcher) runPublisher(ctx context.Context) {
@@ -456,8 +493,13 @@ func (w *Watcher) runPublisher(ctx context.Context) {
 		w.pmu.Lock()
 		item := w.pending[key]
 		delete(w.pending, key)
+		sus := w.suspects[key]
+		delete(w.suspects, key)
 		w.pmu.Unlock()
-		if item == nil {
+		if item == nil || (item.Reason == bus.ReasonEvent && w.echoOnly(item.Controller.ID(), sus)) {
+			if item != nil {
+				w.metrics.echoes.Inc()
+			}
 			w.queue.Forget(key)
 			w.queue.Done(key)
 			continue
@@ -504,6 +546,7 @@ func (w *Watcher) runResyncPacer(ctx context.Context) {
 		item := w.pending[key]
 		if item != nil && item.Reason == bus.ReasonResync {
 			delete(w.pending, key)
+			delete(w.suspects, key)
 		} else {
 			// Gone, or upgraded to a real change that the main queue
 			// publishes.

@@ -396,12 +396,11 @@ func (wr *wiring) onParent(oldObj, obj any) {
 		if old.GetResourceVersion() == parent.GetResourceVersion() {
 			return // informer resync: the bus has its own
 		}
-		if wr.w.ownWrite(wr.ref, parent) {
-			return
-		}
 		if ign := wr.spec.ParentResource.IgnoreStatusChanges; ign != nil && *ign && !parentChangedBeyondStatus(old, parent) {
 			return
 		}
+		wr.w.enqueueUpdate(wr.ref, wr.parentRes, parent, wr.parentRes.GVR, parent)
+		return
 	}
 	wr.w.enqueue(wr.ref, wr.parentRes, parent, bus.ReasonEvent, wr.parentRes.GVR, parent.GetResourceVersion())
 }
@@ -425,18 +424,23 @@ func (wr *wiring) onChild(gvr schema.GroupVersionResource, oldObj, obj any) {
 		return
 	}
 	rv := child.GetResourceVersion()
+	// update is the child when this is an update that leaves its
+	// controller as it was: possibly our own write (an echo).
+	var update *unstructured.Unstructured
 	if old, ok := oldObj.(*unstructured.Unstructured); ok {
-		if old.GetResourceVersion() == rv || wr.w.ownWrite(wr.ref, child) {
+		if old.GetResourceVersion() == rv {
 			return
 		}
 		// The controller changed (released or adopted elsewhere): the
 		// old owner must hear about it too.
 		if oref, nref := metav1.GetControllerOf(old), metav1.GetControllerOf(child); oref != nil && (nref == nil || oref.UID != nref.UID) {
-			wr.enqueueOwner(gvr, old, oref, rv)
+			wr.enqueueOwner(gvr, old, oref, rv, nil)
+		} else {
+			update = child
 		}
 	}
 	if ref := metav1.GetControllerOf(child); ref != nil {
-		wr.enqueueOwner(gvr, child, ref, rv)
+		wr.enqueueOwner(gvr, child, ref, rv, update)
 		return
 	}
 	// An orphan: every parent in its namespace whose selector matches may
@@ -456,13 +460,19 @@ func (wr *wiring) onChild(gvr schema.GroupVersionResource, oldObj, obj any) {
 	}
 }
 
-func (wr *wiring) enqueueOwner(gvr schema.GroupVersionResource, child *unstructured.Unstructured, ref *metav1.OwnerReference, rv string) {
+// enqueueOwner enqueues the parent that ref names; update is the child if
+// the event is an update that may be our own write (nil otherwise).
+func (wr *wiring) enqueueOwner(gvr schema.GroupVersionResource, child *unstructured.Unstructured, ref *metav1.OwnerReference, rv string, update *unstructured.Unstructured) {
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
 	if err != nil || ref.Kind != wr.parentRes.Kind || gv.Group != wr.parentRes.GVR.Group {
 		return
 	}
 	parent, ok := wr.parent.ByUID(string(ref.UID))
 	if !ok || !wr.selects(parent) {
+		return
+	}
+	if update != nil {
+		wr.w.enqueueUpdate(wr.ref, wr.parentRes, parent, gvr, update)
 		return
 	}
 	wr.w.enqueue(wr.ref, wr.parentRes, parent, bus.ReasonEvent, gvr, rv)

@@ -1,0 +1,96 @@
+package applier
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+
+	"github.com/metabus/metabus/pkg/children"
+)
+
+// A create that finds the name taken is only an error when the object is not this parent's:
+// two syncs of one parent in quick succession can both plan the create of a child, because the
+// second one's snapshot did not show the first one's new child yet.
+func TestCreateOfAChildThatAlreadyExists(t *testing.T) {
+	owner := children.Owner{APIVersion: "example.com/v1", Kind: "Thing", Namespace: "ns", Name: "web", UID: "parent-uid", Namespaced: true}
+	rule := &children.Rule{APIVersion: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true}
+	configMap := func(refs ...metav1.OwnerReference) *unstructured.Unstructured {
+		o := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": "web-config", "namespace": "ns"},
+			"data":     map[string]any{"k": "v"},
+		}}
+		o.SetOwnerReferences(refs)
+		return o
+	}
+	ours := children.ControllerRef(owner)
+	previousIncarnation := children.ControllerRef(owner)
+	previousIncarnation.UID = "old-parent-uid"
+	otherKind := children.ControllerRef(owner)
+	otherKind.Kind = "OtherThing"
+	notController := children.ControllerRef(owner)
+	notController.Controller = nil
+	someoneElse := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "x", UID: "other-uid", Controller: ptr(true)}
+	notControlling := *someoneElse.DeepCopy()
+	notControlling.Controller = nil
+	const notOurs = "create ConfigMap ns/web-config: it already exists and is not controlled by this parent"
+
+	tests := []struct {
+		reason   string
+		existing *unstructured.Unstructured // nil: the name is free
+		wantErr  string
+	}{
+		{reason: "the name is free: created", existing: nil},
+		{reason: "already created by this parent (not yet in the cache): not an error", existing: configMap(ours)},
+		{reason: "this parent's among other, non-controller references: not an error", existing: configMap(notControlling, ours)},
+		{reason: "controlled by someone else", existing: configMap(someoneElse), wantErr: notOurs},
+		{reason: "controlled by a previous parent of the same name", existing: configMap(previousIncarnation), wantErr: notOurs},
+		{reason: "the same UID under another kind", existing: configMap(otherKind), wantErr: notOurs},
+		{reason: "referencing this parent, but not as controller", existing: configMap(notController), wantErr: notOurs},
+		{reason: "an orphan", existing: configMap(), wantErr: notOurs},
+	}
+	for _, tt := range tests {
+		t.Run(tt.reason, func(t *testing.T) {
+			var objs []runtime.Object
+			if tt.existing != nil {
+				objs = append(objs, tt.existing.DeepCopy())
+			}
+			dyn := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), objs...)
+			a := &Applier{log: zap.NewNop(), dyn: dyn, metrics: newMetrics(nil)}
+			acts, err := children.Plan(owner, []children.Rule{*rule}, nil, []children.Desired{{Rule: rule, Object: configMap()}})
+			if err != nil || len(acts) != 1 || acts[0].Op != children.OpCreate {
+				t.Fatalf("Plan = %v, %v; want one create", acts, err)
+			}
+			if diff := cmp.Diff(tt.wantErr, errString(a.write(context.Background(), acts[0]))); diff != "" {
+				t.Errorf("write error (-want +got):\n%s", diff)
+			}
+			got, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace("ns").Get(context.Background(), "web-config", metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("get the child: %v", err)
+			}
+			want := tt.existing
+			if want == nil {
+				want = acts[0].Object
+			}
+			if diff := cmp.Diff(want.GetOwnerReferences(), got.GetOwnerReferences()); diff != "" {
+				t.Errorf("the child's owner references changed (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
