@@ -131,6 +131,15 @@ type Book struct {
 	refs, old map[string]ref         // by controller ID / parent UID
 	writes    map[string][]bus.Write // by controller ID / object UID, newest last
 	wold      map[string][]bus.Write
+	// inflight are writes this process has sent but not yet heard back
+	// from, by controller ID / object UID (a parent's applies are serial,
+	// so an object has at most one).
+	inflight map[string]*flight
+}
+
+type flight struct {
+	from string
+	done chan struct{}
 }
 
 type ref struct {
@@ -145,7 +154,7 @@ func NewBook(size int) *Book {
 		size = DefaultSize
 	}
 	return &Book{size: size, refs: map[string]ref{}, old: map[string]ref{},
-		writes: map[string][]bus.Write{}, wold: map[string][]bus.Write{}}
+		writes: map[string][]bus.Write{}, wold: map[string][]bus.Write{}, inflight: map[string]*flight{}}
 }
 
 // Record takes an applier's note in: its writes, and its inputs (if any)
@@ -163,21 +172,71 @@ func (b *Book) Record(a *bus.Applied) {
 		b.refLocked(ctrl+"/"+a.ParentUID, a.WorkSeq, a.Inputs)
 	}
 	for _, w := range a.Writes {
-		if w.UID == "" || w.To == "" {
-			continue
-		}
-		key := ctrl + "/" + w.UID
-		prev := b.writesLocked(key)
-		if slices.Contains(prev, w) {
-			continue // the same note twice (recorded in-process, then broadcast)
-		}
-		if len(b.writes) >= b.size {
-			b.wold, b.writes = b.writes, make(map[string][]bus.Write, len(b.writes))
-		}
-		ws := make([]bus.Write, 0, recentWrites)
-		ws = append(ws, prev[max(0, len(prev)-(recentWrites-1)):]...)
-		b.writes[key] = append(ws, w)
+		b.addWriteLocked(ctrl, w)
 	}
+}
+
+func (b *Book) addWriteLocked(ctrl string, w bus.Write) {
+	if w.UID == "" || w.To == "" {
+		return
+	}
+	key := ctrl + "/" + w.UID
+	prev := b.writesLocked(key)
+	if slices.Contains(prev, w) {
+		return // the same write twice (recorded in-process, then broadcast)
+	}
+	if len(b.writes) >= b.size {
+		b.wold, b.writes = b.writes, make(map[string][]bus.Write, len(b.writes))
+	}
+	ws := make([]bus.Write, 0, recentWrites)
+	ws = append(ws, prev[max(0, len(prev)-(recentWrites-1)):]...)
+	b.writes[key] = append(ws, w)
+}
+
+// Begin records that this process is about to update object uid of the
+// controller, written against resourceVersion from. The returned function
+// must be called when the write returns, with the resourceVersion it
+// produced ("" if it failed). Until then, Await lets a sync that would be an
+// echo once the write is known wait for it instead of calling the hook: the
+// write's watch event can reach a dispatcher before the writer has read the
+// API server's answer.
+func (b *Book) Begin(ctrlID, uid, from string) func(to string) {
+	if b == nil || uid == "" || from == "" {
+		return func(string) {}
+	}
+	key := ctrlID + "/" + uid
+	f := &flight{from: from, done: make(chan struct{})}
+	b.mu.Lock()
+	b.inflight[key] = f
+	b.mu.Unlock()
+	return func(to string) {
+		b.mu.Lock()
+		if to != "" {
+			b.addWriteLocked(ctrlID, bus.Write{UID: uid, From: from, To: to})
+		}
+		if b.inflight[key] == f {
+			delete(b.inflight, key)
+		}
+		b.mu.Unlock()
+		close(f.done)
+	}
+}
+
+// Await returns a channel that closes when a write in flight on one of the
+// objects in now returns, or nil if none is in flight: a sync that is not
+// an echo yet may become one then.
+func (b *Book) Await(ctrlID string, now map[string]string) <-chan struct{} {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for uid := range now {
+		if f := b.inflight[ctrlID+"/"+uid]; f != nil {
+			return f.done
+		}
+	}
+	return nil
 }
 
 // Called records that the hook of the parent was called at work sequence

@@ -177,3 +177,54 @@ func TestBook(t *testing.T) {
 		}
 	})
 }
+
+func TestBookInFlight(t *testing.T) {
+	ctrl := bus.ControllerRef{Kind: "CompositeController", Name: "c"}.ID()
+	b := NewBook(0)
+	b.Called(ctrl, "p", 1, map[string]string{"p": "1"})
+	now := map[string]string{"p": "2"}
+
+	t.Run("nothing in flight", func(t *testing.T) {
+		if b.Await(ctrl, now) != nil {
+			t.Error("no write in flight, yet Await returned a channel")
+		}
+	})
+	finish := b.Begin(ctrl, "p", "1")
+	wait := b.Await(ctrl, now)
+	t.Run("in flight", func(t *testing.T) {
+		if wait == nil {
+			t.Fatal("a write in flight on an input must be awaitable")
+		}
+		if b.Echo(ctrl, "p", now) {
+			t.Error("before the write returns, its result is unknown")
+		}
+	})
+	finish("2")
+	t.Run("returned", func(t *testing.T) {
+		select {
+		case <-wait:
+		default:
+			t.Fatal("Await's channel did not close when the write returned")
+		}
+		if !b.Echo(ctrl, "p", now) {
+			t.Error("once the write returned, its result is an echo")
+		}
+		if b.Await(ctrl, now) != nil {
+			t.Error("a returned write is still in flight")
+		}
+	})
+	t.Run("failed write", func(t *testing.T) {
+		done := b.Begin(ctrl, "p", "2")
+		done("")
+		if b.Echo(ctrl, "p", map[string]string{"p": "3"}) {
+			t.Error("a failed write produced nothing of ours")
+		}
+	})
+	t.Run("other controller", func(t *testing.T) {
+		done := b.Begin(ctrl, "p", "2")
+		defer done("")
+		if b.Await(bus.ControllerRef{Kind: "DecoratorController", Name: "d"}.ID(), now) != nil {
+			t.Error("one controller's write in flight is no reason for another to wait")
+		}
+	})
+}

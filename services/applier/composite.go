@@ -333,11 +333,13 @@ func (a *Applier) setFinalizer(ctx context.Context, ds *bus.DesiredState, parent
 		verb = "remove_finalizer"
 	}
 	a.metrics.writes.WithLabelValues(verb, ds.Parent.Resource).Inc()
+	finish := startWrite(ctx, parent)
 	out, err := c.Patch(ctx, parent.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
+	finish(out)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s on %s: %w", strings.ReplaceAll(verb, "_", " "), finalizer, key(parent), err)
 	}
-	a.wrote(ctx, ds, parent, out)
+	a.wrote(ds, out)
 	return out, nil
 }
 
@@ -443,7 +445,9 @@ func (a *Applier) write(ctx context.Context, act children.Action) error {
 		}
 	case children.OpUpdate:
 		a.metrics.writes.WithLabelValues("update", act.Rule.Resource).Inc()
+		finish := startWrite(ctx, obj)
 		out, err := c.Update(ctx, obj, metav1.UpdateOptions{})
+		finish(out)
 		if err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil // deleted meanwhile; the next sync recreates it
@@ -453,7 +457,6 @@ func (a *Applier) write(ctx context.Context, act children.Action) error {
 			}
 			return fmt.Errorf("update %s: %w", what, err)
 		}
-		logWrite(ctx, obj, out)
 	case children.OpDelete:
 		a.metrics.writes.WithLabelValues("delete", act.Rule.Resource).Inc()
 		uid := obj.GetUID()
@@ -527,7 +530,9 @@ func (a *Applier) writeStatus(ctx context.Context, ds *bus.DesiredState, parent 
 		ri = r.Namespace(parent.GetNamespace())
 	}
 	a.metrics.writes.WithLabelValues("update_status", ds.Parent.Resource).Inc()
+	finish := startWrite(ctx, parent)
 	out, err := ri.UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	finish(out)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return parent, nil
@@ -537,7 +542,7 @@ func (a *Applier) writeStatus(ctx context.Context, ds *bus.DesiredState, parent 
 		}
 		return nil, fmt.Errorf("update status of %s: %w", key(parent), err)
 	}
-	a.wrote(ctx, ds, parent, out)
+	a.wrote(ds, out)
 	return out, nil
 }
 

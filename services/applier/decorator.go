@@ -177,11 +177,13 @@ func (a *Applier) patchTarget(ctx context.Context, ds *bus.DesiredState, target 
 		return nil, err
 	}
 	a.metrics.writes.WithLabelValues("patch_target", ds.Parent.Resource).Inc()
+	finish := startWrite(ctx, target)
 	out, err := c.Patch(ctx, target.GetName(), types.MergePatchType, data, metav1.PatchOptions{})
+	finish(out)
 	if err != nil {
 		return nil, fmt.Errorf("patch labels/annotations/finalizers of %s: %w", key(target), err)
 	}
-	a.wrote(ctx, ds, target, out)
+	a.wrote(ds, out)
 	return out, nil
 }
 
@@ -195,7 +197,9 @@ func (a *Applier) writeTargetStatus(ctx context.Context, ds *bus.DesiredState, t
 	updated := target.DeepCopy()
 	updated.Object["status"] = status
 	a.metrics.writes.WithLabelValues("update_status", ds.Parent.Resource).Inc()
+	finish := startWrite(ctx, target)
 	out, err := c.UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	finish(out)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return target, nil
@@ -205,6 +209,6 @@ func (a *Applier) writeTargetStatus(ctx context.Context, ds *bus.DesiredState, t
 		}
 		return nil, fmt.Errorf("update status of %s: %w", key(target), err)
 	}
-	a.wrote(ctx, ds, target, out)
+	a.wrote(ds, out)
 	return out, nil
 }

@@ -23,11 +23,10 @@ const maxWritten = 100000
 // taken before the write; without this the applier would compare against
 // the stale cached parent and write with its stale resourceVersion: a 409,
 // a requeue and one more hook call (measured on 11-25% of idle changes).
-func (a *Applier) wrote(ctx context.Context, ds *bus.DesiredState, base, out *unstructured.Unstructured) {
+func (a *Applier) wrote(ds *bus.DesiredState, out *unstructured.Unstructured) {
 	if out == nil || out.GetResourceVersion() == "" {
 		return
 	}
-	logWrite(ctx, base, out)
 	gv, err := schema.ParseGroupVersion(ds.Parent.APIVersion)
 	if err != nil {
 		return
@@ -73,6 +72,9 @@ type writeLog struct {
 	// onWrite tells watchers and dispatchers at once: the event of a
 	// write can reach them before the apply has finished.
 	onWrite func(bus.Write)
+	// begin announces a write in flight to this process's Book (whose
+	// dispatchers then wait for it rather than call the hook on its echo).
+	begin func(uid, from string) func(to string)
 }
 
 type writeLogKey struct{}
@@ -81,18 +83,30 @@ func withWriteLog(ctx context.Context, wl *writeLog) context.Context {
 	return context.WithValue(ctx, writeLogKey{}, wl)
 }
 
-// logWrite records an update of base (the object as written against) that
-// produced out.
-func logWrite(ctx context.Context, base, out *unstructured.Unstructured) {
+// startWrite announces an update of base (the object as written against)
+// to this process's Book; call the returned function with the written
+// object, or nil if the write failed. A successful update is logged.
+func startWrite(ctx context.Context, base *unstructured.Unstructured) func(out *unstructured.Unstructured) {
 	wl, _ := ctx.Value(writeLogKey{}).(*writeLog)
-	if wl == nil || base == nil || out == nil || base.GetUID() != out.GetUID() ||
-		base.GetResourceVersion() == "" || out.GetResourceVersion() == "" {
-		return
+	if wl == nil || base == nil || base.GetResourceVersion() == "" {
+		return func(*unstructured.Unstructured) {}
 	}
-	w := bus.Write{UID: string(out.GetUID()), From: base.GetResourceVersion(), To: out.GetResourceVersion()}
-	wl.writes = append(wl.writes, w)
-	if wl.onWrite != nil {
-		wl.onWrite(w)
+	uid, from := string(base.GetUID()), base.GetResourceVersion()
+	done := func(string) {}
+	if wl.begin != nil {
+		done = wl.begin(uid, from)
+	}
+	return func(out *unstructured.Unstructured) {
+		if out == nil || string(out.GetUID()) != uid || out.GetResourceVersion() == "" {
+			done("")
+			return
+		}
+		w := bus.Write{UID: uid, From: from, To: out.GetResourceVersion()}
+		wl.writes = append(wl.writes, w)
+		done(w.To)
+		if wl.onWrite != nil {
+			wl.onWrite(w)
+		}
 	}
 }
 
@@ -100,6 +114,10 @@ func logWrite(ctx context.Context, base, out *unstructured.Unstructured) {
 func (a *Applier) newWriteLog(ds *bus.DesiredState) *writeLog {
 	wl := &writeLog{}
 	if len(ds.Inputs) > 0 {
+		ctrl := ds.Controller.ID()
+		if a.echoes != nil {
+			wl.begin = func(uid, from string) func(string) { return a.echoes.Begin(ctrl, uid, from) }
+		}
 		wl.onWrite = func(w bus.Write) {
 			a.publishNote(&bus.Applied{Controller: ds.Controller, ParentUID: ds.Parent.UID, WorkSeq: ds.WorkSeq, Writes: []bus.Write{w}})
 		}

@@ -123,7 +123,7 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 		// A rolling parent's sync also depends on its ControllerRevisions,
 		// which the inputs do not cover: it is never an echo.
 		inputs = echo.Inputs(snap)
-		if d.echoed(item, inputs) {
+		if d.echoed(ctx, item, inputs) {
 			return outcome{result: "echo"}
 		}
 	}

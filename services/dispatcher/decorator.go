@@ -52,7 +52,7 @@ func (d *Dispatcher) syncDecorator(ctx context.Context, item bus.WorkItem, seq u
 		target = snap.Parent
 	}
 	inputs := echo.Inputs(snap)
-	if d.echoed(item, inputs) {
+	if d.echoed(ctx, item, inputs) {
 		return outcome{result: "echo"}
 	}
 	selected, err := decorator.Selected(dc.Spec, target, resource)

@@ -307,12 +307,32 @@ type outcome struct {
 // last time plus what the applier wrote from its answer. Such a sync is
 // settled without a hook call. Retries, resyncs and requeues always call
 // the hook (a failed write, or time, may have changed the answer).
-func (d *Dispatcher) echoed(item bus.WorkItem, inputs map[string]string) bool {
-	if item.Reason != bus.ReasonEvent || !d.echoes.Echo(item.Controller.ID(), item.Parent.UID, inputs) {
+//
+// A write of this process still in flight on one of the objects may be what
+// the item echoes (its watch event can outrun the writer): the check waits
+// for it, a few milliseconds, rather than call the hook.
+func (d *Dispatcher) echoed(ctx context.Context, item bus.WorkItem, inputs map[string]string) bool {
+	if item.Reason != bus.ReasonEvent {
 		return false
 	}
-	d.succeeded(item)
-	return true
+	ctrl := item.Controller.ID()
+	for try := 0; ; try++ {
+		if d.echoes.Echo(ctrl, item.Parent.UID, inputs) {
+			d.succeeded(item)
+			return true
+		}
+		wait := d.echoes.Await(ctrl, inputs)
+		if wait == nil || try == 3 {
+			return false
+		}
+		select {
+		case <-wait:
+		case <-time.After(time.Second):
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 func (d *Dispatcher) failureKey(item bus.WorkItem) string {
