@@ -139,6 +139,13 @@ func (w *Watcher) newDecoratorWiring(ctx context.Context, dc *unstructured.Unstr
 		// rejects such a desired attachment per target.
 		wr.attachRes = append(wr.attachRes, res)
 	}
+	declared := make([]string, len(spec.Attachments))
+	for i, a := range spec.Attachments {
+		declared[i] = a.APIVersion
+	}
+	if err := distinctResources("spec.attachments", declared, wr.attachRes); err != nil {
+		return nil, err
+	}
 	return wr, nil
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/children"
 	"github.com/metabus/metabus/pkg/composite"
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/events"
@@ -250,7 +251,25 @@ func (w *Watcher) newWiring(ctx context.Context, cc *unstructured.Unstructured, 
 		}
 		wr.childRes = append(wr.childRes, res)
 	}
+	declared := make([]string, len(spec.ChildResources))
+	for i, c := range spec.ChildResources {
+		declared[i] = c.APIVersion
+	}
+	if err := distinctResources("spec.childResources", declared, wr.childRes); err != nil {
+		return nil, err
+	}
 	return wr, nil
+}
+
+// distinctResources rejects a list that declares one resource twice (also
+// in two versions): its objects would be planned under two rules at once
+// and deleted and recreated on every sync.
+func distinctResources(field string, apiVersions []string, res []*discovery.Resource) error {
+	rules := make([]children.Rule, len(res))
+	for i, r := range res {
+		rules[i] = children.Rule{APIVersion: apiVersions[i], Resource: r.GVR.Resource, Kind: r.Kind}
+	}
+	return children.CheckDistinct(field, rules)
 }
 
 func (wr *wiring) start(ctx context.Context) error {
