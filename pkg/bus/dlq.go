@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,7 +42,15 @@ func RunDLQ(ctx context.Context, js jetstream.JetStream, onDead func(DeadLetter)
 		dl, err := deadLetter(ctx, js, m.Data())
 		if err != nil {
 			onError(err)
-			_ = m.Term()
+			if errors.Is(err, errPermanent) {
+				_ = m.TermWithReason(err.Error())
+				return
+			}
+			// Transient (NATS unavailable, a timeout, a leader move):
+			// retry, or the poison message would stay in its stream for
+			// good, holding one of its parent's two MC_WORK slots.
+			// MC_ADV's MaxAge bounds how long an advisory is retried.
+			_ = m.NakWithDelay(dlqRetryDelay(m))
 			return
 		}
 		if dl != nil && onDead != nil {
@@ -61,12 +70,39 @@ func RunDLQ(ctx context.Context, js jetstream.JetStream, onDead func(DeadLetter)
 	return nil
 }
 
+// errPermanent marks a dead-letter failure that no retry can fix: the
+// advisory is terminated. Every other failure is retried.
+var errPermanent = errors.New("permanent")
+
+func permanent(err error) error { return fmt.Errorf("%w: %w", errPermanent, err) }
+
+// dlqRetryDelay is the redelivery delay of an advisory whose move failed
+// transiently: 1 s doubling per delivery, at most 30 s.
+func dlqRetryDelay(m jetstream.Msg) time.Duration {
+	n := uint64(1)
+	if md, err := m.Metadata(); err == nil && md.NumDelivered > 0 {
+		n = md.NumDelivered
+	}
+	if n > 6 {
+		return 30 * time.Second
+	}
+	return min(time.Second<<(n-1), 30*time.Second)
+}
+
+// deadLetter moves the message an advisory names to MC_DLQ. Errors wrapping
+// errPermanent cannot succeed on retry; all others may.
 func deadLetter(ctx context.Context, js jetstream.JetStream, data []byte) (*DeadLetter, error) {
 	var adv maxDeliveriesAdvisory
 	if err := json.Unmarshal(data, &adv); err != nil {
-		return nil, fmt.Errorf("decode max-deliveries advisory: %w", err)
+		return nil, permanent(fmt.Errorf("decode max-deliveries advisory: %w", err))
+	}
+	if adv.Stream != WorkStream && adv.Stream != DesiredStream || adv.StreamSeq == 0 {
+		return nil, permanent(fmt.Errorf("max-deliveries advisory for %s seq %d: not a metabus message", adv.Stream, adv.StreamSeq))
 	}
 	stream, err := js.Stream(ctx, adv.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, permanent(fmt.Errorf("open stream %s: %w", adv.Stream, err)) // and its message with it
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", adv.Stream, err)
 	}
@@ -83,7 +119,7 @@ func deadLetter(ctx context.Context, js jetstream.JetStream, data []byte) (*Dead
 	}
 	_, ctrlID, uid, err := ParseStoredSubject(raw.Subject)
 	if err != nil {
-		return nil, err
+		return nil, permanent(err)
 	}
 	hdr := nats.Header{}
 	for k, v := range raw.Header {
@@ -92,8 +128,11 @@ func deadLetter(ctx context.Context, js jetstream.JetStream, data []byte) (*Dead
 	hdr.Set("Metabus-Dead-Reason", "max deliveries exceeded")
 	hdr.Set("Metabus-Deliveries", strconv.FormatUint(adv.Deliveries, 10))
 	hdr.Set("Metabus-Original-Subject", raw.Subject)
+	// A retry after a failed delete parks the same message again: MC_DLQ's
+	// duplicate window drops the copy.
+	dlqID := fmt.Sprintf("dlq:%s:%d", adv.Stream, adv.StreamSeq)
 	hdr.Del(jetstream.MsgIDHeader)
-	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: DLQSubject(stage, ctrlID, uid), Header: hdr, Data: raw.Data}); err != nil {
+	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: DLQSubject(stage, ctrlID, uid), Header: hdr, Data: raw.Data}, jetstream.WithMsgID(dlqID)); err != nil {
 		return nil, fmt.Errorf("park message in %s: %w", DLQStream, err)
 	}
 	if err := stream.DeleteMsg(ctx, adv.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
