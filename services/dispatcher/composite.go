@@ -81,6 +81,17 @@ func (d *Dispatcher) observe(ctx context.Context, item bus.WorkItem, seq uint64,
 		return sreq, nil, d.release(ctx, item, seq), false
 	case snapshot.Retry:
 		return sreq, nil, d.failedQuietly(ctx, item, fmt.Errorf("observed state not fresh yet: %s", snap.Message)), false
+	case snapshot.Invalid:
+		if sreq.Related != nil {
+			// The cached related rules cannot be served any more (say a
+			// related resource's CRD was removed). Forget them, so that
+			// the retry asks the customize hook again, and say why on the
+			// parent: acking quietly would wedge it until a restart.
+			d.forgetRelated(item)
+			return sreq, nil, d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("related resources cannot be observed: %s", snap.Message)), false
+		}
+		d.log.Warn("controller cannot be served", zap.String("controller", item.Controller.Name), zap.String("why", snap.Message))
+		return sreq, nil, outcome{result: "invalid"}, false
 	default:
 		d.log.Warn("controller cannot be served", zap.String("controller", item.Controller.Name), zap.String("why", snap.Message))
 		return sreq, nil, outcome{result: "invalid"}, false

@@ -11,6 +11,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/hookapi"
 	"github.com/metabus/metabus/pkg/hooks"
 	"github.com/metabus/metabus/pkg/related"
@@ -35,6 +36,14 @@ func (d *Dispatcher) cachedRelated(item bus.WorkItem) *bus.RelatedRules {
 		return e.rules
 	}
 	return nil
+}
+
+// forgetRelated drops the parent's cached rules: the next sync calls the
+// customize hook again.
+func (d *Dispatcher) forgetRelated(item bus.WorkItem) {
+	d.cmu.Lock()
+	delete(d.customize, d.failureKey(item))
+	d.cmu.Unlock()
 }
 
 // relatedRules returns the parent's related-resource rules, calling the
@@ -118,6 +127,13 @@ func (d *Dispatcher) withRelated(ctx context.Context, item bus.WorkItem, sreq sn
 	}
 	sreq.Related = rules
 	snap, err := snapshot.Fetch(ctx, d.snaps, sreq, d.cfg.SnapshotWait)
+	if err == nil && snap.Result == snapshot.Invalid {
+		// The customize hook asked for related objects that cannot be
+		// watched: the user's to fix, so say so on the parent, and ask
+		// the hook again on the retry.
+		d.forgetRelated(item)
+		return nil, d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("related resources cannot be observed: %s", snap.Message))
+	}
 	if err == nil && snap.Result != snapshot.OK {
 		err = fmt.Errorf("%s: %s", snap.Result, snap.Message)
 	}
