@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/pkg/natsx/natstest"
 )
 
 // fakeSource answers with a scripted sequence of results; the last one
@@ -196,16 +196,7 @@ func TestFetchContextCancelled(t *testing.T) {
 // startNATS starts an embedded server and returns a connection to it.
 func startNATS(t *testing.T) *nats.Conn {
 	t.Helper()
-	s, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "-"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, _, err := natsx.Connect(natsx.ConnOptions{InProcess: s, Name: t.Name()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc, _ := natstest.Start(t)
 	return nc
 }
 

@@ -9,7 +9,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/pkg/natsx/natstest"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 
@@ -30,16 +30,7 @@ func (f *fakeSnapshots) Snapshot(_ context.Context, req snapshot.Request) (*snap
 // with a retry scheduled (not acked quietly), and the cache is dropped so
 // the retry asks the customize hook again.
 func TestUnservableCachedRelatedRules(t *testing.T) {
-	s, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "-"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, js, err := natsx.Connect(natsx.ConnOptions{InProcess: s, Name: t.Name()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc, js := natstest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := bus.Ensure(ctx, js, bus.Options{}); err != nil {
