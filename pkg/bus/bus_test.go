@@ -77,12 +77,24 @@ func TestStreamsAsDesigned(t *testing.T) {
 	if dc.Retention != jetstream.WorkQueuePolicy || dc.MaxMsgsPerSubject > 0 || !dc.AllowDirect {
 		t.Errorf("MC_DESIRED config = %+v", dc)
 	}
+	// Bounded by age only (issue 13 #13): a count or byte limit with
+	// DiscardOld would silently drop desired states not yet applied under
+	// load; one a day old is stale and the periodic resync rederives it.
+	if dc.MaxAge < 24*time.Hour || dc.MaxMsgs > 0 || dc.MaxBytes > 0 || dc.Discard != jetstream.DiscardOld {
+		t.Errorf("MC_DESIRED limits: MaxAge %s (want at least 24h), MaxMsgs %d, MaxBytes %d, Discard %v: want age only",
+			dc.MaxAge, dc.MaxMsgs, dc.MaxBytes, dc.Discard)
+	}
 	s, err := js.Stream(ctx, SchedStream)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sc := s.CachedInfo().Config; !sc.AllowMsgSchedules || sc.Discard == jetstream.DiscardNew {
 		t.Errorf("MC_SCHED config = %+v", sc)
+	}
+	// No MaxAge on MC_SCHED: a schedule must stay until it fires, however
+	// far ahead (fired due messages are deleted by the relay instead).
+	if sc := s.CachedInfo().Config; sc.MaxAge != 0 || sc.MaxMsgsPerSubject != 1 {
+		t.Errorf("MC_SCHED MaxAge %s MaxMsgsPerSubject %d, want none and 1", sc.MaxAge, sc.MaxMsgsPerSubject)
 	}
 	for _, tc := range []struct{ stream, prefix string }{{WorkStream, WorkConsumerPrefix}, {DesiredStream, DesiredConsumerPrefix}} {
 		for p := 0; p < Partitions; p++ {

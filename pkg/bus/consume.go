@@ -139,10 +139,52 @@ func Meta(m jetstream.Msg) (streamSeq uint64, delivered uint64, err error) {
 // RunRelay moves fired schedules (mc.due.*) into MC_WORK until ctx is done.
 // Any number of replicas may run it: a relayed item that was already queued
 // collapses into the pending one.
+//
+// MC_SCHED is a limits stream, so the relay deletes each due message it has
+// relayed (or can never relay): otherwise the stream keeps one fired due
+// message per parent ever scheduled. A due message is deleted by its own
+// sequence, so a newer one for the same parent, fired meanwhile, stays. The
+// schedule itself (mc.sched.*) is purged by the server when it fires.
+// Deletes run beside the relay, not in its path: a slow or refused delete
+// (a NATS user without $JS.API.STREAM.MSG.DELETE.MC_SCHED) never delays
+// relaying; a due message left behind is only space, and the next due
+// message of the same parent replaces it (MaxMsgsPerSubject=1).
 func RunRelay(ctx context.Context, js jetstream.JetStream, onError func(error)) error {
 	cons, err := js.Consumer(ctx, SchedStream, DueConsumer)
 	if err != nil {
 		return fmt.Errorf("open relay consumer: %w", err)
+	}
+	sched, err := js.Stream(ctx, SchedStream)
+	if err != nil {
+		return fmt.Errorf("open stream %s: %w", SchedStream, err)
+	}
+	deletes := make(chan uint64, 1024)
+	go func() {
+		for {
+			var seq uint64
+			select {
+			case <-ctx.Done():
+				return
+			case seq = <-deletes:
+			}
+			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := sched.DeleteMsg(dctx, seq)
+			cancel()
+			if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) && ctx.Err() == nil {
+				onError(fmt.Errorf("delete relayed due message %s seq %d: %w", SchedStream, seq, err))
+			}
+		}
+	}()
+	remove := func(m jetstream.Msg) {
+		seq, _, err := Meta(m)
+		if err != nil {
+			onError(err)
+			return
+		}
+		select {
+		case deletes <- seq:
+		default: // backlog full: left for the parent's next due message to replace
+		}
 	}
 	pub := Publisher{JS: js}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -150,6 +192,7 @@ func RunRelay(ctx context.Context, js jetstream.JetStream, onError func(error)) 
 		if err := Decode(m, TypeSyncRequested, &item); err != nil {
 			onError(err)
 			_ = m.Term()
+			remove(m)
 			return
 		}
 		if _, err := pub.PublishWork(ctx, item); err != nil {
@@ -158,6 +201,7 @@ func RunRelay(ctx context.Context, js jetstream.JetStream, onError func(error)) 
 			return
 		}
 		_ = m.Ack()
+		remove(m)
 	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 			onError(err)

@@ -109,9 +109,20 @@ func WorkStreamConfig(o Options) jetstream.StreamConfig {
 	}
 }
 
+// DesiredMaxAge bounds MC_DESIRED. It is the only limit the stream has:
+// with DiscardOld, a message-count or byte limit would silently drop desired
+// states not yet applied whenever appliers fall behind. An age limit only
+// drops a desired state that has waited a day, which is stale by then: the
+// parent has been resynced many times since (every cache flush, 30 min by
+// default, rederives it from the cluster), so its newer desired states, or
+// the next resync, supersede it. It bounds what piles up while no applier
+// runs at all.
+const DesiredMaxAge = 24 * time.Hour
+
 // DesiredStreamConfig is MC_DESIRED: WorkQueue, partitioned like MC_WORK, no
 // per-subject limit (every desired state is kept until applied or
-// superseded), direct gets for the superseded check.
+// superseded), direct gets for the superseded check, bounded by
+// DesiredMaxAge.
 func DesiredStreamConfig(o Options) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        DesiredStream,
@@ -121,6 +132,7 @@ func DesiredStreamConfig(o Options) jetstream.StreamConfig {
 		Storage:     jetstream.FileStorage,
 		Replicas:    o.replicas(),
 		Discard:     jetstream.DiscardOld,
+		MaxAge:      DesiredMaxAge,
 		Duplicates:  2 * time.Minute,
 		AllowDirect: true,
 		Compression: jetstream.S2Compression,
@@ -133,7 +145,9 @@ func DesiredStreamConfig(o Options) jetstream.StreamConfig {
 
 // SchedStreamConfig is MC_SCHED: schedules on mc.sched.<ctrl>.<uid> (one per
 // parent: a new schedule replaces the old one) firing into
-// mc.due.<ctrl>.<uid>, which the relay moves to MC_WORK.
+// mc.due.<ctrl>.<uid>, which the relay moves to MC_WORK and then deletes.
+// No MaxAge: a schedule must stay until it fires, however far ahead; the
+// server purges a one-shot schedule when it fires.
 func SchedStreamConfig(o Options) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              SchedStream,
