@@ -127,7 +127,9 @@ func TestDeadLetterRetriesTransientErrors(t *testing.T) {
 			go func() {
 				_ = RunDLQ(rctx, js, func(d DeadLetter) { dead <- d }, func(err error) {
 					errs.Add(1)
-					t.Logf("onError: %v", err)
+					if rctx.Err() == nil {
+						t.Logf("onError: %v", err)
+					}
 				})
 			}()
 
