@@ -187,6 +187,7 @@ func RunRelay(ctx context.Context, js jetstream.JetStream, onError func(error)) 
 		}
 	}
 	pub := Publisher{JS: js}
+	lost := newConsumeWatch()
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		var item WorkItem
 		if err := Decode(m, TypeSyncRequested, &item); err != nil {
@@ -202,15 +203,123 @@ func RunRelay(ctx context.Context, js jetstream.JetStream, onError func(error)) 
 		}
 		_ = m.Ack()
 		remove(m)
-	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
-			onError(err)
-		}
-	}))
+	}, jetstream.ConsumeErrHandler(lost.handler(onError)))
 	if err != nil {
 		return fmt.Errorf("consume due schedules: %w", err)
 	}
-	<-ctx.Done()
-	cc.Drain()
-	return nil
+	return lost.wait(ctx, cc, "schedule relay")
+}
+
+// consumeWatch notices that a Consume has stopped for good (its consumer
+// or stream deleted), so a background worker returns an error to be
+// restarted and reported instead of idling on a dead subscription.
+type consumeWatch struct {
+	once sync.Once
+	dead chan error
+}
+
+func newConsumeWatch() *consumeWatch { return &consumeWatch{dead: make(chan error, 1)} }
+
+// handler is a ConsumeErrHandler: it passes errors on (not missed
+// heartbeats, which the client recovers from) and stops the consume on a
+// terminal one.
+func (w *consumeWatch) handler(onError func(error)) jetstream.ConsumeErrHandler {
+	return func(cc jetstream.ConsumeContext, err error) {
+		if errors.Is(err, jetstream.ErrNoHeartbeat) {
+			return
+		}
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+			errors.Is(err, jetstream.ErrStreamNotFound) {
+			w.once.Do(func() { w.dead <- err })
+			cc.Stop()
+			return
+		}
+		onError(err)
+	}
+}
+
+// wait blocks until ctx is done (drains and returns nil) or the consume
+// stopped on its own (returns why).
+func (w *consumeWatch) wait(ctx context.Context, cc jetstream.ConsumeContext, what string) error {
+	select {
+	case <-ctx.Done():
+		cc.Drain()
+		return nil
+	case err := <-w.dead:
+		cc.Stop()
+		return fmt.Errorf("%s stopped: %w", what, err)
+	case <-cc.Closed():
+		select {
+		case err := <-w.dead:
+			return fmt.Errorf("%s stopped: %w", what, err)
+		default:
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("%s stopped: subscription closed", what)
+	}
+}
+
+// SuperviseOptions tune Supervise. Zero values are production defaults.
+type SuperviseOptions struct {
+	// Base is the first restart delay, doubled after each failed run up to
+	// Max (defaults 1 s and 30 s).
+	Base, Max time.Duration
+	// Settle is how long a run must last to count as up (default 2 s): a
+	// worker that fails at start is never reported ready in between.
+	Settle time.Duration
+}
+
+// Supervise runs a background worker (RunRelay, RunDLQ) until ctx is done,
+// restarting it with exponential backoff whenever it returns. state gets
+// the reason whenever the worker is down and nil once a run has lasted
+// Settle; readiness checks report it. The backoff resets after a run that
+// lasted a minute.
+func Supervise(ctx context.Context, o SuperviseOptions, run func(context.Context) error, state func(error)) {
+	if o.Base <= 0 {
+		o.Base = time.Second
+	}
+	if o.Max <= 0 {
+		o.Max = 30 * time.Second
+	}
+	if o.Settle <= 0 {
+		o.Settle = 2 * time.Second
+	}
+	delay := o.Base
+	for ctx.Err() == nil {
+		start := time.Now()
+		var mu sync.Mutex
+		running := true
+		up := time.AfterFunc(o.Settle, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if running { // never report up after the run has returned
+				state(nil)
+			}
+		})
+		err := run(ctx)
+		mu.Lock()
+		running = false
+		mu.Unlock()
+		settled := !up.Stop()
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			err = errors.New("stopped")
+		}
+		state(err)
+		if settled && time.Since(start) > time.Minute {
+			delay = o.Base
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		delay = min(2*delay, o.Max)
+	}
 }

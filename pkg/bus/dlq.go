@@ -32,12 +32,14 @@ type maxDeliveriesAdvisory struct {
 // RunDLQ moves poison messages out of MC_WORK and MC_DESIRED until ctx is
 // done. After MaxDeliver a WorkQueue message stays in its stream and keeps
 // one of its parent's two per-subject slots (measured), so it must be
-// deleted, not just reported.
+// deleted, not just reported. It returns an error when its consumer goes
+// away; run it under Supervise.
 func RunDLQ(ctx context.Context, js jetstream.JetStream, onDead func(DeadLetter), onError func(error)) error {
 	cons, err := js.Consumer(ctx, AdvisoryStream, DLQConsumer)
 	if err != nil {
 		return fmt.Errorf("open dead-letter consumer: %w", err)
 	}
+	lost := newConsumeWatch()
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		dl, err := deadLetter(ctx, js, m.Data())
 		if err != nil {
@@ -57,17 +59,11 @@ func RunDLQ(ctx context.Context, js jetstream.JetStream, onDead func(DeadLetter)
 			onDead(*dl)
 		}
 		_ = m.Ack()
-	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
-			onError(err)
-		}
-	}))
+	}, jetstream.ConsumeErrHandler(lost.handler(onError)))
 	if err != nil {
 		return fmt.Errorf("consume advisories: %w", err)
 	}
-	<-ctx.Done()
-	cc.Drain()
-	return nil
+	return lost.wait(ctx, cc, "dead-letter worker")
 }
 
 // errPermanent marks a dead-letter failure that no retry can fix: the

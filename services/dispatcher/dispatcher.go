@@ -178,29 +178,52 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	logErr := func(err error) { d.log.Warn("bus", zap.Error(err)) }
-	if d.cfg.RunRelay {
+	// The relay and the dead-letter worker are restarted with backoff
+	// whenever they stop (consumer lost, NATS away), and the replica is
+	// not ready while one of them is down: without the relay no retry or
+	// resync fires, without the DLQ worker poison messages block parents.
+	var bgMu sync.Mutex
+	bgDown := map[string]error{}
+	background := func(name string, run func(context.Context) error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := bus.RunRelay(ctx, d.js, logErr); err != nil && ctx.Err() == nil {
-				d.log.Error("schedule relay stopped", zap.Error(err))
-			}
+			bus.Supervise(ctx, bus.SuperviseOptions{}, run, func(err error) {
+				bgMu.Lock()
+				defer bgMu.Unlock()
+				if err == nil {
+					if bgDown[name] != nil {
+						d.log.Info(name + " running again")
+					}
+					delete(bgDown, name)
+					return
+				}
+				d.log.Error(name+" stopped, restarting", zap.Error(err))
+				bgDown[name] = err
+			})
 		}()
 	}
+	if d.cfg.RunRelay {
+		background("schedule relay", func(ctx context.Context) error { return bus.RunRelay(ctx, d.js, logErr) })
+	}
 	if d.cfg.RunDLQ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := bus.RunDLQ(ctx, d.js, d.onDeadLetter, logErr); err != nil && ctx.Err() == nil {
-				d.log.Error("dead-letter worker stopped", zap.Error(err))
-			}
-		}()
+		background("dead-letter worker", func(ctx context.Context) error {
+			return bus.RunDLQ(ctx, d.js, d.onDeadLetter, logErr)
+		})
 	}
 	ackWait := d.cfg.Bus.WorkAckWait
 	if ackWait <= 0 {
 		ackWait = bus.WorkAckWait
 	}
-	d.health.SetReady("dispatcher", func() error { return nil })
+	d.health.SetReady("dispatcher", func() error {
+		bgMu.Lock()
+		defer bgMu.Unlock()
+		var errs []error
+		for name, err := range bgDown {
+			errs = append(errs, fmt.Errorf("%s down: %w", name, err))
+		}
+		return errors.Join(errs...)
+	})
 	d.log.Info("dispatcher started", zap.Int("workers", d.cfg.Workers))
 	return bus.ConsumePartitions(ctx, d.js, bus.WorkStream, bus.WorkConsumerPrefix, d.cfg.Workers, ackWait, d.handle,
 		func(err error) { d.log.Warn("work consumer", zap.Error(err)) })
