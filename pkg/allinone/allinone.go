@@ -123,6 +123,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	conns = append(conns, nc)
 	wcfg := cfg.Watcher
 	wcfg.EnsureStreams = true
+	// The embedded server lives and dies with this process, whose watcher
+	// resyncs every parent when it starts: the work queues need no disk.
+	wcfg.Bus.MemoryQueues = wcfg.Bus.MemoryQueues || srv != nil
 	// Separate-process replicas (and the tests) reach it over NATS.
 	wcfg.ServeSnapshots = true
 	// One echo book for the whole process, fed by every applier in it

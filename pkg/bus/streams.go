@@ -59,6 +59,13 @@ const (
 type Options struct {
 	// Replicas of every stream (3 in a production NATS cluster).
 	Replicas int
+	// MemoryQueues keeps MC_WORK and MC_DESIRED in memory instead of on
+	// file. Only for a server that cannot restart without the watcher
+	// restarting too (the all-in-one process's embedded server): a new
+	// watcher resyncs every parent, which rederives everything the queues
+	// held. It saves writing and then deleting every work item and desired
+	// state on disk.
+	MemoryQueues bool
 	// WorkAckWait and DesiredAckWait override the defaults (tests shorten
 	// them to exercise crash redelivery quickly).
 	WorkAckWait    time.Duration
@@ -70,6 +77,14 @@ func (o Options) replicas() int {
 		return 1
 	}
 	return o.Replicas
+}
+
+// queueStorage is the storage of MC_WORK and MC_DESIRED.
+func (o Options) queueStorage() jetstream.StorageType {
+	if o.MemoryQueues {
+		return jetstream.MemoryStorage
+	}
+	return jetstream.FileStorage
 }
 
 func (o Options) workAckWait() time.Duration {
@@ -96,7 +111,7 @@ func WorkStreamConfig(o Options) jetstream.StreamConfig {
 		Description:          "metabus work items: one in flight and one pending per parent",
 		Subjects:             []string{workRoot + ".*.*"},
 		Retention:            jetstream.WorkQueuePolicy,
-		Storage:              jetstream.FileStorage,
+		Storage:              o.queueStorage(),
 		Replicas:             o.replicas(),
 		MaxMsgsPerSubject:    2,
 		Discard:              jetstream.DiscardNew,
@@ -129,7 +144,7 @@ func DesiredStreamConfig(o Options) jetstream.StreamConfig {
 		Description: "metabus desired states (CloudEvents), ordered per parent",
 		Subjects:    []string{desiredRoot + ".*.*"},
 		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
+		Storage:     o.queueStorage(),
 		Replicas:    o.replicas(),
 		Discard:     jetstream.DiscardOld,
 		MaxAge:      DesiredMaxAge,
@@ -277,7 +292,10 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 		AdvisoryStreamConfig(o), DLQStreamConfig(o),
 	}
 	for _, cfg := range streams {
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		if cfg.Storage == jetstream.MemoryStorage {
+			cfg.Compression = jetstream.NoCompression // file storage only
+		}
+		if err := ensureStream(ctx, js, cfg); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
 		}
 	}
@@ -311,6 +329,28 @@ func EnsureConsumers(ctx context.Context, js jetstream.JetStream, o Options) err
 		}
 	}
 	return nil
+}
+
+// ensureStream creates or updates a stream. A file-stored work queue that
+// should be in memory (an embedded server's store from before MemoryQueues)
+// is replaced: JetStream cannot change a stream's storage, and what it held
+// is rederived by the resync of the starting watcher. The other way round is
+// refused: a process asking for file-stored queues on a server that holds
+// them in memory belongs to another installation's configuration.
+func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	_, err := js.CreateOrUpdateStream(ctx, cfg)
+	if err == nil || cfg.Storage != jetstream.MemoryStorage || (cfg.Name != WorkStream && cfg.Name != DesiredStream) {
+		return err
+	}
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || !strings.Contains(apiErr.Description, "can not change storage type") {
+		return err
+	}
+	if err := js.DeleteStream(ctx, cfg.Name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("replace stream stored differently: %w", err)
+	}
+	_, err = js.CreateOrUpdateStream(ctx, cfg)
+	return err
 }
 
 func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) error {
