@@ -1428,6 +1428,8 @@ func TestNATSConfig(t *testing.T) {
 		{"DISPATCHER_NKEY", "publish", "$JS.API.STREAM.MSG.DELETE.MC_DESIRED", true},
 		{"DISPATCHER_NKEY", "publish", "$JS.API.STREAM.MSG.DELETE.MC_SCHED", true},
 		{"APPLIER_NKEY", "publish", "$JS.API.STREAM.MSG.DELETE.MC_SCHED", false},
+		{"DISPATCHER_NKEY", "publish", "$JS.API.STREAM.MSG.GET.MC_SCHED", true},
+		{"APPLIER_NKEY", "publish", "$JS.API.STREAM.MSG.GET.MC_SCHED", true},
 		{"DISPATCHER_NKEY", "publish", "mc.desired.cc-hello.4f1c", true},
 		{"DISPATCHER_NKEY", "publish", "mc.sched.cc-hello.4f1c", true},
 		{"DISPATCHER_NKEY", "publish", "mc.work.cc-hello.4f1c", true},

@@ -2,9 +2,11 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -82,9 +84,12 @@ func (p Publisher) PublishDesired(ctx context.Context, ds DesiredState) error {
 }
 
 // Schedule arranges for item to be enqueued at (or right after) at. A parent
-// has one schedule: a new one replaces the previous (so a retry after a
-// failure replaces a pending resync, and vice versa). Schedules have second
-// granularity; earlier deadlines fire as soon as the server sees them.
+// has one schedule (the server keeps one message per schedule subject), so
+// the sooner deadline wins: a pending schedule that fires no later than at
+// is kept, since the sync it causes re-arranges whatever else is needed (a
+// hook asks for resyncAfterSeconds again, a failure schedules its retry).
+// A later one is replaced. Schedules have second granularity; earlier
+// deadlines fire as soon as the server sees them.
 func (p Publisher) Schedule(ctx context.Context, item WorkItem, at time.Time) error {
 	ctrlID := item.Controller.ID()
 	subject, err := SchedSubject(ctrlID, item.Parent.UID)
@@ -102,6 +107,9 @@ func (p Publisher) Schedule(ctx context.Context, item WorkItem, at time.Time) er
 	}
 	// Round up so a schedule never fires before it is due.
 	at = at.Add(time.Second - 1).Truncate(time.Second)
+	if pending, ok := p.scheduledAt(ctx, subject); ok && !pending.After(at) {
+		return nil
+	}
 	if _, err := p.JS.PublishMsg(ctx, msg, jetstream.WithScheduleAt(at), jetstream.WithScheduleTarget(target)); err != nil {
 		return fmt.Errorf("schedule %s/%s at %s: %w", ctrlID, item.Parent.UID, at.Format(time.RFC3339), err)
 	}
@@ -120,4 +128,41 @@ func Backoff(attempt int) time.Duration {
 		return 5 * time.Minute
 	}
 	return d
+}
+
+// scheduledAt returns when the pending schedule on subject fires, if there
+// is one (the server removes a one-shot schedule when it fires). Any error
+// reads as "none": the new schedule is then published, as before.
+func (p Publisher) scheduledAt(ctx context.Context, subject string) (time.Time, bool) {
+	req, err := json.Marshal(map[string]string{"last_by_subj": subject})
+	if err != nil {
+		return time.Time{}, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	reply, err := p.JS.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+SchedStream, req)
+	if err != nil {
+		return time.Time{}, false
+	}
+	var resp struct {
+		Message *struct {
+			Header []byte `json:"hdrs"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil || resp.Message == nil {
+		return time.Time{}, false
+	}
+	for _, line := range strings.Split(string(resp.Message.Header), "\r\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || !strings.EqualFold(strings.TrimSpace(k), "Nats-Schedule") {
+			continue
+		}
+		at, found := strings.CutPrefix(strings.TrimSpace(v), "@at ")
+		if !found {
+			return time.Time{}, false
+		}
+		t, err := time.Parse(time.RFC3339, at)
+		return t, err == nil
+	}
+	return time.Time{}, false
 }

@@ -1,0 +1,47 @@
+package bus
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestScheduleKeepsSoonerDeadline (issue 13 #15): a parent has one
+// schedule, and a later deadline (a resync) must not replace a sooner one
+// (a retry), while a sooner one replaces a later one.
+func TestScheduleKeepsSoonerDeadline(t *testing.T) {
+	js := startBus(t, Options{})
+	ctx := context.Background()
+	p := Publisher{JS: js}
+	now := time.Now()
+	cases := []struct {
+		name   string
+		reason string
+		uid    string
+		first  time.Duration
+		second time.Duration
+		want   time.Duration
+	}{
+		{"later does not replace sooner", "a resync in an hour must not push back a retry in a minute", "u1", time.Minute, time.Hour, time.Minute},
+		{"sooner replaces later", "a retry in a minute comes before a resync in an hour", "u2", time.Hour, time.Minute, time.Minute},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			it := item("c", tc.uid)
+			for _, d := range []time.Duration{tc.first, tc.second} {
+				if err := p.Schedule(ctx, it, now.Add(d)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			subject, err := SchedSubject(it.Controller.ID(), tc.uid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := p.scheduledAt(ctx, subject)
+			want := now.Add(tc.want).Add(time.Second - 1).Truncate(time.Second)
+			if !ok || !got.Equal(want) {
+				t.Errorf("%s: pending schedule at %v (found %v), want %v", tc.reason, got, ok, want)
+			}
+		})
+	}
+}
