@@ -48,11 +48,7 @@ func newPacer() *pacer { return &pacer{keys: map[string]*pace{}} }
 func (p *pacer) event(key string, now time.Time) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st := p.keys[key]
-	if st == nil {
-		st = &pace{}
-		p.keys[key] = st
-	}
+	st := p.stateLocked(key)
 	st.events++
 	if !now.Before(st.next) {
 		return 0
@@ -66,11 +62,7 @@ func (p *pacer) event(key string, now time.Time) time.Duration {
 func (p *pacer) published(key string, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st := p.keys[key]
-	if st == nil {
-		st = &pace{}
-		p.keys[key] = st
-	}
+	st := p.stateLocked(key)
 	if st.events > 1 {
 		st.step = min(max(st.step*paceFactor, paceMin), paceMax)
 	} else {
@@ -87,6 +79,15 @@ func (p *pacer) published(key string, now time.Time) {
 			}
 		}
 	}
+}
+
+func (p *pacer) stateLocked(key string) *pace {
+	st := p.keys[key]
+	if st == nil {
+		st = &pace{}
+		p.keys[key] = st
+	}
+	return st
 }
 
 // len is the number of parents with pacing state (for tests and metrics).
