@@ -73,3 +73,18 @@ func simulatePacer(events []time.Duration) []time.Duration {
 	flush(time.Hour)
 	return published
 }
+
+// TestPacerForgetsQuietParents: pacing state of a parent that has been
+// quiet for paceIdle is dropped, so the map does not grow with every parent
+// that ever changed.
+func TestPacerForgetsQuietParents(t *testing.T) {
+	p := newPacer()
+	t0 := time.Unix(1000, 0)
+	p.event("a", t0)
+	p.published("a", t0)
+	p.event("b", t0.Add(paceIdle+2*time.Second))
+	p.published("b", t0.Add(paceIdle+2*time.Second))
+	if n := p.len(); n != 1 {
+		t.Errorf("%d parents with pacing state after one went quiet for %s, want 1", n, paceIdle)
+	}
+}
