@@ -12,24 +12,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/pkg/natsx/natstest"
 )
 
 // startNATS starts an in-process embedded server for the test and connects
 // to it.
 func startNATS(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	s, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "-"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, js, err := natsx.Connect(natsx.ConnOptions{InProcess: s, Name: t.Name()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc, js
+	return natstest.Start(t)
 }
 
 func startBus(t *testing.T, o Options) jetstream.JetStream {
