@@ -1478,6 +1478,14 @@ func TestNATSConfig(t *testing.T) {
 		{"WATCHER_NKEY", "publish", "mc.applied", false},
 		{"DISPATCHER_NKEY", "publish", "mc.applied", false},
 		{"REVISIONS_NKEY", "subscribe", "mc.applied", false},
+		// partition leases: dispatchers and appliers only.
+		{"DISPATCHER_NKEY", "publish", "$KV.MC_OWNERS.lease.work.p07", true},
+		{"DISPATCHER_NKEY", "publish", "$JS.API.CONSUMER.CREATE.KV_MC_OWNERS.Xy12.$KV.MC_OWNERS.member.work.*", true},
+		{"APPLIER_NKEY", "publish", "$KV.MC_OWNERS.member.desired.pod-1", true},
+		{"APPLIER_NKEY", "publish", "$JS.FC.KV_MC_OWNERS.Xy12.1", true},
+		{"WATCHER_NKEY", "publish", "$KV.MC_OWNERS.lease.work.p07", false},
+		{"REVISIONS_NKEY", "publish", "$KV.MC_OWNERS.lease.work.p07", false},
+		{"APPLIER_NKEY", "publish", "$JS.API.CONSUMER.DELETE.MC_DESIRED.desired-p00", false},
 	}
 	for _, u := range users {
 		cases = append(cases,

@@ -24,7 +24,7 @@ func main() {
 			return err
 		}
 		defer natsx.Drain(context.Background(), nc)
-		cfg.Workers, cfg.SnapshotWait = env.Flags.Workers, env.Flags.SnapshotWait
+		cfg.Workers, cfg.MaxInFlight, cfg.SnapshotWait = env.Flags.Workers, env.Flags.MaxInFlight, env.Flags.SnapshotWait
 		cfg.EventsQPS, cfg.EventsBurst = float32(env.Flags.EventsQPS), env.Flags.EventsBurst
 		d, err := dispatcher.New(cfg, dispatcher.Deps{REST: rest, NC: nc, JS: js, Log: env.Log, Metrics: env.Registry, Health: env.Health})
 		if err != nil {

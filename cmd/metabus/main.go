@@ -34,9 +34,9 @@ func main() {
 		f := env.Flags
 		cfg.Watcher.DiscoveryInterval = f.DiscoveryInterval
 		cfg.Watcher.EventsQPS, cfg.Watcher.EventsBurst = float32(f.EventsQPS), f.EventsBurst
-		cfg.Dispatcher.Workers, cfg.Dispatcher.SnapshotWait = f.Workers, f.SnapshotWait
+		cfg.Dispatcher.Workers, cfg.Dispatcher.MaxInFlight, cfg.Dispatcher.SnapshotWait = f.Workers, f.MaxInFlight, f.SnapshotWait
 		cfg.Dispatcher.EventsQPS, cfg.Dispatcher.EventsBurst = float32(f.EventsQPS), f.EventsBurst
-		cfg.Applier.Workers, cfg.Applier.SnapshotWait = f.Workers, f.SnapshotWait
+		cfg.Applier.Workers, cfg.Applier.MaxInFlight, cfg.Applier.SnapshotWait = f.Workers, f.MaxInFlight, f.SnapshotWait
 		cfg.Applier.DiscoveryInterval = f.DiscoveryInterval
 		cfg.Applier.EventsQPS, cfg.Applier.EventsBurst = float32(f.EventsQPS), f.EventsBurst
 		return allinone.Run(ctx, cfg, allinone.Deps{REST: rest, Log: env.Log, Metrics: env.Registry, Health: env.Health})

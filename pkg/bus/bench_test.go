@@ -221,7 +221,7 @@ func BenchmarkPublishWork(b *testing.B) {
 	})
 }
 
-// BenchmarkWorkRoundTrip measures publish → ConsumePartitions handler →
+// BenchmarkWorkRoundTrip measures publish → Consume handler →
 // ack through MC_WORK's 64 partition consumers (MaxAckPending 1 each) with
 // the dispatcher's default 16 workers. The handler decodes the item as the
 // dispatcher does.
@@ -244,7 +244,7 @@ func BenchmarkWorkRoundTrip(b *testing.B) {
 		signal := make(chan struct{}, 1)
 		stopped := make(chan error, 1)
 		go func() {
-			stopped <- bus.ConsumePartitions(ctx, js, bus.WorkStream, bus.WorkConsumerPrefix, 16, bus.WorkAckWait,
+			stopped <- bus.Consume(ctx, js, bus.ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage, PerController: 16, AckWait: bus.WorkAckWait},
 				func(_ context.Context, m jetstream.Msg) {
 					now := time.Now()
 					var it bus.WorkItem
@@ -260,12 +260,12 @@ func BenchmarkWorkRoundTrip(b *testing.B) {
 					case signal <- struct{}{}:
 					default:
 					}
-				}, nil)
+				})
 		}()
 		defer func() {
 			cancel()
 			if err := <-stopped; err != nil {
-				b.Errorf("ConsumePartitions: %v", err)
+				b.Errorf("Consume: %v", err)
 			}
 		}()
 		// Warm up: one message through every partition, so every pull is

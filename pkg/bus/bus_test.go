@@ -93,7 +93,11 @@ func TestStreamsAsDesigned(t *testing.T) {
 				t.Fatalf("consumer %s/%d: %v", tc.stream, p, err)
 			}
 			cc := cons.CachedInfo().Config
-			if cc.MaxAckPending != 1 || cc.AckPolicy != jetstream.AckExplicitPolicy || cc.MaxDeliver != MaxDeliver {
+			wantPending := WorkMaxAckPending
+			if tc.stream == DesiredStream {
+				wantPending = DesiredMaxAckPending
+			}
+			if cc.MaxAckPending != wantPending || cc.AckPolicy != jetstream.AckExplicitPolicy || cc.MaxDeliver != MaxDeliver {
 				t.Errorf("consumer %s = %+v", cc.Durable, cc)
 			}
 			if tc.stream == WorkStream && fmt.Sprint(cc.BackOff) != "[15s 30s 1m0s 2m0s]" {
@@ -122,53 +126,52 @@ func TestWorkQueueSemantics(t *testing.T) {
 	if fmt.Sprint(results) != "[true true false false]" {
 		t.Errorf("queued results = %v, want two accepted then already-queued", results)
 	}
-	p := Partition(it.Controller.ID(), it.Parent.UID)
-	cons, err := js.Consumer(ctx, WorkStream, PartitionConsumerName(WorkConsumerPrefix, p))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The server stored it in the partition the client computes.
-	batch, err := cons.FetchNoWait(1)
+	st, err := js.Stream(ctx, WorkStream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []jetstream.Msg
-	for m := range batch.Messages() {
-		got = append(got, m)
+	if _, err := st.GetLastMsgForSubject(ctx, StoredWorkSubject(it.Controller.ID(), it.Parent.UID)); err != nil {
+		t.Errorf("not stored under %q: %v", StoredWorkSubject(it.Controller.ID(), it.Parent.UID), err)
 	}
-	if len(got) != 1 {
-		t.Fatalf("fetched %d messages from partition %d, want 1", len(got), p)
-	}
-	if got[0].Subject() != StoredWorkSubject(it.Controller.ID(), it.Parent.UID) {
-		t.Errorf("stored subject %q, want %q", got[0].Subject(), StoredWorkSubject(it.Controller.ID(), it.Parent.UID))
-	}
-	// While the first is in flight, the second is not delivered
-	// (MaxAckPending=1) and further publishes collapse into it.
-	b2, _ := cons.FetchNoWait(1)
-	n := 0
-	for range b2.Messages() {
-		n++
-	}
-	if n != 0 {
-		t.Errorf("a second message was delivered while the first was in flight")
+	// The partition's owner runs the first; the second waits its turn
+	// (one at a time per parent) and further publishes collapse into it.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runs := make(chan jetstream.Msg)
+	acked := make(chan struct{}, 2)
+	go func() {
+		_ = Consume(cctx, js, ConsumeConfig{Stream: WorkStream, Prefix: WorkConsumerPrefix, Stage: WorkStage, PerController: 4},
+			func(hctx context.Context, m jetstream.Msg) {
+				select {
+				case runs <- m:
+				case <-hctx.Done():
+					return
+				}
+				<-acked // the test settles it
+			})
+	}()
+	first := <-runs
+	select {
+	case <-runs:
+		t.Fatal("a second item of the parent ran while the first was in flight")
+	case <-time.After(500 * time.Millisecond):
 	}
 	if queued, err := pub.PublishWork(ctx, it); err != nil || queued {
 		t.Errorf("publish during processing: queued=%v err=%v, want already queued", queued, err)
 	}
-	_ = got[0].Ack()
+	_ = first.Ack()
+	acked <- struct{}{}
 	// Ack frees the slot: one more run follows, and a new publish is
 	// accepted again as the pending one.
-	var m2 jetstream.Msg
-	deadline := time.Now().Add(5 * time.Second)
-	for m2 == nil && time.Now().Before(deadline) {
-		b, _ := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
-		for m := range b.Messages() {
-			m2 = m
-		}
+	var second jetstream.Msg
+	select {
+	case second = <-runs:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the pending item was never run after the ack")
 	}
-	if m2 == nil {
-		t.Fatal("the pending item was never delivered after the ack")
-	}
+	_ = second.Ack()
+	acked <- struct{}{}
 	if queued, err := pub.PublishWork(ctx, it); err != nil || !queued {
 		t.Errorf("publish after the pending item was taken: queued=%v err=%v", queued, err)
 	}
@@ -363,12 +366,12 @@ func TestHeartbeatFollowsConsumerAckWait(t *testing.T) {
 	var calls, done atomic.Int32
 	errc := make(chan error, 1)
 	go func() {
-		errc <- ConsumePartitions(ctx, js, WorkStream, WorkConsumerPrefix, 2, 30*time.Second, func(_ context.Context, m jetstream.Msg) {
+		errc <- Consume(ctx, js, ConsumeConfig{Stream: WorkStream, Prefix: WorkConsumerPrefix, Stage: WorkStage, PerController: 2, AckWait: 30 * time.Second}, func(_ context.Context, m jetstream.Msg) {
 			calls.Add(1)
 			time.Sleep(2 * time.Second) // > 3 × the consumer's AckWait
 			_ = m.Ack()
 			done.Add(1)
-		}, func(error) {})
+		})
 	}()
 	deadline := time.Now().Add(15 * time.Second)
 	for done.Load() == 0 && time.Now().Before(deadline) {

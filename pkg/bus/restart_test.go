@@ -14,7 +14,7 @@ import (
 
 // TestConsumersSurviveServerRestart: the partition consumers keep their
 // state in memory, so a restarted server (same store) has lost them.
-// KeepConsumers must recreate them and ConsumePartitions must resume on its
+// KeepConsumers must recreate them and Consume must resume on its
 // own: a work item stored before the restart, and one published after it,
 // are both handled.
 func TestConsumersSurviveServerRestart(t *testing.T) {
@@ -52,7 +52,7 @@ func TestConsumersSurviveServerRestart(t *testing.T) {
 	cctx, ccancel := context.WithCancel(ctx)
 	defer ccancel()
 	go func() {
-		_ = ConsumePartitions(cctx, js, WorkStream, WorkConsumerPrefix, 4, o.WorkAckWait, func(_ context.Context, m jetstream.Msg) {
+		_ = Consume(cctx, js, ConsumeConfig{Stream: WorkStream, Prefix: WorkConsumerPrefix, Stage: WorkStage, PerController: 4, AckWait: o.WorkAckWait}, func(_ context.Context, m jetstream.Msg) {
 			var it WorkItem
 			if err := Decode(m, TypeSyncRequested, &it); err == nil {
 				mu.Lock()
@@ -61,7 +61,7 @@ func TestConsumersSurviveServerRestart(t *testing.T) {
 				handled <- it.Parent.UID
 			}
 			_ = m.Ack()
-		}, nil)
+		})
 	}()
 	pub := Publisher{JS: js}
 	waitFor := func(uid string) {

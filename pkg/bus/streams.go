@@ -14,8 +14,9 @@ import (
 const (
 	// WorkStream (MC_WORK) carries work items: "parent P of controller C
 	// needs a sync". It is the client-go workqueue contract on JetStream:
-	// at most one item in flight (MaxAckPending=1 per partition) plus one
-	// pending per parent (MaxMsgsPerSubject=2 with DiscardNewPerSubject).
+	// at most one item in flight per parent (the partition's owner runs a
+	// parent's items one at a time) plus one pending (MaxMsgsPerSubject=2
+	// with DiscardNewPerSubject).
 	WorkStream = "MC_WORK"
 	// DesiredStream (MC_DESIRED) carries desired states as CloudEvents from
 	// dispatchers to appliers, ordered per parent.
@@ -70,6 +71,9 @@ type Options struct {
 	// them to exercise crash redelivery quickly).
 	WorkAckWait    time.Duration
 	DesiredAckWait time.Duration
+	// OwnerLease overrides the partition lease duration (OwnerLease);
+	// tests shorten it to exercise takeovers quickly.
+	OwnerLease time.Duration
 }
 
 func (o Options) replicas() int {
@@ -221,7 +225,7 @@ func PartitionConsumerName(prefix string, p int) string {
 	return fmt.Sprintf("%sp%02d", prefix, p)
 }
 
-func partitionConsumer(prefix, root string, p int, ackWait time.Duration, replicas int) jetstream.ConsumerConfig {
+func partitionConsumer(prefix, root string, p int, ackWait time.Duration, maxAckPending, replicas int) jetstream.ConsumerConfig {
 	backoff := partitionBackoff(ackWait)
 	return jetstream.ConsumerConfig{
 		Durable:       PartitionConsumerName(prefix, p),
@@ -229,9 +233,10 @@ func partitionConsumer(prefix, root string, p int, ackWait time.Duration, replic
 		FilterSubject: fmt.Sprintf("%s.%d.>", root, p),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		// One message in flight per partition is what serializes a parent
-		// across every replica, including across a replica crash.
-		MaxAckPending: 1,
+		// The partition's owner (one replica, by lease) holds up to this
+		// many messages and runs each parent's one at a time itself, so a
+		// slow parent never holds the partition's other parents.
+		MaxAckPending: maxAckPending,
 		AckWait:       ackWait,
 		MaxDeliver:    MaxDeliver,
 		BackOff:       backoff,
@@ -250,12 +255,12 @@ func partitionConsumer(prefix, root string, p int, ackWait time.Duration, replic
 
 // WorkConsumerConfig is the consumer of MC_WORK partition p.
 func WorkConsumerConfig(o Options, p int) jetstream.ConsumerConfig {
-	return partitionConsumer(WorkConsumerPrefix, workRoot, p, o.workAckWait(), o.replicas())
+	return partitionConsumer(WorkConsumerPrefix, workRoot, p, o.workAckWait(), WorkMaxAckPending, o.replicas())
 }
 
 // DesiredConsumerConfig is the consumer of MC_DESIRED partition p.
 func DesiredConsumerConfig(o Options, p int) jetstream.ConsumerConfig {
-	return partitionConsumer(DesiredConsumerPrefix, desiredRoot, p, o.desiredAckWait(), o.replicas())
+	return partitionConsumer(DesiredConsumerPrefix, desiredRoot, p, o.desiredAckWait(), DesiredMaxAckPending, o.replicas())
 }
 
 // DueConsumerConfig relays fired schedules. Any number of relays may pull
@@ -301,6 +306,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 	}
 	if err := EnsureConsumers(ctx, js, o); err != nil {
 		return err
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, OwnersConfig(o)); err != nil {
+		return fmt.Errorf("ensure bucket %s: %w", OwnersBucket, err)
 	}
 	if _, err := js.CreateOrUpdateConsumer(ctx, SchedStream, DueConsumerConfig(o)); err != nil {
 		return fmt.Errorf("ensure consumer %s: %w", DueConsumer, err)

@@ -95,6 +95,7 @@ type CommonFlags struct {
 
 	// Shared by several services (registered once in the all-in-one).
 	Workers           int
+	MaxInFlight       int
 	DiscoveryInterval time.Duration
 	SnapshotWait      time.Duration
 	EventsQPS         float64
@@ -109,7 +110,8 @@ func (f *CommonFlags) Register(fs *flag.FlagSet, defaultMetrics, defaultHealth s
 	fs.StringVar(&f.MetricsAddr, "metrics-address", defaultMetrics, "address of the Prometheus /metrics endpoint (\"0\" disables)")
 	fs.StringVar(&f.HealthAddr, "health-probe-bind-address", defaultHealth, "address of /healthz and /readyz (\"0\" disables)")
 	fs.StringVar(&f.PprofAddr, "pprof-address", "0", "address of /debug/pprof (\"0\" disables; as upstream)")
-	fs.IntVar(&f.Workers, "workers", 16, "concurrent syncs (dispatcher) and applies (applier) per replica")
+	fs.IntVar(&f.Workers, "workers", 16, "concurrent syncs (dispatcher) and applies (applier) per controller in each replica, as upstream's per-controller workers")
+	fs.IntVar(&f.MaxInFlight, "max-in-flight", 256, "concurrent syncs (dispatcher) and applies (applier) per replica across controllers; shared fairly when reached")
 	fs.DurationVar(&f.DiscoveryInterval, "discovery-interval", 30*time.Second, "how often API discovery is refreshed")
 	fs.DurationVar(&f.SnapshotWait, "snapshot-wait", 5*time.Second, "how long a sync waits for fresh observed state before rescheduling itself")
 	// Upstream's defaults: one event per object per 5 minutes after a

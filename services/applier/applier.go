@@ -34,13 +34,14 @@ import (
 
 // Config is the applier's configuration (flags).
 type Config struct {
-	// Workers bounds concurrent applies in this replica.
-	Workers           int
-	SnapshotWait      time.Duration
-	DiscoveryInterval time.Duration
-	EventsQPS         float32
-	EventsBurst       int
-	Bus               bus.Options
+	// Workers bounds the concurrent applies of one controller in this
+	// replica; MaxInFlight bounds them across controllers.
+	Workers, MaxInFlight int
+	SnapshotWait         time.Duration
+	DiscoveryInterval    time.Duration
+	EventsQPS            float32
+	EventsBurst          int
+	Bus                  bus.Options
 }
 
 // Defaults fills unset fields.
@@ -166,8 +167,11 @@ func (a *Applier) Run(ctx context.Context) error {
 	}
 	a.health.SetReady("applier", func() error { return nil })
 	a.log.Info("applier started", zap.Int("workers", a.cfg.Workers))
-	return bus.ConsumePartitions(ctx, a.js, bus.DesiredStream, bus.DesiredConsumerPrefix, a.cfg.Workers, ackWait, a.handle,
-		func(err error) { a.log.Warn("desired-state consumer", zap.Error(err)) })
+	return bus.Consume(ctx, a.js, bus.ConsumeConfig{
+		Stream: bus.DesiredStream, Prefix: bus.DesiredConsumerPrefix, Stage: bus.DesiredStage,
+		PerController: a.cfg.Workers, Total: a.cfg.MaxInFlight, AckWait: ackWait, Ordered: true,
+		OnError: func(err error) { a.log.Warn("desired-state consumer", zap.Error(err)) },
+	}, a.handle)
 }
 
 func (a *Applier) desiredStream(ctx context.Context) (jetstream.Stream, error) {
@@ -202,9 +206,11 @@ func (a *Applier) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	seq := md.Sequence.Stream
-	// Nothing pending behind this message in its partition means nothing
-	// newer for this parent either: skip the stream lookup.
-	if md.NumPending > 0 && a.superseded(ctx, &ds, seq) {
+	// A newer desired state of this parent already in hand, or in the
+	// stream: this one would only be undone. Nothing pending behind this
+	// message in its partition means nothing newer in the stream either:
+	// skip the lookup then.
+	if bus.NewerQueued(ctx) || (md.NumPending > 0 && a.superseded(ctx, &ds, seq)) {
 		a.metrics.applies.WithLabelValues("superseded").Inc()
 		_ = m.Ack()
 		return

@@ -34,8 +34,9 @@ import (
 
 // Config is the dispatcher's configuration (flags).
 type Config struct {
-	// Workers bounds concurrent syncs in this replica.
-	Workers int
+	// Workers bounds the concurrent syncs of one controller in this
+	// replica; MaxInFlight bounds them across controllers.
+	Workers, MaxInFlight int
 	// SnapshotWait bounds how long a sync waits for a fresh snapshot before
 	// rescheduling itself.
 	SnapshotWait time.Duration
@@ -225,8 +226,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return errors.Join(errs...)
 	})
 	d.log.Info("dispatcher started", zap.Int("workers", d.cfg.Workers))
-	return bus.ConsumePartitions(ctx, d.js, bus.WorkStream, bus.WorkConsumerPrefix, d.cfg.Workers, ackWait, d.handle,
-		func(err error) { d.log.Warn("work consumer", zap.Error(err)) })
+	return bus.Consume(ctx, d.js, bus.ConsumeConfig{
+		Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
+		PerController: d.cfg.Workers, Total: d.cfg.MaxInFlight, AckWait: ackWait,
+		OnError: func(err error) { d.log.Warn("work consumer", zap.Error(err)) },
+	}, d.handle)
 }
 
 // onDeadLetter reports a poison message on its parent.

@@ -1,0 +1,718 @@
+package bus
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/metabus/metabus/pkg/fairq"
+)
+
+// DefaultMaxInFlight is the default Total of a replica.
+const DefaultMaxInFlight = 256
+
+// ConsumeConfig tunes Consume. Stream, Prefix and Stage are required.
+type ConsumeConfig struct {
+	// Stream and Prefix name the partition consumers <Prefix>pNN of Stream.
+	Stream, Prefix string
+	// Stage names the lease namespace (WorkStage, DesiredStage).
+	Stage string
+	// PerController bounds the messages of one controller running at once
+	// in this replica (upstream's --workers, which is per controller).
+	PerController int
+	// Total bounds the messages running at once in this replica; when it
+	// is reached, controllers share it by Weight.
+	Total int
+	// Weight (optional) is a controller's share of Total when saturated.
+	Weight func(ctrlID string) int
+	// AckWait is the partition consumers' AckWait: held messages are kept
+	// alive every AckWait/3.
+	AckWait time.Duration
+	// Lease is the owner lease; the lease bucket's TTL overrides it.
+	Lease time.Duration
+	// Ordered: a parent's messages must run in stream order even across a
+	// takeover. A replica that takes a partition over while another
+	// replica's messages are still unacknowledged waits (up to AckWait)
+	// for them to come back first. MC_DESIRED needs it; MC_WORK does not
+	// (a work item means "sync now", whatever its age).
+	Ordered bool
+	// Member is this replica's member id (default: host, pid and a random
+	// suffix).
+	Member string
+	// OnError (optional) receives consumer and lease errors.
+	OnError func(error)
+}
+
+// Consume runs h for the messages of the partitions this replica owns until
+// ctx is done, then hands its partitions back.
+//
+// Topology (design.md §2, revised): each partition consumer is consumed by
+// exactly one replica at a time, the holder of the partition's lease in
+// OwnersBucket; replicas share the partitions by rendezvous hashing over
+// the live members and hand partitions over gracefully when membership
+// changes. The owner holds many messages of a partition at once and
+// serializes them per parent itself (package fairq): one message per
+// parent at a time, in stream order; at most PerController running per
+// controller, so one controller's hanging hook holds only its own share;
+// Total shared between controllers by weight. Concurrency thus scales with
+// replicas × workers, not with the partition count, and a slow parent
+// blocks no other parent.
+//
+// A handler's NakWithDelay retries the message in place after the delay,
+// keeping its parent's turn: a redelivery through the server could let the
+// parent's next message overtake it. A handler's ctx is cancelled when the
+// replica loses the partition's lease; its settlement is then dropped and
+// the message goes to the new owner after AckWait.
+func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Handler) error {
+	if c.Lease <= 0 {
+		c.Lease = OwnerLease
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = WorkAckWait
+	}
+	if c.Member == "" {
+		c.Member = NewMemberID()
+	}
+	if c.OnError == nil {
+		c.OnError = func(error) {}
+	}
+	kv, err := js.KeyValue(ctx, OwnersBucket)
+	if err != nil {
+		return fmt.Errorf("open lease bucket %s: %w", OwnersBucket, err)
+	}
+	// The lease is the bucket's TTL, whoever created it: fencing must
+	// happen before the server lets the lease expire.
+	if st, err := kv.Status(ctx); err == nil && st.TTL() > 0 {
+		c.Lease = st.TTL()
+	}
+	if c.PerController <= 0 {
+		c.PerController = 16
+	}
+	if c.Total <= 0 {
+		c.Total = DefaultMaxInFlight
+	}
+	o := &owner{
+		js: js, kv: kv, c: c, h: h,
+		q:       fairq.New[*held](fairq.Limits{PerGroup: c.PerController, Total: c.Total}, c.Weight),
+		parts:   map[int]*partition{},
+		held:    map[*held]struct{}{},
+		members: map[string]time.Time{},
+		wake:    make(chan struct{}, 1),
+	}
+	return o.run(ctx)
+}
+
+// NewMemberID returns a replica id: hostname, pid and a random suffix, as
+// a KV key token.
+func NewMemberID() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	id := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, id)
+}
+
+type owner struct {
+	js jetstream.JetStream
+	kv jetstream.KeyValue
+	c  ConsumeConfig
+	h  Handler
+
+	mu      sync.Mutex
+	q       *fairq.Queue[*held]
+	parts   map[int]*partition
+	held    map[*held]struct{} // every message in hand: waiting or running
+	members map[string]time.Time
+	wake    chan struct{}
+	// minBeat is the shortest keep-alive period of any partition (the
+	// consumers' AckWait may be shorter than this replica's setting).
+	minBeat atomic.Int64
+	running sync.WaitGroup
+}
+
+type partState int
+
+const (
+	partWaiting   partState = iota // lease taken; waiting for a previous owner's messages
+	partActive                     // consuming
+	partReleasing                  // handing back: naks what arrives, waits for what runs
+)
+
+type partition struct {
+	p        int
+	rev      uint64    // lease revision
+	deadline time.Time // stop consuming by then unless renewed
+	state    partState
+	since    time.Time
+	cc       jetstream.ConsumeContext
+	ctx      context.Context // handlers' context
+	cancel   context.CancelFunc
+	beat     time.Duration // keep-alive period of its held messages
+	fenced   bool          // lease lost: drop every settlement
+	running  int
+	idle     chan struct{} // closed when running drops to 0 while releasing
+}
+
+// held is one message in hand. Its methods settle through the real
+// message unless the partition was fenced.
+type held struct {
+	jetstream.Msg
+	o        *owner
+	part     *partition
+	group    string
+	key      string
+	seq      uint64
+	lastBeat time.Time
+	retry    time.Duration // set by NakWithDelay: run again after it
+	settled  bool
+}
+
+var errFenced = errors.New("partition lease lost: settlement dropped, the new owner gets the message")
+
+func (m *held) fenced() bool {
+	m.o.mu.Lock()
+	defer m.o.mu.Unlock()
+	return m.part.fenced
+}
+
+func (m *held) settle(f func() error) error {
+	if m.fenced() {
+		return errFenced
+	}
+	m.settled = true
+	return f()
+}
+
+func (m *held) Ack() error { return m.settle(m.Msg.Ack) }
+func (m *held) DoubleAck(ctx context.Context) error {
+	return m.settle(func() error { return m.Msg.DoubleAck(ctx) })
+}
+func (m *held) Term() error { return m.settle(m.Msg.Term) }
+func (m *held) TermWithReason(r string) error {
+	return m.settle(func() error { return m.Msg.TermWithReason(r) })
+}
+
+// Nak and NakWithDelay retry in place (see Consume).
+func (m *held) Nak() error { return m.NakWithDelay(100 * time.Millisecond) }
+func (m *held) NakWithDelay(d time.Duration) error {
+	if m.fenced() {
+		return errFenced
+	}
+	if d <= 0 {
+		d = 100 * time.Millisecond
+	}
+	m.retry = d
+	return nil
+}
+func (m *held) InProgress() error {
+	if m.fenced() {
+		return errFenced
+	}
+	return m.Msg.InProgress()
+}
+
+type newerKey struct{}
+
+// NewerQueued reports whether, when a Consume handler was called, a later
+// message of the same parent was already held behind this one: for desired
+// states, this one is superseded.
+func NewerQueued(ctx context.Context) bool {
+	v, _ := ctx.Value(newerKey{}).(bool)
+	return v
+}
+
+func (o *owner) poke() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (o *owner) run(ctx context.Context) error {
+	watch, err := o.kv.Watch(ctx, memberKey(o.c.Stage, "*"))
+	if err != nil {
+		return fmt.Errorf("watch %s members: %w", o.c.Stage, err)
+	}
+	defer func() { _ = watch.Stop() }()
+	updates := watch.Updates()
+	// Join, and learn who else is there before claiming anything, so a
+	// replica joining a running stage takes only its share.
+	o.renewMember(ctx)
+	initial := time.NewTimer(2 * time.Second)
+	for done := false; !done; {
+		select {
+		case e, ok := <-updates:
+			if !ok || e == nil {
+				done = true
+				break
+			}
+			o.noteMember(e)
+		case <-initial.C:
+			done = true
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	initial.Stop()
+
+	dctx, stopDispatch := context.WithCancel(context.Background())
+	dispatchDone := make(chan struct{})
+	go func() { defer close(dispatchDone); o.dispatch(dctx) }()
+	beatDone := make(chan struct{})
+	go func() { defer close(beatDone); o.heartbeat(dctx) }()
+
+	tick := time.NewTicker(o.c.Lease / 5)
+	defer tick.Stop()
+	o.balance(ctx)
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case e, ok := <-updates:
+			if !ok {
+				// The watch ended (server gone): renewals still fence us
+				// in time; watch again on the next tick.
+				updates = nil
+				continue
+			}
+			if e != nil && o.noteMember(e) {
+				o.balance(ctx)
+			}
+		case <-tick.C:
+			if updates == nil {
+				if w, err := o.kv.Watch(ctx, memberKey(o.c.Stage, "*")); err != nil {
+					o.c.OnError(fmt.Errorf("watch %s members: %w", o.c.Stage, err))
+				} else {
+					_ = watch.Stop()
+					watch, updates = w, w.Updates()
+				}
+			}
+			o.renewMember(ctx)
+			o.renewLeases(ctx)
+			o.balance(ctx)
+		}
+	}
+	// Hand every partition back, then leave.
+	o.mu.Lock()
+	var all []*partition
+	for _, p := range o.parts {
+		all = append(all, p)
+	}
+	o.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range all {
+		wg.Add(1)
+		go func() { defer wg.Done(); o.release(p) }()
+	}
+	wg.Wait()
+	o.running.Wait()
+	stopDispatch()
+	<-dispatchDone
+	<-beatDone
+	dl, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = o.kv.Delete(dl, memberKey(o.c.Stage, o.c.Member))
+	return nil
+}
+
+// noteMember records a member update; it reports whether the member set
+// changed.
+func (o *owner) noteMember(e jetstream.KeyValueEntry) bool {
+	id := strings.TrimPrefix(e.Key(), "member."+o.c.Stage+".")
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, known := o.members[id]
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(o.members, id)
+		return known
+	}
+	o.members[id] = time.Now()
+	return !known
+}
+
+func (o *owner) renewMember(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, o.c.Lease/5)
+	defer cancel()
+	if _, err := o.kv.Put(rctx, memberKey(o.c.Stage, o.c.Member), []byte(o.c.Member)); err != nil && ctx.Err() == nil {
+		o.c.OnError(fmt.Errorf("renew %s membership: %w", o.c.Stage, err))
+	}
+}
+
+// liveMembers are the members heard from within a lease, this one always.
+func (o *owner) liveMembers() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := []string{o.c.Member}
+	for id, seen := range o.members {
+		if id == o.c.Member {
+			continue
+		}
+		if time.Since(seen) > o.c.Lease {
+			delete(o.members, id)
+			continue
+		}
+		out = append(out, id)
+	}
+	return out
+}
+
+// renewLeases renews every lease held, in parallel, and fences the
+// partitions whose lease is gone or whose deadline passed.
+func (o *owner) renewLeases(ctx context.Context) {
+	o.mu.Lock()
+	var ps []*partition
+	for _, p := range o.parts {
+		if p.state != partReleasing {
+			ps = append(ps, p)
+		}
+	}
+	o.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sent := time.Now()
+			rctx, cancel := context.WithTimeout(ctx, o.c.Lease/5)
+			rev, err := o.kv.Update(rctx, leaseKey(o.c.Stage, p.p), []byte(o.c.Member), p.rev)
+			cancel()
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			switch {
+			case err == nil:
+				p.rev = rev
+				p.deadline = sent.Add(o.c.Lease * 3 / 5)
+				return
+			case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+				o.c.OnError(fmt.Errorf("lease of %s partition %d lost: %w", o.c.Stage, p.p, err))
+				o.fenceLocked(p)
+			case time.Now().After(p.deadline):
+				o.c.OnError(fmt.Errorf("lease of %s partition %d not renewed in time: %w", o.c.Stage, p.p, err))
+				o.fenceLocked(p)
+			default:
+				if ctx.Err() == nil {
+					o.c.OnError(fmt.Errorf("renew lease of %s partition %d: %w", o.c.Stage, p.p, err))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// fenceLocked stops a partition whose lease is lost: no more messages, its
+// handlers cancelled, their settlements and its waiting messages dropped
+// (the server redelivers them to the new owner after AckWait).
+func (o *owner) fenceLocked(p *partition) {
+	if p.fenced {
+		return
+	}
+	p.fenced = true
+	p.cancel()
+	if p.cc != nil {
+		p.cc.Stop()
+	}
+	for _, m := range o.q.Remove(func(_, _ string, m *held) bool { return m.part == p }) {
+		delete(o.held, m)
+	}
+	delete(o.parts, p.p)
+	if p.running == 0 && p.idle != nil {
+		close(p.idle)
+		p.idle = nil
+	}
+}
+
+// balance claims the partitions assigned to this replica that nobody
+// holds, starts consuming those whose previous owner is done, and hands
+// back the partitions assigned to another live member.
+func (o *owner) balance(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	members := o.liveMembers()
+	assign := Assign(members, Partitions)
+	for p, m := range assign {
+		o.mu.Lock()
+		part := o.parts[p]
+		o.mu.Unlock()
+		switch {
+		case part == nil && m == o.c.Member:
+			o.claim(ctx, p)
+		case part != nil && m != o.c.Member && part.state != partReleasing:
+			go o.release(part)
+		case part != nil && part.state == partWaiting:
+			o.startWhenClear(ctx, part)
+		}
+	}
+}
+
+func (o *owner) claim(ctx context.Context, p int) {
+	cctx, cancel := context.WithTimeout(ctx, o.c.Lease/5)
+	defer cancel()
+	sent := time.Now()
+	rev, err := o.kv.Create(cctx, leaseKey(o.c.Stage, p), []byte(o.c.Member))
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
+			o.c.OnError(fmt.Errorf("claim %s partition %d: %w", o.c.Stage, p, err))
+		}
+		return // held by another replica until it hands it back or expires
+	}
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	part := &partition{p: p, rev: rev, deadline: sent.Add(o.c.Lease * 3 / 5), state: partWaiting, since: time.Now(), ctx: hctx, cancel: hcancel}
+	o.mu.Lock()
+	o.parts[p] = part
+	o.mu.Unlock()
+	o.startWhenClear(ctx, part)
+}
+
+// startWhenClear starts consuming a claimed partition, except for an
+// ordered stream whose previous owner still has unacknowledged messages:
+// those come back first (redeliveries precede new messages) once their
+// AckWait has run out, so the partition waits until then or until they
+// are acknowledged.
+func (o *owner) startWhenClear(ctx context.Context, part *partition) {
+	cons, err := o.js.Consumer(ctx, o.c.Stream, PartitionConsumerName(o.c.Prefix, part.p))
+	if err != nil {
+		if ctx.Err() == nil {
+			o.c.OnError(fmt.Errorf("open consumer %s/%s: %w", o.c.Stream, PartitionConsumerName(o.c.Prefix, part.p), err))
+		}
+		return
+	}
+	// The consumer's real AckWait: streams created by another process
+	// may use a shorter one than this replica's setting. Heartbeats
+	// follow it, and so does the wait for a previous owner's messages.
+	beat := o.c.AckWait
+	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 && info.Config.AckWait < beat {
+		beat = info.Config.AckWait
+	}
+	if o.c.Ordered && time.Since(part.since) < beat {
+		if info := cons.CachedInfo(); info != nil && info.NumAckPending > 0 {
+			return // checked again on the next tick
+		}
+	}
+	o.mu.Lock()
+	if part.fenced || part.state != partWaiting {
+		o.mu.Unlock()
+		return
+	}
+	part.state = partActive
+	part.beat = beat
+	if cur := time.Duration(o.minBeat.Load()); cur == 0 || beat < cur {
+		o.minBeat.Store(int64(beat))
+	}
+	o.mu.Unlock()
+	cc, err := cons.Consume(func(m jetstream.Msg) { o.receive(part, m) },
+		jetstream.PullMaxMessages(256),
+		// A short pull expiry bounds how long a partition can sit idle
+		// when the server loses a pull request.
+		jetstream.PullExpiry(5*time.Second),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+				o.c.OnError(fmt.Errorf("consume %s partition %d: %w", o.c.Stream, part.p, err))
+			}
+		}))
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err != nil {
+		part.state = partWaiting
+		o.c.OnError(fmt.Errorf("consume %s partition %d: %w", o.c.Stream, part.p, err))
+		return
+	}
+	part.cc = cc
+	if part.fenced || part.state == partReleasing {
+		cc.Drain()
+	}
+}
+
+func (o *owner) receive(part *partition, m jetstream.Msg) {
+	_, ctrlID, parentUID, err := ParseStoredSubject(m.Subject())
+	if err != nil {
+		o.c.OnError(err)
+		_ = m.TermWithReason("unparsable subject")
+		return
+	}
+	seq, _, err := Meta(m)
+	if err != nil {
+		o.c.OnError(err)
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case part.fenced:
+		return // redelivered to the new owner after AckWait
+	case part.state == partReleasing:
+		_ = m.Nak() // to the next owner at once
+		return
+	}
+	hm := &held{Msg: m, o: o, part: part, group: ctrlID, key: ctrlID + "." + parentUID, seq: seq, lastBeat: time.Now()}
+	o.held[hm] = struct{}{}
+	o.q.Push(hm.group, hm.key, seq, hm)
+	o.poke()
+}
+
+// dispatch starts every message the queue lets run.
+func (o *owner) dispatch(ctx context.Context) {
+	for {
+		o.mu.Lock()
+		for {
+			_, _, _, hm, ok := o.q.Next()
+			if !ok {
+				break
+			}
+			newer := o.q.HasWaiting(hm.key)
+			hm.part.running++
+			o.running.Add(1)
+			go o.handle(hm, newer)
+		}
+		o.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-o.wake:
+		}
+	}
+}
+
+func (o *owner) handle(hm *held, newer bool) {
+	defer o.running.Done()
+	ctx := context.WithValue(hm.part.ctx, newerKey{}, newer)
+	backoff := time.Duration(0)
+	for {
+		hm.retry = 0
+		o.h(ctx, hm)
+		if hm.retry == 0 || hm.settled || ctx.Err() != nil {
+			break
+		}
+		// In-place retry, keeping the parent's turn; growing while it
+		// keeps failing (an unreachable dependency).
+		backoff = max(hm.retry, min(2*backoff, 30*time.Second))
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !hm.settled && !hm.part.fenced && hm.retry == 0 && hm.part.ctx.Err() == nil {
+		// A handler that returned without settling: let the server
+		// redeliver it, as it would after a crash.
+		_ = hm.Msg.Nak()
+	}
+	delete(o.held, hm)
+	o.q.Done(hm.key)
+	hm.part.running--
+	if hm.part.running == 0 && hm.part.idle != nil {
+		close(hm.part.idle)
+		hm.part.idle = nil
+	}
+	o.poke()
+}
+
+// heartbeat keeps every held message alive: the server must not redeliver
+// a message this replica still holds, running or waiting its parent's turn.
+func (o *owner) heartbeat(ctx context.Context) {
+	for {
+		period := time.Duration(o.minBeat.Load())
+		if period == 0 {
+			period = o.c.AckWait
+		}
+		t := time.NewTimer(min(max(period/12, 20*time.Millisecond), 250*time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		var due []*held
+		o.mu.Lock()
+		for hm := range o.held {
+			if now.Sub(hm.lastBeat) >= hm.part.beat/3 {
+				hm.lastBeat = now
+				due = append(due, hm)
+			}
+		}
+		o.mu.Unlock()
+		for _, hm := range due {
+			_ = hm.InProgress()
+		}
+	}
+}
+
+// release hands a partition back: stop pulling, return what waits (the
+// next owner gets it at once), let what runs finish (up to AckWait, then
+// fence it), and delete the lease so the next owner may claim it.
+func (o *owner) release(part *partition) {
+	o.mu.Lock()
+	if part.fenced || part.state == partReleasing {
+		o.mu.Unlock()
+		return
+	}
+	part.state = partReleasing
+	cc := part.cc
+	o.mu.Unlock()
+	if cc != nil {
+		cc.Drain() // buffered messages reach receive, which naks them
+		select {
+		case <-cc.Closed():
+		case <-time.After(o.c.AckWait):
+		}
+	}
+	o.mu.Lock()
+	waiting := o.q.Remove(func(_, _ string, m *held) bool { return m.part == part })
+	for _, m := range waiting {
+		delete(o.held, m)
+		_ = m.Msg.Nak()
+	}
+	var idle chan struct{}
+	if part.running > 0 {
+		part.idle = make(chan struct{})
+		idle = part.idle
+	}
+	o.mu.Unlock()
+	if idle != nil {
+		select {
+		case <-idle:
+		case <-time.After(o.c.AckWait):
+			o.mu.Lock()
+			o.fenceLocked(part)
+			o.mu.Unlock()
+			return // the lease expires on its own
+		}
+	}
+	o.mu.Lock()
+	fenced := part.fenced
+	rev := part.rev
+	delete(o.parts, part.p)
+	part.cancel()
+	o.mu.Unlock()
+	if fenced {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), o.c.Lease/5)
+	defer cancel()
+	if err := o.kv.Delete(dctx, leaseKey(o.c.Stage, part.p), jetstream.LastRevision(rev)); err != nil {
+		o.c.OnError(fmt.Errorf("hand back %s partition %d: %w", o.c.Stream, part.p, err))
+	}
+}

@@ -1,0 +1,333 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/metabus/metabus/pkg/natsx"
+)
+
+// replicas starts one embedded server and returns a function that opens a
+// new connection to it (one per simulated replica), after ensuring the bus.
+func replicas(t *testing.T, o Options) func() (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	s, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	connect := func() (*nats.Conn, jetstream.JetStream) {
+		nc, js, err := natsx.Connect(natsx.ConnOptions{InProcess: s, Name: t.Name()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc, js
+	}
+	_, js := connect()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := Ensure(ctx, js, o); err != nil {
+		t.Fatal(err)
+	}
+	return connect
+}
+
+// exclusive records handler runs per parent and fails on any overlap or
+// out-of-order run.
+type exclusive struct {
+	t       *testing.T
+	mu      sync.Mutex
+	running map[string]string // parent → replica running it
+	lastSeq map[string]uint64
+	done    map[string]int
+	byRep   map[string]int
+}
+
+func newExclusive(t *testing.T) *exclusive {
+	return &exclusive{t: t, running: map[string]string{}, lastSeq: map[string]uint64{}, done: map[string]int{}, byRep: map[string]int{}}
+}
+
+func (x *exclusive) handler(replica string, work time.Duration) Handler {
+	return func(ctx context.Context, m jetstream.Msg) {
+		var it WorkItem
+		if err := Decode(m, TypeSyncRequested, &it); err != nil {
+			x.t.Errorf("decode: %v", err)
+			_ = m.Term()
+			return
+		}
+		seq, _, _ := Meta(m)
+		uid := it.Parent.UID
+		x.mu.Lock()
+		if other, ok := x.running[uid]; ok {
+			x.t.Errorf("parent %s run by %s while %s still runs it", uid, replica, other)
+		}
+		x.running[uid] = replica
+		x.mu.Unlock()
+		select {
+		case <-time.After(work):
+		case <-ctx.Done():
+			x.mu.Lock()
+			delete(x.running, uid)
+			x.mu.Unlock()
+			return // fenced: not settled, redelivered to the new owner
+		}
+		x.mu.Lock()
+		delete(x.running, uid)
+		if seq < x.lastSeq[uid] {
+			x.t.Errorf("parent %s: seq %d ran after %d", uid, seq, x.lastSeq[uid])
+		}
+		x.lastSeq[uid] = seq
+		x.mu.Unlock()
+		if err := m.Ack(); err != nil {
+			return
+		}
+		x.mu.Lock()
+		x.done[uid]++
+		x.byRep[replica]++
+		x.mu.Unlock()
+	}
+}
+
+func (x *exclusive) waitAll(t *testing.T, uids []string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		x.mu.Lock()
+		n := 0
+		for _, u := range uids {
+			if x.done[u] > 0 {
+				n++
+			}
+		}
+		x.mu.Unlock()
+		if n == len(uids) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	missing := 0
+	for _, u := range uids {
+		if x.done[u] == 0 {
+			missing++
+		}
+	}
+	t.Fatalf("%d of %d parents never handled within %s", missing, len(uids), within)
+}
+
+func publishMany(t *testing.T, js jetstream.JetStream, ctrl string, n int) []string {
+	t.Helper()
+	var uids []string
+	for i := 0; i < n; i++ {
+		it := item(ctrl, fmt.Sprintf("%s-%04d", ctrl, i))
+		if _, err := (Publisher{JS: js}).PublishWork(context.Background(), it); err != nil {
+			t.Fatal(err)
+		}
+		uids = append(uids, it.Parent.UID)
+	}
+	return uids
+}
+
+// TestReplicasSharePartitions: a second replica joining takes about half
+// the partitions over, handed back gracefully by the first while work
+// flows; no parent ever runs on both at once, none out of order, none is
+// lost.
+func TestReplicasSharePartitions(t *testing.T) {
+	o := Options{OwnerLease: 2 * time.Second, WorkAckWait: 3 * time.Second}
+	connect := replicas(t, o)
+	x := newExclusive(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	start := func(name string) {
+		_, js := connect()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := Consume(ctx, js, ConsumeConfig{Stream: WorkStream, Prefix: WorkConsumerPrefix, Stage: WorkStage,
+				PerController: 8, AckWait: 3 * time.Second, Member: name}, x.handler(name, 5*time.Millisecond))
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}()
+	}
+	_, js := connect()
+	start("a")
+	uids := publishMany(t, js, "c", 200)
+	x.waitAll(t, uids, 20*time.Second)
+	start("b")
+	// Keep publishing through the handover: every parent, again and again.
+	stop := make(chan struct{})
+	var pubs atomic.Int64
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, u := range uids {
+				it := item("c", u)
+				if _, err := (Publisher{JS: js}).PublishWork(context.Background(), it); err == nil {
+					pubs.Add(1)
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	time.Sleep(4 * time.Second)
+	close(stop)
+	x.mu.Lock()
+	for _, u := range uids {
+		x.done[u] = 0
+	}
+	x.mu.Unlock()
+	for _, u := range uids { // one more change each, after the handover
+		if _, err := (Publisher{JS: js}).PublishWork(context.Background(), item("c", u)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x.waitAll(t, uids, 20*time.Second)
+	x.mu.Lock()
+	t.Logf("handled by a: %d, by b: %d", x.byRep["a"], x.byRep["b"])
+	if x.byRep["b"] == 0 {
+		t.Error("the second replica never got a partition")
+	}
+	x.mu.Unlock()
+	kv, err := js.KeyValue(context.Background(), OwnersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := map[string]int{}
+	for p := 0; p < Partitions; p++ {
+		e, err := kv.Get(context.Background(), leaseKey(WorkStage, p))
+		if err != nil {
+			t.Fatalf("partition %d has no lease: %v", p, err)
+		}
+		owners[string(e.Value())]++
+	}
+	if owners["a"] < 16 || owners["b"] < 16 {
+		t.Errorf("partitions per replica %v, want both to hold a fair share of %d", owners, Partitions)
+	}
+	cancel()
+	wg.Wait()
+}
+
+// TestCrashedReplicaFencedBeforeTakeover: a replica that loses NATS stops
+// its handlers before its leases expire; the survivor then takes the
+// partitions over and gets the unacknowledged messages, never while the
+// first still runs them.
+func TestCrashedReplicaFencedBeforeTakeover(t *testing.T) {
+	o := Options{OwnerLease: 1500 * time.Millisecond, WorkAckWait: 2 * time.Second}
+	connect := replicas(t, o)
+	x := newExclusive(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ncA, jsA := connect()
+	_, jsB := connect()
+	var cancelled atomic.Int64
+	hang := func(ctx context.Context, m jetstream.Msg) {
+		<-ctx.Done() // a hook that hangs until the replica is fenced
+		cancelled.Add(1)
+	}
+	aDone := make(chan struct{})
+	go func() {
+		defer close(aDone)
+		_ = Consume(ctx, jsA, ConsumeConfig{Stream: WorkStream, Prefix: WorkConsumerPrefix, Stage: WorkStage,
+			PerController: 64, AckWait: 2 * time.Second, Member: "a"}, hang)
+	}()
+	time.Sleep(500 * time.Millisecond)
+	uids := publishMany(t, jsB, "c", 20)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := jsB.Stream(ctx, WorkStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = info
+		c, _ := jsB.Consumer(ctx, WorkStream, PartitionConsumerName(WorkConsumerPrefix, Partition("cc-c", uids[0])))
+		if c != nil && c.CachedInfo().NumAckPending > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("replica a never took the messages")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// a "crashes": its connection goes away without handing anything back.
+	ncA.Close()
+	var aFenced time.Time
+	go func() {
+		for cancelled.Load() < int64(len(uids)) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		aFenced = time.Now()
+	}()
+	var firstB atomic.Int64
+	bHandler := x.handler("b", time.Millisecond)
+	go func() {
+		_ = Consume(ctx, jsB, ConsumeConfig{Stream: WorkStream, Prefix: WorkConsumerPrefix, Stage: WorkStage,
+			PerController: 64, AckWait: 2 * time.Second, Member: "b"}, func(ctx context.Context, m jetstream.Msg) {
+			if firstB.CompareAndSwap(0, time.Now().UnixNano()) && cancelled.Load() < int64(len(uids)) {
+				t.Errorf("b ran a message while a still ran %d", int64(len(uids))-cancelled.Load())
+			}
+			bHandler(ctx, m)
+		})
+	}()
+	x.waitAll(t, uids, 30*time.Second)
+	t.Logf("a fenced after its connection closed; b took over %s later", time.Unix(0, firstB.Load()).Sub(aFenced).Round(time.Millisecond))
+	cancel()
+	<-aDone
+}
+
+// TestHangingControllerIsolated: one controller whose handler hangs holds
+// only its PerController share; another controller's messages, in the
+// same partitions, run at once.
+func TestHangingControllerIsolated(t *testing.T) {
+	o := Options{}
+	connect := replicas(t, o)
+	x := newExclusive(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, js := connect()
+	var hanging atomic.Int64
+	release := make(chan struct{})
+	go func() {
+		_ = Consume(ctx, js, ConsumeConfig{Stream: WorkStream, Prefix: WorkConsumerPrefix, Stage: WorkStage,
+			PerController: 4, Total: 16}, func(hctx context.Context, m jetstream.Msg) {
+			var it WorkItem
+			_ = Decode(m, TypeSyncRequested, &it)
+			if it.Controller.Name == "slow" {
+				hanging.Add(1)
+				select {
+				case <-release:
+				case <-hctx.Done():
+				}
+				_ = m.Ack()
+				return
+			}
+			x.handler("r", time.Millisecond)(hctx, m)
+		})
+	}()
+	publishMany(t, js, "slow", 300) // in every partition
+	for hanging.Load() < 4 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	uids := publishMany(t, js, "fast", 100)
+	x.waitAll(t, uids, 10*time.Second)
+	t.Logf("100 parents of the fast controller handled in %s beside 300 hanging ones", time.Since(start).Round(time.Millisecond))
+	if n := hanging.Load(); n != 4 {
+		t.Errorf("%d hanging handlers of one controller, want its share of 4", n)
+	}
+	close(release)
+}

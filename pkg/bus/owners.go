@@ -1,0 +1,103 @@
+package bus
+
+import (
+	"hash/fnv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// OwnersBucket (KV_MC_OWNERS) holds the leases that give one replica of a
+// stage the partitions it consumes, and the stage members that share them:
+//
+//	lease.<stage>.pNN      value: the owning member; renewed every Lease/5
+//	member.<stage>.<id>    a live replica; renewed every Lease/5
+//
+// Every entry expires Lease after its last write (the bucket's TTL), so a
+// replica that dies or loses NATS loses its leases after at most Lease, and
+// a replica never consumes a partition whose lease it has not renewed
+// within 3/5 of Lease: the old owner has stopped before a new one can
+// create the expired lease.
+const OwnersBucket = "MC_OWNERS"
+
+// OwnerLease is the default lease duration. A replica killed without a
+// shutdown leaves its partitions unconsumed for at most this long.
+const OwnerLease = 10 * time.Second
+
+// Lease stage names (the second token of lease and member keys).
+const (
+	WorkStage    = "work"
+	DesiredStage = "desired"
+)
+
+// Per-partition in-flight bounds: how many messages of one partition a
+// replica may hold (running or waiting its turn) before the server stops
+// delivering more. They bound a replica's memory (work items are small,
+// desired states up to the 8 MB payload limit) and how far one
+// controller's backlog in a partition can delay others in it.
+const (
+	WorkMaxAckPending    = 1024
+	DesiredMaxAckPending = 256
+)
+
+func (o Options) ownerLease() time.Duration {
+	if o.OwnerLease > 0 {
+		return o.OwnerLease
+	}
+	return OwnerLease
+}
+
+// OwnersConfig is the lease bucket: one value per key, expiring Lease after
+// its last write. File-stored, so leases outlive a server restart and
+// owners keep their partitions across it.
+func OwnersConfig(o Options) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      OwnersBucket,
+		Description: "metabus partition leases and stage members",
+		History:     1,
+		TTL:         o.ownerLease(),
+		Storage:     jetstream.FileStorage,
+		Replicas:    o.replicas(),
+	}
+}
+
+func leaseKey(stage string, p int) string {
+	return "lease." + stage + "." + PartitionConsumerName("", p)
+}
+
+func memberKey(stage, id string) string { return "member." + stage + "." + id }
+
+// Assign maps each of n partitions to one of members by rendezvous
+// hashing: every replica computes the same answer from the same member
+// set, and a member joining or leaving moves only the partitions it gains
+// or held (about n/len(members)). It returns nil without members.
+func Assign(members []string, n int) []string {
+	if len(members) == 0 {
+		return nil
+	}
+	out := make([]string, n)
+	for p := 0; p < n; p++ {
+		var best uint64
+		for _, m := range members {
+			h := fnv.New64a()
+			_, _ = h.Write([]byte(m))
+			_, _ = h.Write([]byte{byte(p), byte(p >> 8)})
+			s := mix(h.Sum64())
+			if out[p] == "" || s > best || (s == best && m < out[p]) {
+				best, out[p] = s, m
+			}
+		}
+	}
+	return out
+}
+
+// mix is a 64-bit finalizer (splitmix64): FNV alone spreads similar
+// member names poorly across partitions.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
