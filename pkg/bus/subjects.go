@@ -7,9 +7,10 @@
 // Delivery model (see design.md §2 and §4): Kubernetes is the system of
 // record, every message can be derived again, delivery is at least once and
 // every consumer is idempotent. Per-parent serialization comes from
-// partitioning each stream 64 ways with a subject transform and consuming each
-// partition through a durable consumer with MaxAckPending=1 that every
-// replica pulls from.
+// partitioning each stream 64 ways with a subject transform, giving each
+// partition's durable consumer one owner at a time by lease (owners.go), and
+// running each parent's messages one at a time inside the owner (owned.go,
+// package fairq).
 package bus
 
 import (
@@ -18,10 +19,12 @@ import (
 	"strings"
 )
 
-// Partitions is the number of partitions of MC_WORK and MC_DESIRED. It bounds
-// the number of syncs (and applies) in flight cluster-wide per stage. It is
-// fixed at install time: changing it needs a drained cut-over, because the
-// messages of one parent would otherwise sit in two partitions at once.
+// Partitions is the number of partitions of MC_WORK and MC_DESIRED. It is
+// the unit of ownership, so it bounds how many replicas of a stage get work
+// (not how many messages run: each owner runs many partitions' parents side
+// by side). It is fixed at install time: changing it needs a drained
+// cut-over, because the messages of one parent would otherwise sit in two
+// partitions, possibly owned by two replicas, at once.
 const Partitions = 64
 
 // Subject roots. Publishers address a (controller, parent) pair; the streams
