@@ -331,3 +331,86 @@ func TestHangingControllerIsolated(t *testing.T) {
 	}
 	close(release)
 }
+
+// TestWaitingMessageKeptAlive (issue #13, defect 7): a message waiting for
+// its controller's worker slot is kept alive from the moment it arrives.
+// Before, the heartbeat started with the handler, so a message queued
+// behind slow hooks was redelivered after AckWait and ran twice.
+func TestWaitingMessageKeptAlive(t *testing.T) {
+	o := Options{WorkAckWait: 600 * time.Millisecond}
+	connect := replicas(t, o)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, js := connect()
+	var mu sync.Mutex
+	runs := map[string][]uint64{} // parent → NumDelivered of each run
+	go func() {
+		_ = Consume(ctx, js, ConsumeConfig{Stream: WorkStream, Prefix: WorkConsumerPrefix, Stage: WorkStage,
+			PerController: 1, AckWait: 30 * time.Second}, func(_ context.Context, m jetstream.Msg) {
+			var it WorkItem
+			_ = Decode(m, TypeSyncRequested, &it)
+			_, delivered, _ := Meta(m)
+			mu.Lock()
+			runs[it.Parent.UID] = append(runs[it.Parent.UID], delivered)
+			mu.Unlock()
+			time.Sleep(1500 * time.Millisecond) // > 2 × the consumer's AckWait
+			_ = m.Ack()
+		})
+	}()
+	uids := publishMany(t, js, "slow", 3) // one worker: the last waits 3 s
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		mu.Lock()
+		n := len(runs)
+		mu.Unlock()
+		if n == len(uids) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // a redelivery would have run by now
+	mu.Lock()
+	defer mu.Unlock()
+	for _, u := range uids {
+		if got := runs[u]; len(got) != 1 || got[0] != 1 {
+			t.Errorf("parent %s: runs with delivery counts %v, want exactly one first delivery", u, got)
+		}
+	}
+}
+
+// TestRetryInPlaceKeepsDeliveryBudget (issue #13, defect 10): a handler
+// that retries an infrastructure failure (NakWithDelay) more often than
+// MaxDeliver neither dead-letters the message nor lets the server count
+// the retries against it, and the parent's next message waits its turn.
+func TestRetryInPlaceKeepsDeliveryBudget(t *testing.T) {
+	connect := replicas(t, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, js := connect()
+	var attempts atomic.Int64
+	done := make(chan uint64, 4)
+	go func() {
+		_ = Consume(ctx, js, ConsumeConfig{Stream: WorkStream, Prefix: WorkConsumerPrefix, Stage: WorkStage, PerController: 4},
+			func(_ context.Context, m jetstream.Msg) {
+				if attempts.Add(1) <= MaxDeliver+2 {
+					_ = m.NakWithDelay(10 * time.Millisecond) // NATS leader moving
+					return
+				}
+				_, delivered, _ := Meta(m)
+				_ = m.Ack()
+				done <- delivered
+			})
+	}()
+	publishMany(t, js, "flaky", 1)
+	select {
+	case delivered := <-done:
+		if delivered != 1 {
+			t.Errorf("handled at delivery %d, want 1: retries in place cost no delivery", delivered)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("never handled after %d attempts", attempts.Load())
+	}
+	if n := attempts.Load(); n != MaxDeliver+3 {
+		t.Errorf("%d attempts, want %d", n, MaxDeliver+3)
+	}
+}
