@@ -225,3 +225,49 @@ func TestControllerDeletionReleasesFinalizers(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, "finalizers released", finalized(false))
 }
+
+// TestStaleFinalizerReleasedOnDelete (issue #13, defect 4): a parent that
+// still carries the finalizer of a controller whose finalize hook is gone
+// (the watcher's one release request was lost) is released by the next
+// sync of that parent, so deleting it never hangs in Terminating. Before,
+// only that one request could release it.
+func TestStaleFinalizerReleasedOnDelete(t *testing.T) {
+	ctx := context.Background()
+	inst := startMetabus(t, allinone.Config{}, nil)
+	ns := newNamespace(t)
+	hook := &teardownHook{}
+	url := hookServer(t, jsonHook(hook.handle))
+	createController(t, inst, map[string]any{
+		"metadata": map[string]any{"name": "widgets-stale"},
+		"spec": map[string]any{
+			"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
+			"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": map[string]any{"method": "InPlace"}}},
+			"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
+		},
+	})
+	const fin = "metacontroller.io/compositecontroller-widgets-stale"
+	w := widgetLabels("stale", nil)
+	w.SetFinalizers([]string{fin}) // left by a finalize hook since removed
+	if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, w, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "stale finalizer released by a sync", func() error {
+		got, err := dyn.Resource(widgetsGVR).Namespace(ns).Get(ctx, "stale", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if hasFinalizer(got, fin) {
+			return fmt.Errorf("finalizers %v", got.GetFinalizers())
+		}
+		return nil
+	})
+	if err := dyn.Resource(widgetsGVR).Namespace(ns).Delete(ctx, "stale", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "parent deleted", func() error {
+		if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Get(ctx, "stale", metav1.GetOptions{}); err == nil {
+			return fmt.Errorf("still there")
+		}
+		return nil
+	})
+}

@@ -210,7 +210,10 @@ func (a *Applier) handle(ctx context.Context, m jetstream.Msg) {
 	// stream: this one would only be undone. Nothing pending behind this
 	// message in its partition means nothing newer in the stream either:
 	// skip the lookup then.
-	if bus.NewerQueued(ctx) || (md.NumPending > 0 && a.superseded(ctx, &ds, seq)) {
+	// A finalizer release is never skipped: a newer desired state of the
+	// same parent need not release it (a stale sync from before the
+	// finalize hook was removed), and the release is idempotent.
+	if ds.Hook != bus.HookRelease && (bus.NewerQueued(ctx) || (md.NumPending > 0 && a.superseded(ctx, &ds, seq))) {
 		a.metrics.applies.WithLabelValues("superseded").Inc()
 		_ = m.Ack()
 		return

@@ -109,6 +109,9 @@ func (d *Dispatcher) syncComposite(ctx context.Context, item bus.WorkItem, seq u
 	}
 	parent := snap.Parent
 	pref := parentRef(parent, item.Parent)
+	if stale := composite.Finalizer(cc.Name); composite.ControllerFinalizer(cc) == "" && composite.HasFinalizer(parent, stale) {
+		return d.releaseStale(ctx, item, seq, stale)
+	}
 	if composite.WaitingForGC(parent) {
 		d.succeeded(item)
 		return outcome{result: "skipped"}
@@ -208,6 +211,20 @@ func (d *Dispatcher) release(ctx context.Context, item bus.WorkItem, seq uint64)
 		return outcome{result: "error", infra: true}
 	}
 	return outcome{result: "release"}
+}
+
+// releaseStale releases the finalizer of a controller that no longer has
+// a finalize hook. The watcher asks for it when the hook is removed, but
+// that one request can be lost (refused as already queued, dead-lettered);
+// every sync of a parent still carrying the finalizer asks again, so the
+// release is derived from the cluster, and a deleted parent never hangs in
+// Terminating. The next sync (the release is a write) is a normal one.
+func (d *Dispatcher) releaseStale(ctx context.Context, item bus.WorkItem, seq uint64, finalizer string) outcome {
+	d.log.Info("releasing the finalizer of a removed finalize hook", zap.String("controller", item.Controller.Name),
+		zap.String("parent", item.Parent.Namespace+"/"+item.Parent.Name), zap.String("finalizer", finalizer))
+	item.Finalizer = finalizer
+	d.succeeded(item)
+	return d.release(ctx, item, seq)
 }
 
 // failedQuietly is failed without an Event: the parent did nothing wrong.

@@ -33,6 +33,9 @@ func (d *Dispatcher) syncDecorator(ctx context.Context, item bus.WorkItem, seq u
 	}
 	pref := parentRef(target, item.Parent)
 	pref.Resource = resource
+	if stale := decorator.Finalizer(dc.Name); decorator.ControllerFinalizer(dc) == "" && composite.HasFinalizer(target, stale) {
+		return d.releaseStale(ctx, item, seq, stale)
+	}
 	if composite.WaitingForGC(target) {
 		d.succeeded(item)
 		return outcome{result: "skipped"}

@@ -563,15 +563,24 @@ func (w *Watcher) runResyncPacer(ctx context.Context) {
 
 // publish sends one work item; on failure it is put back (merged with
 // anything newer) and retried with backoff through the main queue.
+// errReleaseRefused: a finalizer release found its parent's queue full.
+var errReleaseRefused = errors.New("finalizer release refused: parent already queued")
+
 func (w *Watcher) publish(ctx context.Context, key string, item *bus.WorkItem) {
 	{
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		queued, err := w.pub.PublishWork(pctx, *item)
 		cancel()
+		if err == nil && !queued && item.Reason == bus.ReasonRelease {
+			// The parent's queued items are ordinary syncs, which do not
+			// release a finalizer of a kind the controller stopped
+			// targeting: keep the release until the queue takes it.
+			err = errReleaseRefused
+		}
 		switch {
 		case err != nil:
 			w.metrics.published.WithLabelValues(item.Reason, "error").Inc()
-			if ctx.Err() == nil {
+			if ctx.Err() == nil && err != errReleaseRefused {
 				w.log.Warn("publish work item; will retry", zap.String("key", key), zap.Error(err))
 			}
 			// Put it back, merged with anything newer, and back off.
@@ -579,6 +588,9 @@ func (w *Watcher) publish(ctx context.Context, key string, item *bus.WorkItem) {
 			if newer, ok := w.pending[key]; ok {
 				for k, v := range item.MinResourceVersions {
 					mergeRV(newer.MinResourceVersions, k, v)
+				}
+				if item.Reason == bus.ReasonRelease {
+					newer.Reason, newer.Finalizer = item.Reason, item.Finalizer
 				}
 			} else {
 				w.pending[key] = item
