@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,11 +29,24 @@ func RespondJSON[Req any](r micro.Request, what string, handle func(Req) any) er
 		return nil
 	}
 	if err := r.Respond(data); err != nil {
+		// micro wraps the connection's error as text, not as a chain.
+		if errors.Is(err, nats.ErrMaxPayload) || strings.Contains(err.Error(), nats.ErrMaxPayload.Error()) {
+			_ = r.Error(codeTooLarge, fmt.Sprintf("%s response of %d bytes exceeds the bus's max payload", what, len(data)), nil)
+			return fmt.Errorf("respond to %s request with %d bytes: %w", what, len(data), err)
+		}
 		_ = r.Error("500", "respond: "+err.Error(), nil)
 		return fmt.Errorf("respond to %s request with %d bytes: %w", what, len(data), err)
 	}
 	return nil
 }
+
+// ErrTooLarge is the error RequestJSON wraps when the service's answer was
+// larger than the bus carries (NATS max_payload): retrying cannot help
+// until the answer shrinks, so callers report it on the object.
+var ErrTooLarge = errors.New("answer exceeds the bus's max payload")
+
+// codeTooLarge is the service error code of an answer over max_payload.
+const codeTooLarge = "413"
 
 // RequestJSON is the caller's side of RespondJSON: it sends req as JSON to a
 // request/reply service on subject and decodes the answer into resp. A
@@ -55,7 +69,9 @@ func RequestJSON(ctx context.Context, nc *nats.Conn, subject, service string, ti
 		}
 		return err
 	}
-	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
+	if code := msg.Header.Get("Nats-Service-Error-Code"); code == codeTooLarge {
+		return fmt.Errorf("%s service: %s: %w", service, msg.Header.Get("Nats-Service-Error"), ErrTooLarge)
+	} else if code != "" {
 		return fmt.Errorf("%s service error %s: %s", service, code, msg.Header.Get("Nats-Service-Error"))
 	}
 	if err := json.Unmarshal(msg.Data, resp); err != nil {

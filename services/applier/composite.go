@@ -55,7 +55,11 @@ func (a *Applier) observe(ctx context.Context, ds *bus.DesiredState) (snap *snap
 		if ctx.Err() != nil {
 			return nil, result{result: "cancelled", infra: true}, false
 		}
-		return nil, a.retry(ctx, ds, "", fmt.Errorf("observed state unavailable: %w", err)), false
+		reason := ""
+		if errors.Is(err, bus.ErrTooLarge) {
+			reason = events.ReasonApplyError // cannot heal by itself: say so on the parent
+		}
+		return nil, a.retry(ctx, ds, reason, fmt.Errorf("observed state unavailable: %w", err)), false
 	}
 	switch snap.Result {
 	case snapshot.OK:

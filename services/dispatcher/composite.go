@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -62,6 +63,11 @@ func (d *Dispatcher) observe(ctx context.Context, item bus.WorkItem, seq uint64,
 	if err != nil {
 		if ctx.Err() != nil {
 			return sreq, nil, outcome{result: "cancelled", infra: true}, false
+		}
+		if errors.Is(err, bus.ErrTooLarge) {
+			// Retrying cannot help until the parent has fewer or smaller
+			// children: say so on the parent, with backoff.
+			return sreq, nil, d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("observed state too large for the bus (raise the NATS server's max_payload): %w", err)), false
 		}
 		return sreq, nil, d.failedQuietly(ctx, item, fmt.Errorf("observed state unavailable: %w", err)), false
 	}
