@@ -199,7 +199,7 @@ func (c *Client) do(ctx context.Context, call *Call, u *url.URL, target string, 
 		hit    bool
 	)
 	if ec, ok := etagOf(w); ok && call.CacheKey != "" {
-		cfg, store = ec, c.etags.store(u.String())
+		cfg, store = ec, c.etags.store(u.String(), ec, c.now())
 		// The entry is taken now, so a 304 can be served even if it expires mid-call.
 		if cached, hit = store.get(call.CacheKey, cfg, now); hit {
 			req.Header.Set("If-None-Match", cached.etag)

@@ -56,11 +56,25 @@ type etagStore struct {
 type etagCache struct {
 	mu     sync.Mutex
 	stores map[string]*etagStore
+	// nextSweep: every store is swept now and then, not only on a call
+	// to its own URL, so a webhook that is never called again (its
+	// controller deleted, its URL changed) does not keep its bodies.
+	nextSweep time.Time
 }
 
-func (c *etagCache) store(url string) *etagStore {
+// store returns the store of url, first sweeping every store (dropping
+// empty ones) when a cleanup interval has passed.
+func (c *etagCache) store(url string, cfg etagConfig, now time.Time) *etagStore {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !now.Before(c.nextSweep) {
+		for u, s := range c.stores {
+			if s.sweep(now) == 0 && u != url {
+				delete(c.stores, u)
+			}
+		}
+		c.nextSweep = now.Add(max(cfg.cleanup, time.Second))
+	}
 	s, ok := c.stores[url]
 	if !ok {
 		if c.stores == nil {
@@ -70,6 +84,18 @@ func (c *etagCache) store(url string) *etagStore {
 		c.stores[url] = s
 	}
 	return s
+}
+
+// sweep drops expired entries and returns how many are left.
+func (s *etagStore) sweep(now time.Time) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, e := range s.entries {
+		if !now.Before(e.expires) {
+			delete(s.entries, k)
+		}
+	}
+	return len(s.entries)
 }
 
 // get returns the live entry of key, sweeping the store when its cleanup interval is due.

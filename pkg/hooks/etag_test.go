@@ -129,3 +129,28 @@ func TestETagSweep(t *testing.T) {
 		t.Error("a 200 without ETag must drop the entry")
 	}
 }
+
+// TestETagStoresOfIdleURLsSwept (issue #13, defect 13): the cached bodies
+// of a webhook that is never called again are dropped once expired, by
+// calls to any other webhook; before, only a call to the same URL swept
+// its store, so a deleted controller's bodies stayed forever.
+func TestETagStoresOfIdleURLsSwept(t *testing.T) {
+	cfg := etagConfig{timeout: 10 * time.Second, cleanup: time.Second}
+	var c etagCache
+	now := time.Unix(1000, 0)
+	c.store("http://gone", cfg, now).put("parent-1", `"v1"`, []byte("{}"), cfg, now)
+	c.store("http://live", cfg, now)
+	// Not expired yet: kept.
+	c.store("http://live", cfg, now.Add(5*time.Second))
+	if _, ok := c.stores["http://gone"]; !ok {
+		t.Fatal("a live entry was swept")
+	}
+	// Expired, and only the other webhook is called.
+	c.store("http://live", cfg, now.Add(11*time.Second))
+	if _, ok := c.stores["http://gone"]; ok {
+		t.Error("the store of a webhook never called again kept its expired bodies")
+	}
+	if _, ok := c.stores["http://live"]; !ok {
+		t.Error("the store being asked for was dropped")
+	}
+}

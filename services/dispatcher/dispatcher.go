@@ -91,10 +91,7 @@ type Dispatcher struct {
 	metrics *metrics
 	trace   obs.Tracer
 
-	// failures counts consecutive failed syncs per parent, so items that
-	// did not come from a retry still back off.
-	fmu      sync.Mutex
-	failures map[string]int
+	failures failureCounts
 
 	nc *nats.Conn
 
@@ -148,7 +145,6 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		health:    health,
 		metrics:   newMetrics(deps.Metrics),
 		trace:     deps.Trace,
-		failures:  map[string]int{},
 		timers:    map[string]*time.Timer{},
 		customize: map[string]customizeEntry{},
 		nc:        deps.NC,
@@ -375,15 +371,11 @@ func (d *Dispatcher) retry(ctx context.Context, item bus.WorkItem, at time.Time)
 }
 
 func (d *Dispatcher) attempt(item bus.WorkItem) int {
-	d.fmu.Lock()
-	defer d.fmu.Unlock()
-	return max(item.Attempt, d.failures[d.failureKey(item)])
+	return max(item.Attempt, d.failures.get(d.failureKey(item)))
 }
 
 func (d *Dispatcher) succeeded(item bus.WorkItem) {
-	d.fmu.Lock()
-	delete(d.failures, d.failureKey(item))
-	d.fmu.Unlock()
+	d.failures.forget(d.failureKey(item))
 }
 
 // failed records a failure, reports it, and schedules the retry.
@@ -393,9 +385,7 @@ func (d *Dispatcher) failed(ctx context.Context, item bus.WorkItem, reason strin
 		return outcome{result: "cancelled", infra: true}
 	}
 	n := d.attempt(item) + 1
-	d.fmu.Lock()
-	d.failures[d.failureKey(item)] = n
-	d.fmu.Unlock()
+	d.failures.record(d.failureKey(item), n, time.Now())
 	delay := bus.Backoff(n)
 	d.log.Warn("sync failed; retrying with backoff", zap.String("controller", item.Controller.Name),
 		zap.String("parent", item.Parent.Namespace+"/"+item.Parent.Name), zap.Int("attempt", n),
