@@ -26,6 +26,9 @@ const (
 	ReasonApplyError = "ApplyError"
 	// ReasonDeadLetter reports a message moved to the DLQ.
 	ReasonDeadLetter = "DeadLetter"
+	// ReasonAdopted reports a child taken over from an earlier incarnation
+	// of its parent (same name, a UID that no longer exists).
+	ReasonAdopted = "AdoptedFromEarlierParent"
 )
 
 // Options tune the per-object spam filter (upstream flags --events-qps and

@@ -35,7 +35,18 @@ const (
 	// IndexOrphan holds objects with no controller ownerReference under the
 	// key of their namespace (candidates for adoption).
 	IndexOrphan = "orphan"
+	// IndexControllerName indexes objects by their controller's
+	// group/Kind/namespace/name (ControllerNameKey): the children of
+	// earlier incarnations of a parent, whose UID no longer exists.
+	IndexControllerName = "controllerName"
 )
+
+// ControllerNameKey is the IndexControllerName key of a controller: group,
+// kind, the namespace of the controlled object (owners are
+// namespace-local) and name.
+func ControllerNameKey(group, kind, namespace, name string) string {
+	return group + "/" + kind + "/" + namespace + "/" + name
+}
 
 func indexers() cache.Indexers {
 	return cache.Indexers{
@@ -56,6 +67,21 @@ func indexers() cache.Indexers {
 				return nil, nil
 			}
 			return []string{string(m.GetUID())}, nil
+		},
+		IndexControllerName: func(obj any) ([]string, error) {
+			m, err := meta.Accessor(obj)
+			if err != nil {
+				return nil, nil
+			}
+			ref := metav1.GetControllerOfNoCopy(m)
+			if ref == nil {
+				return nil, nil
+			}
+			gv, err := schema.ParseGroupVersion(ref.APIVersion)
+			if err != nil {
+				return nil, nil
+			}
+			return []string{ControllerNameKey(gv.Group, ref.Kind, m.GetNamespace(), ref.Name)}, nil
 		},
 		IndexOrphan: func(obj any) ([]string, error) {
 			m, err := meta.Accessor(obj)
@@ -223,6 +249,12 @@ func (h *Handle) ByUID(uid string) (*unstructured.Unstructured, bool) {
 // OwnedBy returns the cached objects whose controller ownerReference has uid.
 func (h *Handle) OwnedBy(uid string) []*unstructured.Unstructured {
 	return h.byIndex(IndexOwnerUID, uid)
+}
+
+// ControlledByName returns cached objects in namespace ns whose controller
+// is the object of group and kind named name, whatever its UID.
+func (h *Handle) ControlledByName(group, kind, ns, name string) []*unstructured.Unstructured {
+	return h.byIndex(IndexControllerName, ControllerNameKey(group, kind, ns, name))
 }
 
 // Orphans returns cached objects in namespace ns with no controller.

@@ -235,6 +235,9 @@ func TestSharedInformerIndexesAndRefcounts(t *testing.T) {
 			{reason: "InNamespace", got: h1.InNamespace(ns), want: []string{ns + "/multi", ns + "/non-controller", ns + "/owned-a", ns + "/owned-b", ns + "/plain"}},
 			{reason: "InNamespace other", got: h2.InNamespace(other), want: []string{other + "/elsewhere"}},
 			{reason: "InNamespace of an unknown namespace", got: h2.InNamespace("no-such-ns"), want: []string{}},
+			{reason: "ControlledByName: by the controller's kind and name, whatever its UID, in that namespace", got: h1.ControlledByName("example.com", "Parent", ns, "owner-"+pa), want: []string{ns + "/multi", ns + "/owned-a"}},
+			{reason: "ControlledByName ignores non-controller references", got: h1.ControlledByName("example.com", "Parent", ns, "owner-"+pc), want: []string{}},
+			{reason: "ControlledByName of another group", got: h1.ControlledByName("other.example.com", "Parent", ns, "owner-"+pa), want: []string{}},
 		}
 		for _, tc := range cases {
 			sort.Strings(tc.want)

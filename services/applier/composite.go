@@ -246,8 +246,17 @@ func (a *Applier) claim(ctx context.Context, ds *bus.DesiredState, owner childre
 // (e.g. adopted by someone else) yields a conflict rather than two owners.
 func (a *Applier) setControllerRef(ctx context.Context, rule *children.Rule, obj *unstructured.Unstructured, owner children.Owner, adopt bool) (*unstructured.Unstructured, error) {
 	var refs []any
+	previous := false
 	for _, r := range obj.GetOwnerReferences() {
 		if string(r.UID) == owner.UID {
+			continue
+		}
+		if adopt && r.Controller != nil && *r.Controller && r.Kind == owner.Kind && r.Name == owner.Name {
+			// The controller reference of an earlier incarnation of
+			// this parent (the snapshot offers such children for
+			// adoption only then): replaced, an object has one
+			// controller.
+			previous = true
 			continue
 		}
 		refs = append(refs, r)
@@ -279,6 +288,11 @@ func (a *Applier) setControllerRef(ctx context.Context, rule *children.Rule, obj
 		return nil, fmt.Errorf("%s %s %s: %w", verb, rule.Kind, key(obj), err)
 	}
 	a.log.Debug("child "+verb+"ed", zap.String("child", key(obj)))
+	if previous {
+		a.log.Info("adopted a child of an earlier incarnation of its parent", zap.String("child", key(obj)),
+			zap.String("parent", owner.Namespace+"/"+owner.Name))
+		a.rec.Normal(bus.ObjectRef{APIVersion: owner.APIVersion, Kind: owner.Kind, Namespace: owner.Namespace, Name: owner.Name, UID: owner.UID}.Stub(), events.ReasonAdopted, fmt.Sprintf("adopted %s %s, left by an earlier %s of the same name (UID gone)", rule.Kind, key(obj), owner.Kind))
+	}
 	return out, nil
 }
 

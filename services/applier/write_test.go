@@ -2,6 +2,7 @@ package applier
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -11,8 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/metabus/metabus/pkg/children"
+	"github.com/metabus/metabus/pkg/events"
 )
 
 // A create that finds the name taken is only an error when the object is not this parent's:
@@ -93,4 +96,41 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// TestAdoptReplacesEarlierIncarnation (issue #13, defect 17): adopting a
+// child whose controller is an earlier parent of the same kind and name
+// (its UID gone) replaces that controller reference: an object may have
+// only one controller, and keeping the stale one would make the API
+// server refuse the adoption forever.
+func TestAdoptReplacesEarlierIncarnation(t *testing.T) {
+	owner := children.Owner{APIVersion: "example.com/v1", Kind: "Thing", Namespace: "ns", Name: "web", UID: "new-uid", Namespaced: true}
+	rule := &children.Rule{APIVersion: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true}
+	earlier := children.ControllerRef(owner)
+	earlier.UID = "old-uid"
+	bystander := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "anchor", UID: "anchor-uid"}
+	child := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "web-config", "namespace": "ns"},
+	}}
+	child.SetOwnerReferences([]metav1.OwnerReference{bystander, earlier})
+	dyn := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), child.DeepCopy())
+	fake := record.NewFakeRecorder(4)
+	a := &Applier{log: zap.NewNop(), dyn: dyn, metrics: newMetrics(nil), rec: &events.Recorder{EventRecorder: fake}}
+	got, err := a.setControllerRef(context.Background(), rule, child, owner, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []metav1.OwnerReference{bystander, children.ControllerRef(owner)}
+	if diff := cmp.Diff(want, got.GetOwnerReferences()); diff != "" {
+		t.Errorf("owner references after adoption (-want +got):\n%s", diff)
+	}
+	select {
+	case ev := <-fake.Events:
+		if !strings.Contains(ev, events.ReasonAdopted) {
+			t.Errorf("event %q, want %s", ev, events.ReasonAdopted)
+		}
+	default:
+		t.Error("no Event on the parent for the adoption")
+	}
 }

@@ -144,6 +144,19 @@ func (wr *wiring) snapshot(ctx context.Context, req snapshot.Request) *snapshot.
 			} else {
 				orphans = h.AllOrphans()
 			}
+			// Children of an earlier incarnation of this parent (same
+			// kind and name, a UID that no longer exists: names are
+			// unique, so the old parent is gone) are orphans the garbage
+			// collector may never collect, e.g. when it saw the delete
+			// and recreate as one update across an API server restart.
+			// Adopt them like any orphan. (A cluster-scoped parent's
+			// namespaced children are not looked for: that would scan
+			// every namespace.)
+			for _, c := range h.ControlledByName(parentGroup, wr.parentRes.Kind, parent.GetNamespace(), parent.GetName()) {
+				if ref := metav1.GetControllerOfNoCopy(c); ref != nil && string(ref.UID) != req.ParentUID {
+					orphans = append(orphans, c)
+				}
+			}
 		}
 		keep, adopt, release := children.Claim(owner, deleting, owned, orphans)
 		g.Objects = append(append(g.Objects, keep...), adopt...)
