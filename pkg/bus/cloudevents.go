@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,6 +74,9 @@ func NewMsg(ctx context.Context, subject, ceType, id string, ctrl ControllerRef,
 	ev.SetExtension(ExtParentUID, parent.UID)
 	if parent.ResourceVersion != "" {
 		ev.SetExtension(ExtParentRV, parent.ResourceVersion)
+	}
+	if ctrl.Weight > 1 {
+		ev.SetExtension(ExtWeight, strconv.Itoa(ctrl.Weight))
 	}
 	for k, v := range ext {
 		ev.SetExtension(k, v)

@@ -2,7 +2,12 @@ package bus
 
 import (
 	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,6 +34,9 @@ const (
 	ExtParentRV     = "parentrv"
 	ExtTraceParent  = "traceparent"
 	ExtReason       = "reason"
+	// ExtWeight carries the controller's share (WeightAnnotation) when it
+	// is not 1, so consumers can schedule before decoding the body.
+	ExtWeight = "weight"
 )
 
 // Reasons a work item was enqueued. Resyncs are distinguished from real
@@ -54,6 +62,40 @@ type ControllerRef struct {
 	Kind string `json:"kind"`
 	Name string `json:"name"`
 	UID  string `json:"uid,omitempty"`
+	// Weight is the controller's share of a saturated replica
+	// (WeightAnnotation); 0 means 1.
+	Weight int `json:"weight,omitempty"`
+}
+
+// WeightAnnotation on a CompositeController or DecoratorController sets
+// its weight: when a dispatcher or applier replica runs --max-in-flight
+// messages, controllers get turns in proportion to their weights (default
+// 1, at most MaxWeight). It never lifts the per-controller --workers bound.
+const WeightAnnotation = "metabus.dev/weight"
+
+// MaxWeight bounds WeightAnnotation.
+const MaxWeight = 100
+
+// ParseWeight reads WeightAnnotation's value: 1 when absent, an error
+// (and 1) when it is not an integer in [1, MaxWeight].
+func ParseWeight(v string) (int, error) {
+	if v == "" {
+		return 1, nil
+	}
+	w, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || w < 1 || w > MaxWeight {
+		return 1, fmt.Errorf("annotation %s=%q: want an integer from 1 to %d", WeightAnnotation, v, MaxWeight)
+	}
+	return w, nil
+}
+
+// WeightOf reads the weight a consumer schedules a message with.
+func WeightOf(h nats.Header) int {
+	w, err := strconv.Atoi(h.Get("ce-" + ExtWeight))
+	if err != nil || w < 1 {
+		return 1
+	}
+	return min(w, MaxWeight)
 }
 
 // ID returns the controller's subject token.

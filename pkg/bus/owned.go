@@ -32,7 +32,8 @@ type ConsumeConfig struct {
 	// Total bounds the messages running at once in this replica; when it
 	// is reached, controllers share it by Weight.
 	Total int
-	// Weight (optional) is a controller's share of Total when saturated.
+	// Weight (optional) is a controller's share of Total when saturated;
+	// by default each message's weight extension (ExtWeight) says it.
 	Weight func(ctrlID string) int
 	// AckWait is the partition consumers' AckWait: held messages are kept
 	// alive every AckWait/3.
@@ -102,12 +103,18 @@ func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Han
 	}
 	o := &owner{
 		js: js, kv: kv, c: c, h: h,
-		q:       fairq.New[*held](fairq.Limits{PerGroup: c.PerController, Total: c.Total}, c.Weight),
 		parts:   map[int]*partition{},
+		weights: map[string]int{},
 		held:    map[*held]struct{}{},
 		members: map[string]time.Time{},
 		wake:    make(chan struct{}, 1),
 	}
+	weight := c.Weight
+	if weight == nil {
+		// Called by the queue under o.mu.
+		weight = func(ctrlID string) int { return o.weights[ctrlID] }
+	}
+	o.q = fairq.New[*held](fairq.Limits{PerGroup: c.PerController, Total: c.Total}, weight)
 	return o.run(ctx)
 }
 
@@ -137,6 +144,7 @@ type owner struct {
 	parts   map[int]*partition
 	held    map[*held]struct{} // every message in hand: waiting or running
 	members map[string]time.Time
+	weights map[string]int // per controller, from the messages' weight extension
 	wake    chan struct{}
 	// minBeat is the shortest keep-alive period of any partition (the
 	// consumers' AckWait may be shorter than this replica's setting).
@@ -559,6 +567,11 @@ func (o *owner) receive(part *partition, m jetstream.Msg) {
 	case part.state == partReleasing:
 		_ = m.Nak() // to the next owner at once
 		return
+	}
+	if w := WeightOf(m.Headers()); w > 1 {
+		o.weights[ctrlID] = w
+	} else {
+		delete(o.weights, ctrlID)
 	}
 	hm := &held{Msg: m, o: o, part: part, group: ctrlID, key: ctrlID + "." + parentUID, seq: seq, lastBeat: time.Now()}
 	o.held[hm] = struct{}{}

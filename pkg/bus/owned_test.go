@@ -414,3 +414,91 @@ func TestRetryInPlaceKeepsDeliveryBudget(t *testing.T) {
 		t.Errorf("%d attempts, want %d", n, MaxDeliver+3)
 	}
 }
+
+// TestWeightsShareASaturatedReplica: with Total reached, a controller of
+// weight 3 (WeightAnnotation, carried by its messages) gets three turns
+// for every turn of a controller of weight 1.
+func TestWeightsShareASaturatedReplica(t *testing.T) {
+	connect := replicas(t, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, js := connect()
+	for i := 0; i < 40; i++ {
+		for _, c := range []struct {
+			name   string
+			weight int
+		}{{"heavy", 3}, {"light", 1}} {
+			it := item(c.name, fmt.Sprintf("%s-%04d", c.name, i))
+			it.Controller.Weight = c.weight
+			if _, err := (Publisher{JS: js}).PublishWork(ctx, it); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var mu sync.Mutex
+	var order []string
+	started := make(chan struct{})
+	var once sync.Once
+	go func() {
+		_ = Consume(ctx, js, ConsumeConfig{Stream: WorkStream, Prefix: WorkConsumerPrefix, Stage: WorkStage, PerController: 8, Total: 1},
+			func(_ context.Context, m jetstream.Msg) {
+				once.Do(func() { <-started }) // let every message arrive first
+				var it WorkItem
+				_ = Decode(m, TypeSyncRequested, &it)
+				mu.Lock()
+				order = append(order, it.Controller.Name)
+				mu.Unlock()
+				_ = m.Ack()
+			})
+	}()
+	time.Sleep(time.Second)
+	close(started)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		n := len(order)
+		mu.Unlock()
+		if n >= 80 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(order) < 80 {
+		t.Fatalf("handled %d of 80", len(order))
+	}
+	// Among the first 40 turns (both still have a backlog), heavy has ~30.
+	heavy := 0
+	for _, c := range order[1:41] {
+		if c == "heavy" {
+			heavy++
+		}
+	}
+	if heavy < 27 || heavy > 33 {
+		t.Errorf("heavy got %d of 40 turns while both waited, want ~30 (weights 3:1): %v", heavy, order[:41])
+	}
+}
+
+func TestParseWeight(t *testing.T) {
+	cases := []struct {
+		reason, in string
+		want       int
+		wantErr    bool
+	}{
+		{reason: "absent is 1", in: "", want: 1},
+		{reason: "a plain integer", in: "5", want: 5},
+		{reason: "the maximum", in: "100", want: 100},
+		{reason: "over the maximum", in: "101", want: 1, wantErr: true},
+		{reason: "zero", in: "0", want: 1, wantErr: true},
+		{reason: "not a number", in: "high", want: 1, wantErr: true},
+	}
+	for _, c := range cases {
+		t.Run(c.reason, func(t *testing.T) {
+			got, err := ParseWeight(c.in)
+			if got != c.want || (err != nil) != c.wantErr {
+				t.Errorf("ParseWeight(%q) = %d, %v; want %d, error %v", c.in, got, err, c.want, c.wantErr)
+			}
+		})
+	}
+}

@@ -115,19 +115,21 @@ type Deps struct {
 
 // Watcher is a running watcher.
 type Watcher struct {
-	cfg      Config
-	log      *zap.Logger
-	dyn      dynamic.Interface
-	kube     kubernetes.Interface
-	disc     *discovery.Map
-	registry *informers.Registry
-	pub      bus.Publisher
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	rec      *events.Recorder
-	health   *obs.Health
-	metrics  *metrics
-	targets  labels.Selector
+	cfg Config
+	// badWeights remembers invalid weight annotations already logged.
+	badWeights sync.Map
+	log        *zap.Logger
+	dyn        dynamic.Interface
+	kube       kubernetes.Interface
+	disc       *discovery.Map
+	registry   *informers.Registry
+	pub        bus.Publisher
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	rec        *events.Recorder
+	health     *obs.Health
+	metrics    *metrics
+	targets    labels.Selector
 
 	leader atomic.Bool
 
@@ -427,6 +429,7 @@ func (w *Watcher) enqueueItem(ref bus.ControllerRef, parentRes *discovery.Resour
 		return
 	}
 	key := ref.ID() + "/" + string(parent.GetUID())
+	ref.Weight = w.controllerWeight(ref)
 	w.pmu.Lock()
 	sus := w.suspects[key]
 	if sus == nil {

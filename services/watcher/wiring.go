@@ -521,3 +521,20 @@ func (wr *wiring) handleFor(key string) *informers.Handle {
 	}
 	return wr.related.handleFor(key)
 }
+
+// controllerWeight reads the controller's WeightAnnotation (1 when absent
+// or invalid; an invalid value is reported once per value in the log).
+func (w *Watcher) controllerWeight(ref bus.ControllerRef) int {
+	obj, ok := w.controllerObject(ref.Kind, ref.Name)
+	if !ok {
+		return 1
+	}
+	v := obj.GetAnnotations()[bus.WeightAnnotation]
+	weight, err := bus.ParseWeight(v)
+	if err != nil {
+		if _, seen := w.badWeights.LoadOrStore(ref.ID()+"="+v, true); !seen {
+			w.log.Warn("ignoring the controller's weight", zap.String("controller", ref.Name), zap.Error(err))
+		}
+	}
+	return weight
+}
