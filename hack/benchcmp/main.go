@@ -26,6 +26,22 @@
 //	    last call saw the final gen
 //	B4  resyncPeriodSeconds=10: API requests per no-op resync over 25s
 //	B5  controller RSS after B1 (and after -rss-parents more)
+//	B6  noisy neighbour (issue #12), in the same controller process: 50
+//	    more parents and 100 sequential updates (round-robin), each waiting
+//	    at most 30s for the parent's ConfigMap at the new gen: p50/p99
+//	    update → ConfigMap ("B alone"); then a second CRD (Stall) and
+//	    CompositeController A whose sync hook hangs until its 10s webhook
+//	    timeout, with 200 parents; once A's calls hang at full concurrency
+//	    (the number in flight has not risen for 5s: 16 = metabus's
+//	    dispatcher workers before per-controller isolation, 50 = upstream's
+//	    --workers), B's 100 updates again: p50/p99 ("beside hanging A",
+//	    an update not converged counts as >30000) and how many did not
+//	    reach their ConfigMap within 30s (so B6 takes up to 50 minutes when
+//	    every update stalls). The raw contender has no B6.
+//
+// -scenarios selects scenarios (default all), e.g. -scenarios B6 for the
+// noisy neighbour alone (after a one-parent warm-up); B5's first figure
+// needs B1, and the raw contender runs only with B1.
 //
 // Controllers run as separate processes; CPU and RSS come from /proc. It
 // prints one table and asserts nothing about speed. Run from the repository
@@ -33,6 +49,10 @@
 //
 //	go build -o bin/ ./cmd/... &&
 //	KUBE_BIN_DIR=$(hack/kubeenv/build.sh | tail -1) go run ./hack/benchcmp -upstream /path/to/metacontroller
+//
+// B6 alone (without the table's other rows, and without raw):
+//
+//	go run ./hack/benchcmp -scenarios B6 -upstream /path/to/metacontroller
 package main
 
 import (
@@ -54,6 +74,7 @@ type config struct {
 	parents     int
 	rssParents  int
 	rounds      int
+	scenarios   map[string]bool
 	contenders  []string
 	metabusBin  string
 	metabusArgs []string
@@ -67,12 +88,14 @@ func main() {
 	var (
 		cfg         config
 		only        string
+		scenarios   string
 		metabusArgs string
 	)
 	flag.IntVar(&cfg.parents, "parents", 2000, "B1: parents created by 50 concurrent clients")
 	flag.IntVar(&cfg.rssParents, "rss-parents", 0, "B5: this many more parents before reading RSS again (0: skip)")
 	flag.IntVar(&cfg.rounds, "rounds", 1, "rounds; contenders are interleaved and the table shows median [min–max]")
 	flag.StringVar(&only, "only", "raw,metabus,upstream", "contenders to run (upstream only with -upstream or $MC_BIN)")
+	flag.StringVar(&scenarios, "scenarios", "all", "scenarios to run, e.g. \"B6\" or \"B1,B2\" (all: B1-B6)")
 	flag.StringVar(&cfg.metabusBin, "metabus", "bin/metabus", "the all-in-one metabus binary (go build -o bin/ ./cmd/...)")
 	flag.StringVar(&metabusArgs, "metabus-args", "", "extra flags for metabus, e.g. \"--client-go-qps=1000\"")
 	flag.StringVar(&cfg.upstreamBin, "upstream", os.Getenv("MC_BIN"), "upstream metacontroller binary (default $MC_BIN)")
@@ -82,7 +105,7 @@ func main() {
 	flag.Parse()
 	cfg.metabusArgs = splitArgs(metabusArgs)
 
-	if err := setup(&cfg, only, flag.CommandLine.Lookup("only").Value.String() != flag.CommandLine.Lookup("only").DefValue); err != nil {
+	if err := setup(&cfg, only, scenarios, flag.CommandLine.Lookup("only").Value.String() != flag.CommandLine.Lookup("only").DefValue); err != nil {
 		fmt.Fprintln(os.Stderr, "benchcmp:", err)
 		os.Exit(2)
 	}
@@ -95,13 +118,24 @@ func main() {
 }
 
 // setup validates the flags and creates the log directory.
-func setup(cfg *config, only string, onlyGiven bool) error {
+func setup(cfg *config, only, scenarios string, onlyGiven bool) error {
 	cs, err := parseContenders(only)
 	if err != nil {
 		return err
 	}
+	if cfg.scenarios, err = parseScenarios(scenarios); err != nil {
+		return err
+	}
 	for _, c := range cs {
 		switch c {
+		case "raw":
+			// raw only has B1 (and B5's RSS, which is 0 for it).
+			if !cfg.scenarios["B1"] {
+				if onlyGiven {
+					return fmt.Errorf("raw selected but it only runs B1, which -scenarios leaves out")
+				}
+				continue
+			}
 		case "metabus":
 			if err := checkExecutable(cfg.metabusBin); err != nil {
 				return fmt.Errorf("metabus: %w (build it with: go build -o bin/ ./cmd/...)", err)
@@ -165,7 +199,11 @@ func benchmark(ctx context.Context, cfg *config) error {
 			_, _ = io.WriteString(os.Stderr, line)
 		}
 	}
-	logf("benchcmp: %s, %d parents, %d round(s); logs in %s", strings.Join(cfg.contenders, ", "), cfg.parents, cfg.rounds, cfg.logDir)
+	b1 := ""
+	if cfg.scenarios["B1"] {
+		b1 = fmt.Sprintf(", %d parents", cfg.parents)
+	}
+	logf("benchcmp: %s, scenarios %s%s, %d round(s); logs in %s", strings.Join(cfg.contenders, ", "), strings.Join(selectedScenarios(cfg), ","), b1, cfg.rounds, cfg.logDir)
 	for _, c := range cfg.contenders {
 		switch c {
 		case "metabus":
@@ -199,14 +237,37 @@ func benchmark(ctx context.Context, cfg *config) error {
 	return nil
 }
 
+func selectedScenarios(cfg *config) []string {
+	var out []string
+	for _, n := range scenarioNames {
+		if cfg.scenarios[n] {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // row is one line of the table.
 type row struct {
 	key, label string
 	prec       int
 	yesNo      bool
+	// pair, if set, is a second key printed in the same cell ("key / pair").
+	pair string
 }
 
+// tableRows are the rows of the selected scenarios.
 func tableRows(cfg *config) []row {
+	var out []row
+	for _, r := range allRows(cfg) {
+		if cfg.scenarios[strings.ToUpper(r.key[:2])] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func allRows(cfg *config) []row {
 	rows := []row{
 		{key: "b1.rate", label: fmt.Sprintf("B1 parents/s (%d parents)", cfg.parents), prec: 1},
 		{key: "b1.hooks", label: "B1 hook calls / parent", prec: 2},
@@ -232,6 +293,12 @@ func tableRows(cfg *config) []row {
 	if cfg.rssParents > 0 {
 		rows = append(rows, row{key: "b5.rssbig", label: fmt.Sprintf("B5 controller RSS MiB, +%d parents", cfg.rssParents), prec: 0})
 	}
+	rows = append(rows,
+		row{key: "b6.alone.p50", pair: "b6.alone.p99", label: "B6: B alone p50/p99 ms", prec: 1},
+		row{key: "b6.hanging", label: "B6: A hook calls hanging at once", prec: 0},
+		row{key: "b6.beside.p50", pair: "b6.beside.p99", label: "B6: B beside hanging A p50/p99 ms", prec: 1},
+		row{key: "b6.stuck", label: fmt.Sprintf("B6: B updates not converged in %s", b6Cap), prec: 0},
+	)
 	return rows
 }
 
@@ -265,15 +332,20 @@ func printTable(w io.Writer, cfg *config, results map[string][]figures) {
 		for _, c := range cfg.contenders {
 			xs := column(results, c, r.key)
 			cell := formatSpread(summarize(xs), r.prec)
-			if r.yesNo {
+			switch {
+			case r.yesNo:
 				cell = formatYesNo(xs)
+			case r.pair != "":
+				cell = formatPair(summarize(xs), summarize(column(results, c, r.pair)), r.prec, ms(b6Cap))
 			}
 			fmt.Fprint(tw, "\t", cell)
 		}
 		fmt.Fprintln(tw)
 	}
 	_ = tw.Flush()
-	fmt.Fprintln(w, summaryLine(cfg, results))
+	if cfg.scenarios["B1"] {
+		fmt.Fprintln(w, summaryLine(cfg, results))
+	}
 }
 
 // summaryLine puts the B1 rates side by side, as ratios.

@@ -81,31 +81,45 @@ func (r *run) do(ctx context.Context) error {
 	}
 	r.waitQuiet(ctx, time.Second, 30*time.Second)
 
-	if err := r.b1(ctx); err != nil {
-		return fmt.Errorf("B1: %w", err)
-	}
-	if pid := r.ctrl.pid(); pid != 0 {
-		rss, err := procRSS(pid)
-		if err != nil {
-			return fmt.Errorf("B5: %w", err)
+	sc := r.cfg.scenarios
+	if sc["B1"] {
+		if err := r.b1(ctx); err != nil {
+			return fmt.Errorf("B1: %w", err)
 		}
-		r.fig["b5.rss"] = float64(rss) / (1 << 20)
+		if pid := r.ctrl.pid(); pid != 0 && sc["B5"] {
+			rss, err := procRSS(pid)
+			if err != nil {
+				return fmt.Errorf("B5: %w", err)
+			}
+			r.fig["b5.rss"] = float64(rss) / (1 << 20)
+		}
 	}
 	if r.name == "raw" {
 		return nil
 	}
-	if err := r.b2(ctx); err != nil {
-		return fmt.Errorf("B2: %w", err)
+	if sc["B2"] {
+		if err := r.b2(ctx); err != nil {
+			return fmt.Errorf("B2: %w", err)
+		}
 	}
-	if err := r.b3(ctx); err != nil {
-		return fmt.Errorf("B3: %w", err)
+	if sc["B3"] {
+		if err := r.b3(ctx); err != nil {
+			return fmt.Errorf("B3: %w", err)
+		}
 	}
-	if err := r.b4(ctx); err != nil {
-		return fmt.Errorf("B4: %w", err)
+	if sc["B4"] {
+		if err := r.b4(ctx); err != nil {
+			return fmt.Errorf("B4: %w", err)
+		}
 	}
-	if r.cfg.rssParents > 0 {
+	if sc["B5"] && r.cfg.rssParents > 0 {
 		if err := r.b5(ctx); err != nil {
 			return fmt.Errorf("B5: %w", err)
+		}
+	}
+	if sc["B6"] {
+		if err := r.b6(ctx); err != nil {
+			return fmt.Errorf("B6: %w", err)
 		}
 	}
 	return nil

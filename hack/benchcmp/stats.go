@@ -387,3 +387,43 @@ func parseContenders(list string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// scenarioNames are the scenarios in the order they run.
+var scenarioNames = []string{"B1", "B2", "B3", "B4", "B5", "B6"}
+
+// parseScenarios reads the -scenarios list: "all", or names such as
+// "B2,b6" (case does not matter).
+func parseScenarios(list string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for f := range strings.SplitSeq(list, ",") {
+		f = strings.ToUpper(strings.TrimSpace(f))
+		switch {
+		case f == "":
+		case f == "ALL":
+			for _, n := range scenarioNames {
+				out[n] = true
+			}
+		case slices.Contains(scenarioNames, f):
+			out[f] = true
+		default:
+			return nil, fmt.Errorf("unknown scenario %q (want all or some of %s)", f, strings.Join(scenarioNames, ","))
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no scenario selected")
+	}
+	return out, nil
+}
+
+// formatPair prints a cell of two figures, "a / b"; +Inf (a figure beyond
+// a cap) prints as ">cap".
+func formatPair(a, b spread, prec int, capMS float64) string {
+	f := func(s spread) string {
+		cell := formatSpread(s, prec)
+		return strings.ReplaceAll(cell, "+Inf", ">"+strconv.FormatFloat(capMS, 'f', 0, 64))
+	}
+	if a.N == 0 && b.N == 0 {
+		return "—"
+	}
+	return f(a) + " / " + f(b)
+}

@@ -186,3 +186,29 @@ func TestParseContenders(t *testing.T) {
 		t.Error("empty list: no error")
 	}
 }
+
+func TestParseScenarios(t *testing.T) {
+	got, err := parseScenarios("b6, B2")
+	if err != nil || len(got) != 2 || !got["B2"] || !got["B6"] {
+		t.Errorf("got %v, %v", got, err)
+	}
+	if got, err := parseScenarios("all"); err != nil || len(got) != len(scenarioNames) {
+		t.Errorf("all: got %v, %v", got, err)
+	}
+	if _, err := parseScenarios("B7"); err == nil {
+		t.Error("unknown scenario: no error")
+	}
+	if _, err := parseScenarios(" , "); err == nil {
+		t.Error("empty list: no error")
+	}
+}
+
+func TestFormatPair(t *testing.T) {
+	one := func(x float64) spread { return summarize([]float64{x}) }
+	if got, want := formatPair(one(12.34), one(math.Inf(1)), 1, 30000), "12.3 / >30000"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got, want := formatPair(summarize(nil), summarize(nil), 1, 30000), "—"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

@@ -47,6 +47,7 @@ type tracker struct {
 	mu      sync.Mutex
 	parents map[string]*parentState
 	changed chan struct{} // closed and replaced whenever a parent converges
+	cmMoved chan struct{} // closed and replaced whenever a ConfigMap's gen changes
 	onAdd   func(*unstructured.Unstructured)
 
 	stop chan struct{}
@@ -56,7 +57,7 @@ type tracker struct {
 // waits for their caches. onAdd, if set, is called for every parent added
 // (the raw contender's trigger); it may block.
 func startTracker(ctx context.Context, dyn dynamic.Interface, ns string, onAdd func(*unstructured.Unstructured)) (*tracker, error) {
-	t := &tracker{parents: map[string]*parentState{}, changed: make(chan struct{}), onAdd: onAdd, stop: make(chan struct{})}
+	t := &tracker{parents: map[string]*parentState{}, changed: make(chan struct{}), cmMoved: make(chan struct{}), onAdd: onAdd, stop: make(chan struct{})}
 	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, ns, nil)
 	pi := f.ForResource(benchGVR).Informer()
 	ci := f.ForResource(configMapGVR).Informer()
@@ -153,6 +154,8 @@ func (t *tracker) configMapEvent(o any) {
 	p := t.state(u.GetName())
 	if !p.cmSeen || gen != p.cmGen {
 		p.cmAt = now
+		close(t.cmMoved)
+		t.cmMoved = make(chan struct{})
 	}
 	p.cmSeen, p.cmGen = true, gen
 	t.update(p, now)
@@ -242,6 +245,29 @@ func (t *tracker) waitConverged(ctx context.Context, names []string, timeout tim
 			t.mu.Unlock()
 			return last, fmt.Errorf("%d of %d parents converged within %s; e.g. %s: target gen %d, status seen=%v gen=%d childCount=%d, ConfigMap seen=%v gen=%d",
 				done, len(names), timeout, names[i], p.target, p.stSeen, p.stGen, p.stCount, p.cmSeen, p.cmGen)
+		}
+	}
+}
+
+// waitChild waits until the parent's ConfigMap is seen at gen and returns
+// when that was; ok is false if it was not within timeout.
+func (t *tracker) waitChild(ctx context.Context, name string, gen int64, timeout time.Duration) (at time.Time, ok bool) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		t.mu.Lock()
+		p := t.state(name)
+		if p.cmSeen && p.cmGen == gen {
+			at := p.cmAt
+			t.mu.Unlock()
+			return at, true
+		}
+		ch := t.cmMoved
+		t.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return time.Time{}, false
 		}
 	}
 }
