@@ -14,7 +14,7 @@ export METABUS_CACHE ?= $(HOME)/.cache/metabus
 FUZZTIME ?= 60000x
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build test unit e2e fuzz bench bench-compare run vet fmt kube-bins clean
+.PHONY: all build test unit e2e fuzz bench bench-bus bench-compare run vet fmt kube-bins clean
 
 all: build
 
@@ -49,14 +49,23 @@ e2e:
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./e2e/
 
 # bench prints figures (never asserts on time): the pure cores and the bus,
-# then end-to-end convergence, idle latency and no-op resync cost against the
-# local control plane (~3 min), then the raw-client and bin/metabus columns
-# of hack/benchcmp (~3 min).
+# the bus's scaling with replicas, workers and controllers (bench-bus,
+# ~2.5 min), then end-to-end convergence, idle latency and no-op resync cost
+# against the local control plane (~3 min), then the raw-client and
+# bin/metabus columns of hack/benchcmp (~3 min).
 bench: build
 	$(GO) test -count=1 -run '^$$' -bench . -benchmem ./pkg/... ./services/...
+	@$(MAKE) --no-print-directory bench-bus
 	@KUBE_BIN_DIR=$$(hack/kubeenv/build.sh | tail -1); export KUBE_BIN_DIR; \
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 20m ./e2e/ && \
 	$(GO) run ./hack/benchcmp -only raw,metabus $(BENCH_ARGS)
+
+# bench-bus: the partition consumers against a real nats-server process,
+# no Kubernetes: cost per item and idle cost against controllers and
+# replicas, and sync throughput against replicas × workers with a 200 ms
+# hook (hack/busbench; `go run ./hack/busbench -h` lists its knobs).
+bench-bus:
+	$(GO) run ./hack/busbench $(BUSBENCH_ARGS)
 
 # bench-compare puts upstream Metacontroller (tuned) next to metabus and the
 # raw client, two interleaved rounds, each on a fresh control plane:
