@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -15,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/examples/helloworld"
+	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/services/applier"
 	"github.com/metabus/metabus/services/dispatcher"
@@ -153,6 +156,12 @@ func TestWatcherLeaderElection(t *testing.T) {
 	if pb > 0 {
 		leader, follower = b, a
 	}
+	// Only the leader answers snapshot requests (issue #13, defect 6): a
+	// follower's cache may lag the change behind a work item whose
+	// MinResourceVersions were lost when it was refused as already queued.
+	if n := snapshotResponders(t, srv); n != 1 {
+		t.Errorf("%d snapshot service instances, want 1 (the leader's)", n)
+	}
 	leader.cancel()
 	<-leader.done
 	t.Log("stopped the leader; the follower must take over")
@@ -163,5 +172,31 @@ func TestWatcherLeaderElection(t *testing.T) {
 	eventually(t, 60*time.Second, "the change to converge through the new leader", greeting("echo Hello, Failover!"))
 	if published(follower) == 0 {
 		t.Errorf("the follower never published")
+	}
+}
+
+// snapshotResponders counts the instances of the snapshot micro service
+// that answer a discovery ping.
+func snapshotResponders(t *testing.T, srv *server.Server) int {
+	t.Helper()
+	nc, _, err := natsx.Connect(natsx.ConnOptions{InProcess: srv, Name: "ping"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	inbox := nats.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.PublishRequest("$SRV.PING."+bus.SnapshotServiceName, inbox, nil); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		if _, err := sub.NextMsg(500 * time.Millisecond); err != nil {
+			return n
+		}
+		n++
 	}
 }

@@ -41,6 +41,7 @@ func (w *Watcher) runLeaderElection(ctx context.Context) {
 				OnStoppedLeading: func() {
 					w.log.Info("lost leadership", zap.String("identity", id))
 					w.leader.Store(false)
+					w.stopSnapshots()
 				},
 			},
 		})

@@ -116,6 +116,12 @@ type Deps struct {
 // Watcher is a running watcher.
 type Watcher struct {
 	cfg Config
+	// snaps is the snapshot service, served while this replica leads.
+	snaps struct {
+		mu   sync.Mutex
+		ctx  context.Context
+		stop func()
+	}
 	// badWeights remembers invalid weight annotations already logged.
 	badWeights sync.Map
 	log        *zap.Logger
@@ -257,11 +263,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 		defer func() { _ = esub.Unsubscribe() }()
 	}
 	if w.cfg.ServeSnapshots {
-		stop, err := w.serveSnapshots(ctx)
-		if err != nil {
-			return err
-		}
-		defer stop()
+		w.snaps.ctx = ctx
+		defer w.stopSnapshots()
 	}
 
 	for _, k := range controllerKinds {
@@ -357,6 +360,7 @@ type controllerWiring interface {
 // changed while another replica led (or nobody did) is missed.
 func (w *Watcher) becomeLeader() {
 	w.leader.Store(true)
+	w.startSnapshots()
 	w.resyncAll(bus.ReasonResync)
 }
 
