@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -104,6 +105,19 @@ func Connect(o ConnOptions) (*nats.Conn, jetstream.JetStream, error) {
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", zap.String("url", c.ConnectedUrlRedacted())) }),
+		// Asynchronous errors are otherwise silent: a publish or
+		// subscription the server's permissions deny only shows up here.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			fields := []zap.Field{zap.Error(err)}
+			if sub != nil {
+				fields = append(fields, zap.String("subject", sub.Subject))
+			}
+			if errors.Is(err, nats.ErrPermissionViolation) || strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+				log.Error("nats permission denied: check this service's NATS user permissions", fields...)
+				return
+			}
+			log.Warn("nats asynchronous error", fields...)
+		}),
 	}
 	if o.Creds != "" {
 		opts = append(opts, nats.UserCredentials(o.Creds))
