@@ -315,7 +315,22 @@ loop:
 			o.balance(ctx)
 		}
 	}
-	// Hand every partition back, then leave.
+	// Hand every partition back, then leave. Leases are renewed until
+	// then: handlers still running must not lose them.
+	renewCtx, stopRenew := context.WithCancel(context.Background())
+	defer stopRenew()
+	go func() {
+		t := time.NewTicker(o.c.Lease / 5)
+		defer t.Stop()
+		for {
+			select {
+			case <-renewCtx.Done():
+				return
+			case <-t.C:
+				o.renewLeases(renewCtx)
+			}
+		}
+	}()
 	o.mu.Lock()
 	var all []*partition
 	for _, p := range o.parts {
@@ -380,14 +395,14 @@ func (o *owner) liveMembers() []string {
 }
 
 // renewLeases renews every lease held, in parallel, and fences the
-// partitions whose lease is gone or whose deadline passed.
+// partitions whose lease is gone or whose deadline passed. A partition
+// being handed back is renewed too: its handlers may still run (up to
+// AckWait), and the lease must not expire under them.
 func (o *owner) renewLeases(ctx context.Context) {
 	o.mu.Lock()
-	var ps []*partition
+	ps := make([]*partition, 0, len(o.parts))
 	for _, p := range o.parts {
-		if p.state != partReleasing {
-			ps = append(ps, p)
-		}
+		ps = append(ps, p)
 	}
 	o.mu.Unlock()
 	var wg sync.WaitGroup

@@ -502,3 +502,52 @@ func TestParseWeight(t *testing.T) {
 		})
 	}
 }
+
+// TestHandoverWaitsForRunningHandler: a partition handed to a joining
+// replica stays with its owner, lease renewed, until the handler running
+// there finishes, even when that takes several leases; only then does the
+// newcomer run the parent's next message.
+func TestHandoverWaitsForRunningHandler(t *testing.T) {
+	o := Options{OwnerLease: time.Second, WorkAckWait: 10 * time.Second}
+	connect := replicas(t, o)
+	x := newExclusive(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	run := func(name string, work time.Duration) {
+		_, js := connect()
+		go func() {
+			_ = Consume(ctx, js, ConsumeConfig{Stream: WorkStream, Prefix: WorkConsumerPrefix, Stage: WorkStage,
+				PerController: 64, AckWait: 10 * time.Second, Member: name}, x.handler(name, work))
+		}()
+	}
+	_, js := connect()
+	run("a", 3*time.Second) // every handler of a outlives its lease three times
+	uids := publishMany(t, js, "c", 64)
+	time.Sleep(300 * time.Millisecond) // a holds them, running
+	run("b", time.Millisecond)
+	for _, u := range uids { // the next change of every parent
+		if _, err := (Publisher{JS: js}).PublishWork(ctx, item("c", u)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x.waitAll(t, uids, 20*time.Second)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		x.mu.Lock()
+		n := 0
+		for _, u := range uids {
+			n += x.done[u]
+		}
+		x.mu.Unlock()
+		if n >= 2*len(uids) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	t.Logf("handled by a: %d, by b: %d", x.byRep["a"], x.byRep["b"])
+	if x.byRep["b"] == 0 {
+		t.Error("b never got a partition")
+	}
+}
