@@ -38,6 +38,12 @@
 //	    an update not converged counts as >30000) and how many did not
 //	    reach their ConfigMap within 30s (so B6 takes up to 50 minutes when
 //	    every update stalls). The raw contender has no B6.
+//	B7  dispatcher replicas (issue #12, metabus only): a CompositeController
+//	    on a third CRD (Slow) whose sync hook answers after 200ms; for 1, 2
+//	    and 4 dispatchers (the all-in-one's own, plus bin/dispatcher
+//	    processes joining its embedded JetStream over TCP), 500 new
+//	    parents: parents/s to convergence, hook calls/s against the ideal
+//	    replicas × 16 workers / 200ms, and the most hook calls at once
 //
 // -scenarios selects scenarios (default all), e.g. -scenarios B6 for the
 // noisy neighbour alone (after a one-parent warm-up); B5's first figure
@@ -95,7 +101,7 @@ func main() {
 	flag.IntVar(&cfg.rssParents, "rss-parents", 0, "B5: this many more parents before reading RSS again (0: skip)")
 	flag.IntVar(&cfg.rounds, "rounds", 1, "rounds; contenders are interleaved and the table shows median [min–max]")
 	flag.StringVar(&only, "only", "raw,metabus,upstream", "contenders to run (upstream only with -upstream or $MC_BIN)")
-	flag.StringVar(&scenarios, "scenarios", "all", "scenarios to run, e.g. \"B6\" or \"B1,B2\" (all: B1-B6)")
+	flag.StringVar(&scenarios, "scenarios", "all", "scenarios to run, e.g. \"B6\" or \"B1,B2\" (all: B1-B7)")
 	flag.StringVar(&cfg.metabusBin, "metabus", "bin/metabus", "the all-in-one metabus binary (go build -o bin/ ./cmd/...)")
 	flag.StringVar(&metabusArgs, "metabus-args", "", "extra flags for metabus, e.g. \"--client-go-qps=1000\"")
 	flag.StringVar(&cfg.upstreamBin, "upstream", os.Getenv("MC_BIN"), "upstream metacontroller binary (default $MC_BIN)")
@@ -299,6 +305,7 @@ func allRows(cfg *config) []row {
 		row{key: "b6.beside.p50", pair: "b6.beside.p99", label: "B6: B beside hanging A p50/p99 ms", prec: 1},
 		row{key: "b6.stuck", label: fmt.Sprintf("B6: B updates not converged in %s", b6Cap), prec: 0},
 	)
+	rows = append(rows, b7Rows()...)
 	return rows
 }
 

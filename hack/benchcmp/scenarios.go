@@ -35,6 +35,8 @@ type run struct {
 	ctrl  controller
 	raw   *rawController
 	fig   figures
+	// natsURL is the all-in-one's embedded server for B7's dispatchers.
+	natsURL string
 }
 
 // runContender runs the whole workload for one contender.
@@ -122,6 +124,11 @@ func (r *run) do(ctx context.Context) error {
 			return fmt.Errorf("B6: %w", err)
 		}
 	}
+	if sc["B7"] && r.name == "metabus" {
+		if err := r.b7(ctx); err != nil {
+			return fmt.Errorf("B7: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -133,7 +140,14 @@ func (r *run) startController(ctx context.Context) error {
 		r.ctrl = r.raw
 		return nil
 	case "metabus":
-		p, err := startMetabus(ctx, r.cfg.metabusBin, r.cl.env.Kubeconfig, r.dir, logPath, r.cfg.metabusArgs)
+		args := r.cfg.metabusArgs
+		if r.cfg.scenarios["B7"] {
+			var err error
+			if args, err = r.b7Listen(args); err != nil {
+				return err
+			}
+		}
+		p, err := startMetabus(ctx, r.cfg.metabusBin, r.cl.env.Kubeconfig, r.dir, logPath, args)
 		if err != nil {
 			return err
 		}

@@ -195,7 +195,7 @@ func TestParseScenarios(t *testing.T) {
 	if got, err := parseScenarios("all"); err != nil || len(got) != len(scenarioNames) {
 		t.Errorf("all: got %v, %v", got, err)
 	}
-	if _, err := parseScenarios("B7"); err == nil {
+	if _, err := parseScenarios("B9"); err == nil {
 		t.Error("unknown scenario: no error")
 	}
 	if _, err := parseScenarios(" , "); err == nil {

@@ -150,6 +150,8 @@ func run(c config) error {
 	fmt.Printf("  workers %d per controller, max-in-flight %d per replica, superseded check %v, %d cores, commit %s\n",
 		c.workers, c.maxInFlight, c.superseded, numCPU(), commit())
 
+	fmt.Printf("  load average at start: %s (other processes skew every figure: run on a quiet machine)\n", loadavg())
+	defer func() { fmt.Printf("\nload average at end: %s\n", loadavg()) }()
 	b := &bench{c: c, tmp: tmp}
 	if c.only["cost"] {
 		if err := b.cost(ctx); err != nil {
@@ -738,6 +740,19 @@ func commit() string {
 		s += " (+ uncommitted changes in pkg/bus, pkg/fairq, pkg/natsx or hack/busbench)"
 	}
 	return s
+}
+
+// loadavg is the 1, 5 and 15 minute load averages.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func progress(format string, args ...any) {

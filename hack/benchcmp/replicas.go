@@ -1,0 +1,486 @@
+package main
+
+// B7, dispatcher replicas (issue #12): sync throughput with a slow hook as
+// dispatcher replicas are added, each a separate bin/dispatcher process
+// joining the all-in-one's embedded JetStream over TCP. The all-in-one's
+// own dispatcher is the first replica; the partitions of MC_WORK are
+// shared out between the replicas by lease (pkg/bus/owned.go), each
+// running up to --workers (16) syncs per controller, so hook concurrency
+// should grow 16 per replica. hack/busbench measures the same without
+// Kubernetes.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/kubeenv"
+	"github.com/metabus/metabus/pkg/natsx"
+)
+
+const (
+	// b7Parents are created for each replica count.
+	b7Parents = 500
+	// b7Hook is the sync hook's latency.
+	b7Hook = 200 * time.Millisecond
+	// b7Workers is metabus's default --workers: syncs per controller per
+	// dispatcher replica.
+	b7Workers = 16
+)
+
+// b7Replicas are the dispatcher replica counts, in the order they run.
+var b7Replicas = []int{1, 2, 4}
+
+var slowGVR = schema.GroupVersionResource{Group: "bench.metabus.dev", Version: "v1", Resource: "slows"}
+
+// slowCRD is B7's parent type.
+const slowCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: slows.bench.metabus.dev
+spec:
+  group: bench.metabus.dev
+  scope: Namespaced
+  names:
+    plural: slows
+    singular: slow
+    kind: Slow
+    listKind: SlowList
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources:
+      status: {}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            x-kubernetes-preserve-unknown-fields: true
+          status:
+            type: object
+            x-kubernetes-preserve-unknown-fields: true
+`
+
+// b7Rows are B7's table rows.
+func b7Rows() []row {
+	var rows []row
+	for _, n := range b7Replicas {
+		rows = append(rows,
+			row{key: fmt.Sprintf("b7.rate.%d", n), label: fmt.Sprintf("B7 parents/s, %s hook, %d dispatcher(s)", b7Hook, n), prec: 1},
+			row{key: fmt.Sprintf("b7.calls.%d", n), pair: fmt.Sprintf("b7.ideal.%d", n),
+				label: fmt.Sprintf("B7 hook calls/s / ideal, %d dispatcher(s)", n), prec: 1},
+			row{key: fmt.Sprintf("b7.peak.%d", n), label: fmt.Sprintf("B7 most hook calls at once, %d dispatcher(s)", n), prec: 0},
+			row{key: fmt.Sprintf("b7.cores.%d", n), label: fmt.Sprintf("B7 cores busy (all processes), %d dispatcher(s)", n), prec: 2},
+		)
+	}
+	return rows
+}
+
+// b7Listen adds a TCP listener for the all-in-one's embedded server to its
+// arguments, so that B7's dispatcher processes can join it.
+func (r *run) b7Listen(args []string) ([]string, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	r.natsURL = "nats://" + addr
+	return append(slices.Clone(args), "--nats-listen", addr), nil
+}
+
+// slowHook answers like the workload's hook (one ConfigMap, status
+// {childCount, observedGen}) after a delay, counting calls in flight.
+type slowHook struct {
+	srv      *http.Server
+	url      string
+	delay    time.Duration
+	calls    atomic.Int64
+	inflight atomic.Int64
+	peak     atomic.Int64
+}
+
+func startSlowHook(delay time.Duration) (*slowHook, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	h := &slowHook{delay: delay, url: "http://" + l.Addr().String() + "/sync"}
+	h.srv = &http.Server{Handler: h}
+	go func() { _ = h.srv.Serve(l) }()
+	return h, nil
+}
+
+func (h *slowHook) close() { _ = h.srv.Close() }
+
+func (h *slowHook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := h.inflight.Add(1)
+	defer h.inflight.Add(-1)
+	for p := h.peak.Load(); n > p && !h.peak.CompareAndSwap(p, n); p = h.peak.Load() {
+	}
+	h.calls.Add(1)
+	var req hookRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	select {
+	case <-time.After(h.delay):
+	case <-r.Context().Done():
+		return
+	}
+	name, gen := req.Parent.Metadata.Name, req.Parent.Spec.Gen
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"status": map[string]any{"childCount": len(req.Children["ConfigMap.v1"]), "observedGen": gen},
+		"children": []any{map[string]any{
+			"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": name},
+			"data":     map[string]any{"gen": strconv.FormatInt(gen, 10)},
+		}},
+	})
+}
+
+// waitQuiet waits until the hook has had no call for d, or max passed.
+func (h *slowHook) waitQuiet(ctx context.Context, d, max time.Duration) {
+	deadline := time.Now().Add(max)
+	last, since := h.calls.Load(), time.Now()
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+		if n := h.calls.Load(); n != last || h.inflight.Load() > 0 {
+			last, since = n, time.Now()
+			continue
+		}
+		if time.Since(since) >= d {
+			return
+		}
+	}
+}
+
+// slowTracker counts Slows whose status says converged: childCount 1 (the
+// hook saw its ConfigMap) at observedGen 1.
+type slowTracker struct {
+	stop chan struct{}
+	mu   sync.Mutex
+	done map[string]time.Time
+	more chan struct{} // closed and replaced whenever a parent converges
+}
+
+func startSlowTracker(ctx context.Context, r *run) (*slowTracker, error) {
+	t := &slowTracker{stop: make(chan struct{}), done: map[string]time.Time{}, more: make(chan struct{})}
+	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(r.cl.harness, 0, ns, nil)
+	inf := f.ForResource(slowGVR).Informer()
+	on := func(o any) {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			return
+		}
+		st, _, _ := unstructured.NestedMap(u.Object, "status")
+		if toInt(st["childCount"]) != 1 || toInt(st["observedGen"]) != 1 {
+			return
+		}
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if _, seen := t.done[u.GetName()]; !seen {
+			t.done[u.GetName()] = time.Now()
+			close(t.more)
+			t.more = make(chan struct{})
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: on, UpdateFunc: func(_, o any) { on(o) }}); err != nil {
+		return nil, err
+	}
+	f.Start(t.stop)
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if !cache.WaitForCacheSync(sctx.Done(), inf.HasSynced) {
+		close(t.stop)
+		return nil, fmt.Errorf("informer on %s did not sync", slowGVR.Resource)
+	}
+	return t, nil
+}
+
+// wait waits until every name has converged and returns when the last did.
+func (t *slowTracker) wait(ctx context.Context, names []string, timeout time.Duration) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		t.mu.Lock()
+		var last time.Time
+		n := 0
+		for _, p := range names {
+			if at, ok := t.done[p]; ok {
+				n++
+				if at.After(last) {
+					last = at
+				}
+			}
+		}
+		ch := t.more
+		t.mu.Unlock()
+		if n == len(names) {
+			return last, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return last, fmt.Errorf("%d of %d parents converged within %s", n, len(names), timeout)
+		}
+	}
+}
+
+// b7 measures convergence of b7Parents Slows for each replica count.
+func (r *run) b7(ctx context.Context) error {
+	if r.natsURL == "" {
+		return fmt.Errorf("the all-in-one listens for NATS clients only in process")
+	}
+	dispBin := filepath.Join(filepath.Dir(r.cfg.metabusBin), "dispatcher")
+	if err := checkExecutable(dispBin); err != nil {
+		return fmt.Errorf("%w (build it with: go build -o bin/ ./cmd/...)", err)
+	}
+	hook, err := startSlowHook(b7Hook)
+	if err != nil {
+		return err
+	}
+	defer hook.close()
+	crdFile := filepath.Join(r.dir, "slow-crd.yaml")
+	if err := os.WriteFile(crdFile, []byte(slowCRD), 0o644); err != nil {
+		return err
+	}
+	if err := kubeenv.ApplyManifests(ctx, r.cl.env.Config, crdFile); err != nil {
+		return err
+	}
+	track, err := startSlowTracker(ctx, r)
+	if err != nil {
+		return err
+	}
+	defer close(track.stop)
+	cc := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "metacontroller.k8s.io/v1alpha1",
+		"kind":       "CompositeController",
+		"metadata":   map[string]any{"name": "slow"},
+		"spec": map[string]any{
+			"generateSelector": true,
+			"parentResource":   map[string]any{"apiVersion": "bench.metabus.dev/v1", "resource": "slows"},
+			"childResources": []any{map[string]any{
+				"apiVersion":     "v1",
+				"resource":       "configmaps",
+				"updateStrategy": map[string]any{"method": "InPlace"},
+			}},
+			"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": hook.url}}},
+		},
+	}}
+	if _, err := r.cl.harness.Resource(ccGVR).Create(ctx, cc, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	defer func() {
+		_ = r.cl.harness.Resource(ccGVR).Delete(context.Background(), "slow", metav1.DeleteOptions{})
+	}()
+	nc, js, err := natsx.Connect(natsx.ConnOptions{URL: r.natsURL, Name: "benchcmp-b7"})
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	// Warm-up: the controller's informers are up and its hook answers.
+	if err := r.createSlows(ctx, []string{"slow-warmup"}); err != nil {
+		return err
+	}
+	if _, err := track.wait(ctx, []string{"slow-warmup"}, 2*time.Minute); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+
+	var extra []*proc
+	defer func() {
+		for _, p := range extra {
+			_ = p.stop()
+		}
+	}()
+	for _, n := range b7Replicas {
+		for len(extra) < n-1 {
+			p, err := r.startDispatcher(ctx, dispBin, len(extra)+1)
+			if err != nil {
+				return err
+			}
+			extra = append(extra, p)
+		}
+		t0 := time.Now()
+		spread, err := waitWorkBalanced(ctx, js, n, time.Minute)
+		if err != nil {
+			return err
+		}
+		r.logf("%s B7: %d dispatcher(s) own the work partitions as assigned (%s each) after %s",
+			r.name, n, spread, time.Since(t0).Round(time.Millisecond))
+		hook.waitQuiet(ctx, time.Second, 30*time.Second)
+		ps := names(fmt.Sprintf("slow-r%d", n), b7Parents)
+		calls0 := hook.calls.Load()
+		hook.peak.Store(hook.inflight.Load())
+		pids := []int{r.ctrl.pid(), r.cl.pid("kube-apiserver"), r.cl.pid("etcd"), os.Getpid()}
+		for _, p := range extra {
+			pids = append(pids, p.pid())
+		}
+		cpu0 := cpuOf(pids)
+		t0 = time.Now()
+		if err := r.createSlows(ctx, ps); err != nil {
+			return err
+		}
+		created := time.Since(t0)
+		end, err := track.wait(ctx, ps, r.cfg.timeout)
+		if err != nil {
+			return fmt.Errorf("%d dispatcher(s): %w", n, err)
+		}
+		secs := end.Sub(t0).Seconds()
+		cores := (cpuOf(pids) - cpu0) / time.Since(t0).Seconds()
+		calls := hook.calls.Load() - calls0
+		r.fig[fmt.Sprintf("b7.rate.%d", n)] = float64(len(ps)) / secs
+		r.fig[fmt.Sprintf("b7.calls.%d", n)] = float64(calls) / secs
+		r.fig[fmt.Sprintf("b7.ideal.%d", n)] = float64(n*b7Workers) / b7Hook.Seconds()
+		r.fig[fmt.Sprintf("b7.peak.%d", n)] = float64(hook.peak.Load())
+		r.fig[fmt.Sprintf("b7.cores.%d", n)] = cores
+		r.logf("%s B7: %d dispatcher(s): %d parents created in %s, converged in %.1fs (%.1f/s), %d hook calls (%.1f/s, ideal %.0f/s), at most %d at once, %.2f cores busy",
+			r.name, n, len(ps), created.Round(time.Millisecond), secs, float64(len(ps))/secs, calls, float64(calls)/secs,
+			float64(n*b7Workers)/b7Hook.Seconds(), hook.peak.Load(), cores)
+	}
+	return nil
+}
+
+// cpuOf is the CPU seconds of the processes, summed (a process that is
+// gone counts 0).
+func cpuOf(pids []int) float64 {
+	var t float64
+	for _, p := range pids {
+		if p == 0 {
+			continue
+		}
+		if c, err := procCPU(p); err == nil {
+			t += c
+		}
+	}
+	return t
+}
+
+// startDispatcher starts bin/dispatcher replica i against the all-in-one's
+// server and cluster, without the relay and DLQ workers (the all-in-one
+// runs those).
+func (r *run) startDispatcher(ctx context.Context, bin string, i int) (*proc, error) {
+	metrics, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	health, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{
+		"--kubeconfig", r.cl.env.Kubeconfig,
+		"--nats-url", r.natsURL,
+		"--metrics-address", metrics,
+		"--health-probe-bind-address", health,
+		"--run-schedule-relay=false", "--run-dead-letter=false",
+	}
+	logPath := filepath.Join(r.dir, fmt.Sprintf("dispatcher-%d.log", i))
+	p, err := startProc(ctx, fmt.Sprintf("dispatcher-%d", i), bin, args, nil, logPath, "http://"+health+"/readyz")
+	if err != nil {
+		return nil, err
+	}
+	p.metricsURL = "http://" + metrics + "/metrics"
+	r.logf("%s B7: dispatcher-%d ready (pid %d, log %s)", r.name, i, p.pid(), logPath)
+	return p, nil
+}
+
+// waitWorkBalanced waits until n dispatchers are members of the work stage
+// and each MC_WORK partition is leased to the member rendezvous hashing
+// assigns it to; it returns the fewest-most partitions per member.
+func waitWorkBalanced(ctx context.Context, js jetstream.JetStream, n int, timeout time.Duration) (string, error) {
+	kv, err := js.KeyValue(ctx, bus.OwnersBucket)
+	if err != nil {
+		return "", err
+	}
+	prefix := "member." + bus.WorkStage + "."
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		var members []string
+		if l, err := kv.ListKeysFiltered(ctx, prefix+"*"); err == nil {
+			for k := range l.Keys() {
+				members = append(members, strings.TrimPrefix(k, prefix))
+			}
+		}
+		if len(members) == n {
+			want := bus.Assign(members, bus.Partitions)
+			ok := true
+			count := map[string]int{}
+			for p := range bus.Partitions {
+				count[want[p]]++
+				e, err := kv.Get(ctx, "lease."+bus.WorkStage+"."+bus.PartitionConsumerName("", p))
+				if err != nil || string(e.Value()) != want[p] {
+					ok = false
+				}
+			}
+			lo, hi := bus.Partitions, 0
+			for _, m := range members {
+				lo, hi = min(lo, count[m]), max(hi, count[m])
+			}
+			last = fmt.Sprintf("%d-%d", lo, hi)
+			if ok {
+				return last, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("work partitions not leased as assigned to %d dispatchers within %s (members seen: %d, spread %s)", n, timeout, len(members), last)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// createSlows creates Slows with spec.gen 1 from 50 concurrent clients.
+func (r *run) createSlows(ctx context.Context, names []string) error {
+	work := make(chan string)
+	errs := make(chan error, len(names))
+	var wg sync.WaitGroup
+	for range min(creators, len(names)) {
+		wg.Go(func() {
+			for name := range work {
+				s := &unstructured.Unstructured{Object: map[string]any{
+					"apiVersion": "bench.metabus.dev/v1",
+					"kind":       "Slow",
+					"metadata":   map[string]any{"name": name},
+					"spec":       map[string]any{"gen": int64(1)},
+				}}
+				if _, err := r.cl.harness.Resource(slowGVR).Namespace(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+					errs <- fmt.Errorf("create %s: %w", name, err)
+				}
+			}
+		})
+	}
+	for _, n := range names {
+		work <- n
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
