@@ -14,7 +14,7 @@ export METABUS_CACHE ?= $(HOME)/.cache/metabus
 FUZZTIME ?= 60000x
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build test unit e2e fuzz bench bench-bus bench-compare run vet fmt kube-bins clean
+.PHONY: all build test unit e2e fuzz bench bench-bus bench-watcher bench-compare run vet fmt kube-bins clean
 
 all: build
 
@@ -66,6 +66,16 @@ bench: build
 # hook (hack/busbench; `go run ./hack/busbench -h` lists its knobs).
 bench-bus:
 	$(GO) run ./hack/busbench $(BUSBENCH_ARGS)
+
+# bench-watcher: how far one watcher goes (issue #12): its RSS per watched
+# object and CPU per watch event at 20,000 and 100,000 watched objects
+# (Benches and their ConfigMaps), against a fresh control plane, with the
+# watcher as its own process and no dispatcher (hack/watcherbench). It
+# takes ~12 min, so it is not part of `make bench`;
+# WATCHERBENCH_ARGS="-sizes 20000" is a ~3 min run.
+bench-watcher:
+	@KUBE_BIN_DIR=$${KUBE_BIN_DIR:-$$(hack/kubeenv/build.sh | tail -1)}; export KUBE_BIN_DIR; \
+	$(GO) run ./hack/watcherbench $(WATCHERBENCH_ARGS)
 
 # bench-compare puts upstream Metacontroller (tuned) next to metabus and the
 # raw client, two interleaved rounds, each on a fresh control plane:
