@@ -14,7 +14,7 @@ export METABUS_CACHE ?= $(HOME)/.cache/metabus
 FUZZTIME ?= 60000x
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build test unit e2e fuzz bench bench-bus bench-watcher bench-compare run vet fmt kube-bins clean
+.PHONY: all build test unit e2e fuzz bench bench-bus bench-watcher bench-compare faults run vet fmt kube-bins clean
 
 all: build
 
@@ -90,6 +90,18 @@ bench-compare:
 	@$(MAKE) --no-print-directory build
 	@KUBE_BIN_DIR=$$(hack/kubeenv/build.sh | tail -1); export KUBE_BIN_DIR; \
 	$(GO) run ./hack/benchcmp -rounds 2 -upstream "$(MC_BIN)" $(BENCH_ARGS)
+
+# faults runs the fault-injection suite (hack/faults, issue #13): the four
+# services as separate processes (2 dispatchers, 2 appliers) against a real
+# nats-server and a fresh control plane, 2,000 parents under churn for 5
+# minutes with a SIGKILL of a random service every ~2.5s, 2 nats-server and
+# 1 kube-apiserver restarts and a misbehaving hook; then it checks the
+# invariants and ends with "N passed, M failed" (~10-15 min; exit status 1
+# on a violation). `make test` runs a short budget (TestFaultsShort).
+#   make faults [FAULTS_ARGS="-parents 500 -fault-period 2m -keep"]
+faults:
+	@KUBE_BIN_DIR=$${KUBE_BIN_DIR:-$$(hack/kubeenv/build.sh | tail -1)}; export KUBE_BIN_DIR; \
+	$(GO) run ./hack/faults $(FAULTS_ARGS)
 
 # run brings metabus up: against the current kubeconfig's cluster if it
 # answers, otherwise against a local control plane it starts; then it runs

@@ -1,0 +1,86 @@
+// Command faults is metabus's fault-injection suite (issue #13): the real
+// service binaries as separate processes (a watcher, two dispatchers, two
+// appliers, the revisions service) against a real nats-server (built from
+// the Go module, JetStream on a file store, 8MB max_payload), a fresh local
+// control plane with kube-controller-manager (pkg/kubeenv, so garbage
+// collection runs) and a hook server in this process.
+//
+// The workload is a CompositeController with one InPlace ConfigMap child
+// per parent, a sync and a finalize hook. -parents parents are created and
+// converge; then, for -fault-period, the suite churns them (spec updates,
+// deletes, deletes followed at once by a recreate under the same name) while
+// it injects faults:
+//
+//   - SIGKILL of a random service every ~-kill-interval, started again at once;
+//   - -nats-restarts SIGKILLs of nats-server, restarted on the same store
+//     and port;
+//   - -apiserver-restarts SIGKILLs of kube-apiserver, restarted on the same
+//     port (watches break and resume or relist);
+//   - a hook that, for -bad-percent of the parents, answers about half of
+//     the calls with a timeout (the webhook timeout is -hook-timeout), a 5xx,
+//     a 429 with Retry-After, malformed JSON or a body over the 8MB limit
+//     (at most 3 in a row per parent, and only during the fault period, so
+//     convergence stays possible).
+//
+// Then it waits (at most -converge-timeout) for convergence and checks the
+// invariants over the API server and the bus: every parent converged to
+// what the hook wants, exactly one child each with the right content and a
+// controllerRef to the current parent UID, no orphaned children after GC, no
+// parent stuck in deletion, MC_DLQ empty, no process exited that the suite
+// did not kill, every service stops cleanly on SIGTERM, no child replaced.
+// It prints the figures and ends with "N passed, M failed"; the exit status
+// is 1 if an invariant failed, 2 if the suite itself could not run.
+//
+// Run from the repository root (make faults, FAULTS_ARGS for flags):
+//
+//	KUBE_BIN_DIR=$(hack/kubeenv/build.sh | tail -1) go run ./hack/faults -parents 2000 -fault-period 5m
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	cfg := defaultConfig()
+	var extra string
+	flag.IntVar(&cfg.parents, "parents", cfg.parents, "parents of the workload")
+	flag.DurationVar(&cfg.faultPeriod, "fault-period", cfg.faultPeriod, "how long the churn and the faults last")
+	flag.DurationVar(&cfg.killInterval, "kill-interval", cfg.killInterval, "mean time between two SIGKILLs of a random service")
+	flag.IntVar(&cfg.natsRestarts, "nats-restarts", cfg.natsRestarts, "nats-server SIGKILL+restarts during the fault period")
+	flag.IntVar(&cfg.apiRestarts, "apiserver-restarts", cfg.apiRestarts, "kube-apiserver SIGKILL+restarts during the fault period")
+	flag.Float64Var(&cfg.churnRate, "churn-rate", cfg.churnRate, "churn operations per second")
+	flag.IntVar(&cfg.badPct, "bad-percent", cfg.badPct, "percentage of parents whose hook calls misbehave during the fault period")
+	flag.DurationVar(&cfg.hookTimeout, "hook-timeout", cfg.hookTimeout, "the webhook timeout of the controller")
+	flag.BoolVar(&cfg.finalize, "finalize", cfg.finalize, "give the controller a finalize hook (parents then carry its finalizer)")
+	flag.IntVar(&cfg.dispatchers, "dispatchers", cfg.dispatchers, "dispatcher replicas")
+	flag.IntVar(&cfg.appliers, "appliers", cfg.appliers, "applier replicas")
+	flag.DurationVar(&cfg.convergeTimeout, "converge-timeout", cfg.convergeTimeout, "how long convergence may take after the last fault")
+	flag.DurationVar(&cfg.initialTimeout, "initial-timeout", cfg.initialTimeout, "how long the first convergence may take, before the faults")
+	flag.StringVar(&cfg.workDir, "dir", "", "work directory for binaries, stores and logs (default: a new temporary directory, removed if everything passed)")
+	flag.BoolVar(&cfg.keep, "keep", false, "keep the temporary work directory even if everything passed")
+	flag.BoolVar(&cfg.strictStartup, "strict-startup", false, "count a service that exits because it started while nats-server was down as a failure (by default it is started again, as Kubernetes would, and listed)")
+	flag.StringVar(&extra, "service-args", "", "extra flags for every service, space separated")
+	flag.Parse()
+	cfg.extraServiceArgs = strings.Fields(extra)
+	if cfg.parents < 1 || cfg.faultPeriod <= 0 || cfg.killInterval <= 0 || cfg.churnRate <= 0 || cfg.dispatchers < 1 || cfg.appliers < 1 {
+		fmt.Fprintln(os.Stderr, "faults: -parents, -fault-period, -kill-interval, -churn-rate, -dispatchers and -appliers must be positive")
+		os.Exit(2)
+	}
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	rep, err := run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "faults:", err)
+		os.Exit(2)
+	}
+	if rep.failed > 0 {
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,317 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// proc is one process the suite runs (a metabus service or nats-server) and
+// may SIGKILL and start again. Every exit the suite did not cause is
+// recorded, and the process is started again so the run can go on.
+type proc struct {
+	name    string
+	path    string
+	args    []string
+	logPath string
+	logf    func(string, ...any)
+
+	mu        sync.Mutex
+	cmd       *exec.Cmd
+	done      chan struct{}
+	waitErr   error
+	expecting bool // the suite is killing or stopping it: the exit is expected
+	closing   bool // no more restarts after an unexpected exit
+	starts    int
+	kills     int
+	startedAt time.Time
+	// unexpected describes each exit the suite did not cause.
+	unexpected []exitRecord
+}
+
+// exitRecord is an exit the suite did not cause.
+type exitRecord struct {
+	started, at time.Time
+	desc        string
+	tail        string // the end of the log at exit
+}
+
+func newProc(name, path string, args []string, logDir string, logf func(string, ...any)) *proc {
+	return &proc{name: name, path: path, args: args, logPath: filepath.Join(logDir, name+".log"), logf: logf}
+}
+
+// start starts the process; its output is appended to its log.
+func (p *proc) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.startLocked()
+}
+
+func (p *proc) startLocked() error {
+	logFile, err := os.OpenFile(p.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(logFile, "=== faults: %s start #%d at %s\n", p.name, p.starts+1, time.Now().UTC().Format(time.RFC3339Nano))
+	cmd := exec.Command(p.path, p.args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Pdeathsig: a crashed suite leaves no process behind. Own process
+	// group: a Ctrl-C reaches only the suite.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	done := make(chan struct{})
+	started := make(chan error, 1)
+	go func() {
+		// Pdeathsig fires when the forking *thread* exits: fork on a locked
+		// thread that stays blocked in Wait while the child lives.
+		runtime.LockOSThread()
+		defer logFile.Close()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			close(done)
+			return
+		}
+		started <- nil
+		err := cmd.Wait()
+		p.exited(cmd, err, logFile)
+		close(done)
+	}()
+	if err := <-started; err != nil {
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	p.cmd, p.done = cmd, done
+	p.startedAt = time.Now()
+	p.starts++
+	p.expecting = false
+	return nil
+}
+
+// exited runs when a process ends; an exit the suite did not ask for is
+// recorded and the process started again a second later.
+func (p *proc) exited(cmd *exec.Cmd, err error, logFile *os.File) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != cmd {
+		return
+	}
+	p.waitErr = err
+	status := "exit status 0"
+	if err != nil {
+		status = err.Error()
+	}
+	fmt.Fprintf(logFile, "=== faults: %s (pid %d) exited: %s at %s\n", p.name, cmd.Process.Pid, status, time.Now().UTC().Format(time.RFC3339Nano))
+	if p.expecting {
+		return
+	}
+	tail := fileTail(p.logPath, 15)
+	desc := fmt.Sprintf("%s (pid %d, started %s) exited on its own at %s: %s; last lines of %s:\n%s",
+		p.name, cmd.Process.Pid, p.startedAt.UTC().Format("15:04:05.000"), time.Now().UTC().Format("15:04:05.000"), status, p.logPath, indent(tail))
+	p.unexpected = append(p.unexpected, exitRecord{started: p.startedAt, at: time.Now(), desc: desc, tail: tail})
+	p.logf("UNEXPECTED EXIT: %s", desc)
+	if p.closing {
+		return
+	}
+	go func() {
+		time.Sleep(time.Second)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.closing || p.cmd != cmd {
+			return
+		}
+		if err := p.startLocked(); err != nil {
+			p.unexpected = append(p.unexpected, exitRecord{at: time.Now(), desc: fmt.Sprintf("%s could not be restarted: %v", p.name, err)})
+		}
+	}()
+}
+
+// kill SIGKILLs the process and waits until it is gone.
+func (p *proc) kill() error {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.expecting = true
+	p.mu.Unlock()
+	if cmd == nil {
+		return fmt.Errorf("%s not running", p.name)
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		return fmt.Errorf("%s (pid %d) still running 15s after SIGKILL", p.name, cmd.Process.Pid)
+	}
+	p.mu.Lock()
+	p.kills++
+	p.mu.Unlock()
+	return nil
+}
+
+// restart SIGKILLs the process and starts it again at once.
+func (p *proc) restart() error {
+	if err := p.kill(); err != nil {
+		return err
+	}
+	return p.start()
+}
+
+// stop sends SIGTERM and waits up to grace (then SIGKILL). It returns how
+// the process ended ("" when it exited with status 0 on SIGTERM) and stops
+// restarts.
+func (p *proc) stop(grace time.Duration) string {
+	p.mu.Lock()
+	p.closing, p.expecting = true, true
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return "never started"
+	}
+	select {
+	case <-done:
+		return ""
+	default:
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
+		<-done
+		return fmt.Sprintf("ignored SIGTERM for %s and was killed", grace)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.waitErr != nil {
+		return fmt.Sprintf("on SIGTERM: %v; last lines of %s:\n%s", p.waitErr, p.logPath, indent(fileTail(p.logPath, 15)))
+	}
+	return ""
+}
+
+func (p *proc) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+func (p *proc) unexpectedExits() []exitRecord {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]exitRecord(nil), p.unexpected...)
+}
+
+func (p *proc) killCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.kills
+}
+
+// natsConf is the nats-server configuration: the 8MB max_payload of the
+// production configuration (deploy/nats). Port and store dir are flags.
+const natsConf = `max_payload: 8MB
+jetstream {
+  max_memory_store: 256MB
+}
+`
+
+// newNATS prepares a nats-server with JetStream on a file store in dir,
+// listening on a fixed port so that restarts keep its URL.
+func newNATS(bin, dir, logDir string, port int, logf func(string, ...any)) (*proc, string, error) {
+	conf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(conf, []byte(natsConf), 0o644); err != nil {
+		return nil, "", err
+	}
+	store := filepath.Join(dir, "jetstream")
+	args := []string{"-c", conf, "-js", "-sd", store, "-a", "127.0.0.1", "-p", fmt.Sprint(port)}
+	return newProc("nats-server", bin, args, logDir, logf), fmt.Sprintf("nats://127.0.0.1:%d", port), nil
+}
+
+// waitNATS waits until the server at url answers JetStream requests.
+func waitNATS(ctx context.Context, url string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		nc, err := nats.Connect(url, nats.Timeout(2*time.Second), nats.NoReconnect())
+		if err == nil {
+			js, jerr := nc.JetStream()
+			if jerr == nil {
+				_, jerr = js.AccountInfo(nats.MaxWait(2 * time.Second))
+			}
+			nc.Close()
+			if jerr == nil {
+				return nil
+			}
+			err = jerr
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("nats-server at %s not ready: %v", url, last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// fileTail returns the last n lines of a file (from its last 64 KiB).
+func fileTail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", path, err)
+	}
+	if len(data) > 64<<10 {
+		data = data[len(data)-64<<10:]
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func indent(s string) string { return "    " + strings.ReplaceAll(s, "\n", "\n    ") }
+
+// repoRoot is the nearest directory at or above the working directory whose
+// go.mod declares this module.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.Contains(string(data), "module github.com/metabus/metabus\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the metabus repository (no go.mod of github.com/metabus/metabus above the working directory)")
+		}
+		dir = parent
+	}
+}
+
+// buildBinaries builds the four services and nats-server into dir.
+func buildBinaries(ctx context.Context, root, dir string) error {
+	for _, args := range [][]string{
+		{"build", "-o", dir + "/", "./cmd/watcher", "./cmd/dispatcher", "./cmd/applier", "./cmd/revisions"},
+		{"build", "-o", filepath.Join(dir, "nats-server"), "github.com/nats-io/nats-server/v2"},
+	} {
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	return nil
+}

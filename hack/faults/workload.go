@@ -1,0 +1,358 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+const (
+	ns          = "faults"
+	ctrlName    = "faults"
+	parentLabel = "faults.metabus.dev/parent"
+	finalizer   = "metacontroller.io/compositecontroller-" + ctrlName
+)
+
+var (
+	parentGVR = schema.GroupVersionResource{Group: "faults.metabus.dev", Version: "v1", Resource: "churns"}
+	ccGVR     = schema.GroupVersionResource{Group: "metacontroller.k8s.io", Version: "v1alpha1", Resource: "compositecontrollers"}
+	cmGVR     = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+)
+
+// parentCRD is the parent type: a namespaced Churn with the status
+// subresource.
+const parentCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: churns.faults.metabus.dev
+spec:
+  group: faults.metabus.dev
+  scope: Namespaced
+  names:
+    plural: churns
+    singular: churn
+    kind: Churn
+    listKind: ChurnList
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources:
+      status: {}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            x-kubernetes-preserve-unknown-fields: true
+          status:
+            type: object
+            x-kubernetes-preserve-unknown-fields: true
+`
+
+// compositeController is the controller under test: Churns with one InPlace
+// ConfigMap each, a sync hook and (optionally) a finalize hook, both with a
+// short timeout.
+func compositeController(url string, timeout time.Duration, finalize bool) *unstructured.Unstructured {
+	webhook := map[string]any{"webhook": map[string]any{"url": url, "timeout": timeout.String()}}
+	hooks := map[string]any{"sync": webhook}
+	if finalize {
+		hooks["finalize"] = webhook
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "metacontroller.k8s.io/v1alpha1",
+		"kind":       "CompositeController",
+		"metadata":   map[string]any{"name": ctrlName},
+		"spec": map[string]any{
+			"generateSelector": true,
+			"parentResource":   map[string]any{"apiVersion": "faults.metabus.dev/v1", "resource": "churns"},
+			"childResources": []any{map[string]any{
+				"apiVersion":     "v1",
+				"resource":       "configmaps",
+				"updateStrategy": map[string]any{"method": "InPlace"},
+			}},
+			"hooks": hooks,
+		},
+	}}
+}
+
+func parentName(i int) string { return fmt.Sprintf("p-%05d", i) }
+
+// workload creates, updates, deletes and recreates parents.
+type workload struct {
+	dyn   dynamic.Interface
+	names []string
+	logf  func(string, ...any)
+
+	locks []sync.Mutex // one per name: one operation on a name at a time
+	gen   []atomic.Int64
+
+	creates, updates, deletes, recreates, failed atomic.Int64
+	lastOp                                       atomic.Int64 // unix nanos of the last successful write
+}
+
+func newWorkload(dyn dynamic.Interface, n int, logf func(string, ...any)) *workload {
+	w := &workload{dyn: dyn, logf: logf, locks: make([]sync.Mutex, n), gen: make([]atomic.Int64, n)}
+	for i := range n {
+		w.names = append(w.names, parentName(i))
+	}
+	return w
+}
+
+func (w *workload) touched() { w.lastOp.Store(time.Now().UnixNano()) }
+
+func value(gen int64) string { return fmt.Sprintf("v%d-%d", gen, rand.IntN(1e6)) }
+
+// create creates parent i at its next gen. AlreadyExists (the previous
+// incarnation is still being finalized) and transient errors are retried
+// until ctx ends.
+func (w *workload) create(ctx context.Context, i int) error {
+	g := w.gen[i].Add(1)
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "faults.metabus.dev/v1",
+		"kind":       "Churn",
+		"metadata":   map[string]any{"name": w.names[i]},
+		"spec":       map[string]any{"gen": g, "value": value(g)},
+	}}
+	return retryUntil(ctx, func(ctx context.Context) error {
+		_, err := w.dyn.Resource(parentGVR).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
+		if err == nil {
+			w.creates.Add(1)
+			w.touched()
+		}
+		return err
+	})
+}
+
+// update moves parent i to its next gen and a new value. NotFound means it
+// is gone: nothing to do.
+func (w *workload) update(ctx context.Context, i int) error {
+	g := w.gen[i].Add(1)
+	patch := fmt.Sprintf(`{"spec":{"gen":%d,"value":%q}}`, g, value(g))
+	return retryUntil(ctx, func(ctx context.Context) error {
+		_, err := w.dyn.Resource(parentGVR).Namespace(ns).Patch(ctx, w.names[i], types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err == nil {
+			w.updates.Add(1)
+			w.touched()
+		}
+		return err
+	})
+}
+
+// remove deletes parent i (foreground is not needed: the garbage collector
+// removes its child once it is gone).
+func (w *workload) remove(ctx context.Context, i int) error {
+	return retryUntil(ctx, func(ctx context.Context) error {
+		err := w.dyn.Resource(parentGVR).Namespace(ns).Delete(ctx, w.names[i], metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err == nil {
+			w.deletes.Add(1)
+			w.touched()
+		}
+		return err
+	})
+}
+
+// retryUntil calls f until it succeeds or ctx ends, waiting a second after
+// each failure (the API server may be restarting).
+func retryUntil(ctx context.Context, f func(context.Context) error) error {
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		err := f(cctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// createAll creates every parent, from 50 concurrent clients.
+func (w *workload) createAll(ctx context.Context) error {
+	work := make(chan int)
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for range 50 {
+		wg.Go(func() {
+			for i := range work {
+				if err := w.create(ctx, i); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+				}
+			}
+		})
+	}
+	for i := range w.names {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return err
+	}
+	return nil
+}
+
+// churn runs random operations at rate per second until ctx ends: 70%
+// spec updates, 15% deletes followed by a recreate under the same name
+// after up to 3s, 15% deletes (a later operation on a deleted name creates
+// it again). It returns once every started operation finished; a recreate
+// still waiting for its predecessor's finalization gets until opCtx ends.
+func (w *workload) churn(ctx, opCtx context.Context, rate float64) {
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		absent = map[int]bool{}
+	)
+	sem := make(chan struct{}, 64)
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer tick.Stop()
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		i := rand.IntN(len(w.names))
+		if !w.locks[i].TryLock() {
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			w.locks[i].Unlock()
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-sem; w.locks[i].Unlock() }()
+			mu.Lock()
+			gone := absent[i]
+			mu.Unlock()
+			var err error
+			switch p := rand.IntN(100); {
+			case gone:
+				if err = w.create(opCtx, i); err == nil {
+					mu.Lock()
+					delete(absent, i)
+					mu.Unlock()
+				}
+			case p < 70:
+				err = w.update(opCtx, i)
+			case p < 85:
+				if err = w.remove(opCtx, i); err == nil {
+					time.Sleep(time.Duration(rand.IntN(3000)) * time.Millisecond)
+					if err = w.create(opCtx, i); err == nil {
+						w.recreates.Add(1)
+					} else {
+						mu.Lock()
+						absent[i] = true
+						mu.Unlock()
+					}
+				}
+			default:
+				if err = w.remove(opCtx, i); err == nil {
+					mu.Lock()
+					absent[i] = true
+					mu.Unlock()
+				}
+			}
+			if err != nil {
+				w.failed.Add(1)
+				w.logf("churn: %s: %v", w.names[i], err)
+			}
+		})
+	}
+}
+
+// childTracker watches the workload's ConfigMaps and remembers, for each
+// parent UID named by a controllerRef, every ConfigMap UID it ever
+// controlled: more than one means a child was replaced (deleted and
+// created again) although InPlace updates never need that.
+type childTracker struct {
+	factory informers.SharedInformerFactory
+	stop    chan struct{}
+
+	mu       sync.Mutex
+	children map[types.UID]map[types.UID]string // parent UID -> child UID -> parent name
+}
+
+func startChildTracker(cs kubernetes.Interface) (*childTracker, error) {
+	t := &childTracker{stop: make(chan struct{}), children: map[types.UID]map[types.UID]string{}}
+	t.factory = informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = parentLabel }))
+	inf := t.factory.Core().V1().ConfigMaps().Informer()
+	record := func(obj any) {
+		cm, ok := obj.(*corev1.ConfigMap)
+		if !ok {
+			return
+		}
+		ref := metav1.GetControllerOf(cm)
+		if ref == nil {
+			return
+		}
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		m := t.children[ref.UID]
+		if m == nil {
+			m = map[types.UID]string{}
+			t.children[ref.UID] = m
+		}
+		m[cm.UID] = ref.Name
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    record,
+		UpdateFunc: func(_, obj any) { record(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	t.factory.Start(t.stop)
+	t.factory.WaitForCacheSync(t.stop)
+	return t, nil
+}
+
+func (t *childTracker) close() {
+	close(t.stop)
+	t.factory.Shutdown()
+}
+
+// replaced returns, for each parent incarnation that controlled more than
+// one ConfigMap over the run, "name (uid): n children".
+func (t *childTracker) replaced() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for puid, m := range t.children {
+		if len(m) > 1 {
+			var name string
+			for _, n := range m {
+				name = n
+			}
+			out = append(out, fmt.Sprintf("%s (uid %s) controlled %d different ConfigMaps over its life", name, puid, len(m)))
+		}
+	}
+	return out
+}
