@@ -80,6 +80,7 @@ type config struct {
 	maxInFlight  int
 	superseded   bool
 	runTimeout   time.Duration
+	memory       bool
 	only         map[string]bool
 	serverBin    string
 	keep         bool
@@ -101,6 +102,7 @@ func main() {
 	flag.IntVar(&c.maxInFlight, "max-in-flight", bus.DefaultMaxInFlight, "concurrency of a replica in all (--max-in-flight)")
 	flag.BoolVar(&c.superseded, "superseded-check", true, "applier makes the real applier's superseded lookup (direct get) when messages are pending")
 	flag.DurationVar(&c.runTimeout, "run-timeout", 90*time.Second, "give up on a run after this long")
+	flag.BoolVar(&c.memory, "memory-queues", false, "MC_WORK and MC_DESIRED in memory (bus.Options.MemoryQueues, as the all-in-one's embedded server)")
 	flag.StringVar(&only, "only", "cost,conc", "parts to run: cost, conc")
 	flag.StringVar(&c.serverBin, "nats-server", "", "nats-server binary (default: go build it from the module cache)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the temporary directory (server logs and stores)")
@@ -145,8 +147,12 @@ func run(c config) error {
 		}
 	}
 	version, _ := exec.Command(c.serverBin, "--version").Output()
-	fmt.Printf("busbench: %s (separate process), file-stored MC_WORK/MC_DESIRED (bus.Options{}), %d partitions,\n",
-		strings.TrimSpace(string(version)), bus.Partitions)
+	storage := "file-stored MC_WORK/MC_DESIRED (bus.Options{}, as production)"
+	if c.memory {
+		storage = "MC_WORK/MC_DESIRED in memory (bus.Options{MemoryQueues: true})"
+	}
+	fmt.Printf("busbench: %s (separate process), %s, %d partitions,\n",
+		strings.TrimSpace(string(version)), storage, bus.Partitions)
 	fmt.Printf("  workers %d per controller, max-in-flight %d per replica, superseded check %v, %d cores, commit %s\n",
 		c.workers, c.maxInFlight, c.superseded, numCPU(), commit())
 
@@ -327,7 +333,7 @@ func (b *bench) start(ctx context.Context, replicas int, hook time.Duration) (*e
 	}
 	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := bus.Ensure(ectx, e.js, bus.Options{}); err != nil {
+	if err := bus.Ensure(ectx, e.js, bus.Options{MemoryQueues: b.c.memory}); err != nil {
 		return nil, fmt.Errorf("ensure: %w", err)
 	}
 	rctx, rcancel := context.WithCancel(context.Background())
@@ -357,10 +363,12 @@ func (b *bench) start(ctx context.Context, replicas int, hook time.Duration) (*e
 			go func() { done <- bus.Consume(rctx, js, cc, h) }()
 		}
 	}
+	t0 := time.Now()
 	spread, err := e.waitBalanced(ctx, members)
 	if err != nil {
 		return nil, err
 	}
+	progress("%d replicas per stage own the partitions as assigned (%s) %s after starting", replicas, spread, time.Since(t0).Round(10*time.Millisecond))
 	e.spread = spread
 	e.workOwner = bus.Assign(members[bus.WorkStage], bus.Partitions)
 	ok = true
