@@ -302,6 +302,8 @@ type env struct {
 	workOwner []string
 	errors    atomic.Int64
 	lastErr   atomic.Value
+	errMu     sync.Mutex
+	errKinds  map[string]int
 
 	// per run
 	index      map[string]int // parent UID → item
@@ -378,6 +380,33 @@ func (b *bench) start(ctx context.Context, replicas int, hook time.Duration) (*e
 func (e *env) onError(err error) {
 	e.errors.Add(1)
 	e.lastErr.Store(err.Error())
+	// By kind: digits (partitions, sequences, ids) folded.
+	kind := strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return 'N'
+		}
+		return r
+	}, err.Error())
+	e.errMu.Lock()
+	if e.errKinds == nil {
+		e.errKinds = map[string]int{}
+	}
+	e.errKinds[kind]++
+	e.errMu.Unlock()
+}
+
+// errorKinds returns the errors seen so far by kind, most frequent first,
+// and forgets them.
+func (e *env) errorKinds() []string {
+	e.errMu.Lock()
+	defer e.errMu.Unlock()
+	var out []string
+	for k, n := range e.errKinds {
+		out = append(out, fmt.Sprintf("%6d × %s", n, k))
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(out)))
+	e.errKinds = nil
+	return out
 }
 
 // waitBalanced waits until every partition of both stages is leased to
@@ -631,6 +660,9 @@ wait:
 	if res.errors > 0 || res.dups > 0 || res.publishFailures > 0 || res.publishedAlready > 0 || timedOut {
 		fmt.Fprintf(os.Stderr, "busbench: run of %d items: %d errors (last: %s), %d duplicate deliveries, %d publish failures, %d already queued, timed out %v\n",
 			n, res.errors, res.lastErr, res.dups, res.publishFailures, res.publishedAlready, timedOut)
+		for _, k := range e.errorKinds() {
+			fmt.Fprintf(os.Stderr, "busbench:   %s\n", k)
+		}
 	}
 	return res
 }
