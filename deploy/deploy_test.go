@@ -985,6 +985,17 @@ func TestRBAC(t *testing.T) {
 						t.Errorf("dispatcher may list/watch %s; it only needs get", r)
 					}
 				}
+				// Readable Secrets are a deliberate choice (issue #14): by default only
+				// those of the metabus namespace, through a namespaced Role; never a
+				// cluster-wide grant, which would let anyone who may create a controller
+				// send any Secret of the cluster to a URL of their choice.
+				for _, r := range rules {
+					if hasGrant([]policyRule{r}, "/secrets", "get") || hasGrant([]policyRule{r}, "/configmaps", "get") {
+						if r.role != "Role/metabus-dispatcher-secrets(metabus)" {
+							t.Errorf("%s grants the dispatcher Secrets/ConfigMaps; only the namespaced Role metabus-dispatcher-secrets in metabus may", r.role)
+						}
+					}
+				}
 				for _, r := range rules {
 					for _, tg := range r.targets() {
 						if tg != "/secrets" && tg != "/configmaps" && !slices.Contains(events, tg) {
@@ -1607,6 +1618,7 @@ func TestKustomize(t *testing.T) {
 		"CustomResourceDefinition/controllerrevisions.metacontroller.k8s.io",
 		"StatefulSet/nats", "Service/nats", "Service/nats-headless",
 		"Role/metabus-watcher-leader-election", "RoleBinding/metabus-watcher-leader-election",
+		"Role/metabus-dispatcher-secrets", "RoleBinding/metabus-dispatcher-secrets",
 	}
 	for _, svc := range services {
 		want = append(want, "Deployment/metabus-"+svc, "ServiceAccount/metabus-"+svc, "ClusterRole/metabus-"+svc, "ClusterRoleBinding/metabus-"+svc)
@@ -1620,6 +1632,33 @@ func TestKustomize(t *testing.T) {
 	for _, svc := range services {
 		if o := byKey["Deployment/metabus-"+svc]; o != nil {
 			t.Run(svc, func(t *testing.T) { checkServiceDeployment(t, o, svc, binaries) })
+		}
+	}
+	// The default matches the Helm chart's (dispatcher.secretNamespaces: []): Secrets of
+	// the dispatcher's own namespace only, which it learns from POD_NAMESPACE.
+	if o := byKey["Deployment/metabus-dispatcher"]; o != nil {
+		c := podContainer(t, o)
+		for _, a := range c.args() {
+			if strings.HasPrefix(a, "--secret-namespaces") {
+				t.Errorf("dispatcher: %s; the default is the own namespace only, as the Helm chart's", a)
+			}
+		}
+		if !slices.ContainsFunc(slice(c.obj, "env"), func(e any) bool {
+			em, _ := e.(map[string]any)
+			return em["name"] == "POD_NAMESPACE" && str(em, "valueFrom", "fieldRef", "fieldPath") == "metadata.namespace"
+		}) {
+			t.Error("dispatcher: no POD_NAMESPACE from metadata.namespace (its Secret namespace)")
+		}
+	}
+	for _, k := range []string{"ClusterRole/metabus-dispatcher", "Role/metabus-dispatcher-secrets"} {
+		if o := byKey[k]; o != nil {
+			hasSecrets := false
+			for _, r := range slice(o, "rules") {
+				hasSecrets = hasSecrets || slices.Contains(stringList(slice(r.(map[string]any), "resources")), "secrets")
+			}
+			if want := k == "Role/metabus-dispatcher-secrets"; hasSecrets != want {
+				t.Errorf("%s grants secrets: %v, want %v", k, hasSecrets, want)
+			}
 		}
 	}
 	// The generated (hash-suffixed) ConfigMap is the one the StatefulSet mounts.
@@ -1664,6 +1703,33 @@ func TestHelmChart(t *testing.T) {
 	if str(values, "image", "repository") != "ghcr.io/metabus/metabus" || str(values, "nats", "image") != "nats:2.12-alpine" {
 		t.Error("values: unexpected images")
 	}
+
+	t.Run("dispatcher secret namespaces", func(t *testing.T) {
+		// Default: the release namespace only (files/rbac/dispatcher.yaml), as kustomize.
+		v, found, err := unstructured.NestedFieldNoCopy(values, "dispatcher", "secretNamespaces")
+		if l, ok := v.([]any); !found || err != nil || !ok || len(l) != 0 {
+			t.Errorf("values dispatcher.secretNamespaces = %v, want []", v)
+		}
+		dep := readFile(t, filepath.Join(chartDir, "templates", "dispatcher.yaml"))
+		for _, want := range []string{
+			"{{- with .Values.dispatcher.secretNamespaces }}", `- --secret-namespaces={{ join "," . }}`,
+			"- name: POD_NAMESPACE", "fieldPath: metadata.namespace",
+		} {
+			if !strings.Contains(dep, want) {
+				t.Errorf("templates/dispatcher.yaml lacks %s", want)
+			}
+		}
+		rbac := readFile(t, filepath.Join(chartDir, "templates", "dispatcher-secrets.yaml"))
+		for _, want := range []string{
+			`has "*" .Values.dispatcher.secretNamespaces`, "range $ns := .Values.dispatcher.secretNamespaces",
+			"kind: ClusterRole\n", "kind: ClusterRoleBinding", "kind: Role\n", "kind: RoleBinding",
+			"namespace: {{ $ns }}", "name: metabus-dispatcher-secrets", `resources: ["secrets", "configmaps"]`, `verbs: ["get"]`,
+		} {
+			if !strings.Contains(rbac, want) {
+				t.Errorf("templates/dispatcher-secrets.yaml lacks %q", want)
+			}
+		}
+	})
 
 	t.Run("copies are identical", func(t *testing.T) {
 		pairs := map[string]string{filepath.Join(chartDir, "files", "nats-server.conf"): filepath.Join("nats", "nats-server.conf")}

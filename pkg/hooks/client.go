@@ -38,6 +38,11 @@ type Secrets interface {
 type Options struct {
 	// Secrets resolves secret-backed options; nil makes any such option fail with a clear error.
 	Secrets Secrets
+	// SecretNamespaceAllowed, when set, is asked about the namespace of every Secret and
+	// ConfigMap that a call's TLS/auth options reference, before any is read. An error refuses
+	// the call (*RefusedError, nothing read, nothing sent) and is its reason: it should say how
+	// to allow the namespace. nil allows every namespace.
+	SecretNamespaceAllowed func(namespace string) error
 	// Registerer receives the hook metrics; nil records none.
 	Registerer prometheus.Registerer
 	// Logger defaults to zap.NewNop().
@@ -57,6 +62,7 @@ type Options struct {
 // connections, resolved credentials and the ETag cache are shared.
 type Client struct {
 	secrets        Secrets
+	nsAllowed      func(namespace string) error
 	log            *zap.Logger
 	maxBody        int64
 	defaultTimeout time.Duration
@@ -76,6 +82,7 @@ type Client struct {
 func New(opts Options) *Client {
 	c := &Client{
 		secrets:        opts.Secrets,
+		nsAllowed:      opts.SecretNamespaceAllowed,
 		log:            opts.Logger,
 		maxBody:        opts.MaxResponseBytes,
 		defaultTimeout: opts.DefaultTimeout,
@@ -133,7 +140,10 @@ type Call struct {
 // Do POSTs call.Request to the hook and decodes a successful reply into resp, a pointer
 // (nil: the reply is checked but discarded). It never retries. Errors are *HTTPError,
 // *TooManyRequestsError, *DecodeError, errors matching ErrTimeout, and plain errors for
-// invalid configuration, cancellation and transport failures.
+// invalid configuration, cancellation and transport failures. A call whose options reference a
+// namespace that Options.SecretNamespaceAllowed rejects, or that would send credentials over
+// plain http without allowInsecureCredentials, fails with a *RefusedError before any Secret is
+// read or any request is sent.
 func (c *Client) Do(ctx context.Context, call Call, resp any) error {
 	if call.Hook == nil {
 		return errors.New("hooks: call has no hook")

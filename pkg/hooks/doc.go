@@ -36,4 +36,10 @@
 // of them, from the first endpointConfigs entry whose host matches. Secret-backed material is
 // re-read at most every 30s so that rotated credentials are picked up without a restart
 // (upstream resolves them once). Credentials never appear in errors or logs.
+//
+// Two checks run before anything is read or sent, and fail the call with a *RefusedError:
+// every Secret and ConfigMap reference must be in a namespace Options.SecretNamespaceAllowed
+// accepts, and credentials (authorization, basicAuth, a user:password in the url) are only sent
+// to https URLs, unless the webhook or the options carrying them set allowInsecureCredentials.
+// A service reference is http unless its protocol is https.
 package hooks

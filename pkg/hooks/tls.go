@@ -88,11 +88,23 @@ func newBaseTransport() *http.Transport {
 // at most every secretRefresh.
 func (c *Client) endpointFor(ctx context.Context, w *v1alpha1.Webhook, configs []v1alpha1.EndpointConfig, u *url.URL) (*resolvedEndpoint, error) {
 	a, where := effectiveAuth(w, configs, u)
+	target := u.Redacted()
 	if a == nil {
+		if err := checkInsecureCredentials(u, w, nil, where, target); err != nil {
+			return nil, err
+		}
 		return c.plain, nil
 	}
 	if err := validateAuth(a); err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	// Both checks come before the endpoint cache: nothing is read or sent for a refused call,
+	// and a cached endpoint cannot outlive a tightened policy.
+	if err := c.checkNamespaces(a, where, target); err != nil {
+		return nil, err
+	}
+	if err := checkInsecureCredentials(u, w, a, where, target); err != nil {
+		return nil, err
 	}
 	cfg, err := json.Marshal(a)
 	if err != nil {

@@ -208,6 +208,7 @@ func TestAuthorization(t *testing.T) {
 		t.Run(tt.reason, func(t *testing.T) {
 			h := hookAt(srv.URL)
 			h.Webhook.WebhookAuth = tt.auth
+			h.Webhook.AllowInsecureCredentials = ptr(true) // the test server is plain http
 			if err := c.Do(context.Background(), syncCall(h), &syncResponse{}); err != nil {
 				t.Fatalf("Do: %v", err)
 			}
@@ -247,6 +248,7 @@ func TestAuthErrors(t *testing.T) {
 		t.Run(tt.reason, func(t *testing.T) {
 			h := hookAt(srv.URL)
 			h.Webhook.WebhookAuth = tt.auth
+			h.Webhook.AllowInsecureCredentials = ptr(true) // the test server is plain http
 			before := rec.count()
 			err := New(Options{Secrets: tt.secrets}).Do(context.Background(), syncCall(h), &syncResponse{})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -291,6 +293,9 @@ func TestSecretsNotInErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.reason, func(t *testing.T) {
+			// The test servers are plain http; without this every call would be refused
+			// before reaching them (TestInsecureCredentials).
+			tt.hook.Webhook.AllowInsecureCredentials = ptr(true)
 			err := c.Do(context.Background(), syncCall(tt.hook), &syncResponse{})
 			if err == nil {
 				t.Fatal("Do succeeded, want an error")
@@ -334,6 +339,7 @@ func TestEndpointConfigs(t *testing.T) {
 		t.Run(tt.reason, func(t *testing.T) {
 			h := hookAt(srv.URL)
 			h.Webhook.Authorization = tt.own
+			h.Webhook.AllowInsecureCredentials = ptr(true) // the test server is plain http
 			call := syncCall(h)
 			call.EndpointConfigs = tt.configs
 			if err := c.Do(context.Background(), call, &syncResponse{}); err != nil {
@@ -355,6 +361,7 @@ func TestSecretRotation(t *testing.T) {
 	c := New(Options{Secrets: secrets, Now: clock.Now})
 	h := hookAt(srv.URL)
 	h.Webhook.Authorization = &v1alpha1.Authorization{SecretRef: v1alpha1.KeySelector{Name: "token", Namespace: "tools"}}
+	h.Webhook.AllowInsecureCredentials = ptr(true) // the test server is plain http
 
 	call := func(want string) {
 		t.Helper()

@@ -20,9 +20,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
@@ -47,6 +50,13 @@ type Config struct {
 	EventsQPS   float32
 	EventsBurst int
 	Bus         bus.Options
+	// Namespace is the dispatcher's own namespace, whose Secrets and ConfigMaps webhook
+	// TLS/auth options may always reference ("": POD_NAMESPACE, else DefaultNamespace).
+	Namespace string
+	// SecretNamespaces are the other namespaces they may reference (--secret-namespaces);
+	// AllNamespaces allows every namespace. A reference elsewhere fails the sync with a
+	// SyncError Event before anything is read or sent.
+	SecretNamespaces []string
 }
 
 // Defaults fills unset fields.
@@ -56,6 +66,9 @@ func (c *Config) Defaults() {
 	}
 	if c.SnapshotWait <= 0 {
 		c.SnapshotWait = 5 * time.Second
+	}
+	if c.Namespace == "" {
+		c.Namespace = ownNamespace()
 	}
 }
 
@@ -150,11 +163,14 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		nc:        deps.NC,
 		echoes:    deps.Echoes,
 	}
+	scope := newSecretScope(cfg.Namespace, cfg.SecretNamespaces)
 	d.hooks = hooks.New(hooks.Options{
-		Secrets:    kubeSecrets{kube},
-		Registerer: deps.Metrics,
-		Logger:     d.log,
+		Secrets:                kubeSecrets{kube: kube, scope: scope},
+		SecretNamespaceAllowed: scope.check,
+		Registerer:             deps.Metrics,
+		Logger:                 d.log,
 	})
+	d.log.Info("webhook TLS/auth options may reference Secrets and ConfigMaps in", zap.String("namespaces", scope.String()))
 	return d, nil
 }
 
@@ -393,6 +409,15 @@ func (d *Dispatcher) failed(ctx context.Context, item bus.WorkItem, reason strin
 	if reason != "" {
 		d.rec.Warning(item.Parent.Stub(), reason, err.Error())
 	}
+	var refused *hooks.RefusedError
+	if errors.As(err, &refused) {
+		// The controller's configuration is at fault, not the parent: say so where its
+		// author looks too.
+		d.log.Error("hook call refused", zap.String("controller", item.Controller.Kind+"/"+item.Controller.Name),
+			zap.String("parent", item.Parent.Namespace+"/"+item.Parent.Name), zap.Error(err))
+		d.rec.Warning(controllerStub(item.Controller), events.ReasonSyncError,
+			fmt.Sprintf("parent %s %s: %v", item.Parent.Kind, namespacedName(item.Parent), err))
+	}
 	next := item
 	next.Attempt = n
 	if serr := d.retry(ctx, next, time.Now().Add(delay)); serr != nil {
@@ -400,4 +425,21 @@ func (d *Dispatcher) failed(ctx context.Context, item bus.WorkItem, reason strin
 		return outcome{result: "error", infra: true}
 	}
 	return outcome{result: "error"}
+}
+
+// controllerStub is an object reference for Events on a controller.
+func controllerStub(c bus.ControllerRef) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(v1alpha1.GroupVersion.String())
+	u.SetKind(c.Kind)
+	u.SetName(c.Name)
+	u.SetUID(types.UID(c.UID))
+	return u
+}
+
+func namespacedName(o bus.ObjectRef) string {
+	if o.Namespace == "" {
+		return o.Name
+	}
+	return o.Namespace + "/" + o.Name
 }

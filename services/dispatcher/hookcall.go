@@ -122,6 +122,10 @@ func (d *Dispatcher) hookFailed(ctx context.Context, c syncCall, err error) outc
 		}
 		return outcome{result: "throttled"}
 	}
+	var refused *hooks.RefusedError
+	if errors.As(err, &refused) {
+		return d.failed(ctx, c.item, events.ReasonSyncError, fmt.Errorf("%s hook not called: %w", c.kind, err))
+	}
 	return d.failed(ctx, c.item, events.ReasonSyncError, fmt.Errorf("%s hook failed: %w", c.kind, err))
 }
 

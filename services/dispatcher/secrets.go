@@ -3,15 +3,101 @@ package dispatcher
 import (
 	"context"
 	"fmt"
+	"os"
+	"slices"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 )
 
-// kubeSecrets reads Secrets and ConfigMaps for webhook TLS and auth options.
-type kubeSecrets struct{ kube kubernetes.Interface }
+// DefaultNamespace is the dispatcher's namespace when POD_NAMESPACE is unset.
+const DefaultNamespace = "metabus"
+
+// ownNamespace is the namespace the dispatcher runs in: POD_NAMESPACE, else DefaultNamespace.
+func ownNamespace() string {
+	if ns := strings.TrimSpace(os.Getenv("POD_NAMESPACE")); ns != "" {
+		return ns
+	}
+	return DefaultNamespace
+}
+
+// AllNamespaces in --secret-namespaces lets webhooks reference Secrets and ConfigMaps in any
+// namespace (the RBAC must then grant a cluster-wide get).
+const AllNamespaces = "*"
+
+// secretScope is where webhook TLS/auth options may read Secrets and ConfigMaps: the
+// dispatcher's own namespace plus --secret-namespaces. Anyone who may create a controller
+// chooses the Secrets its webhooks reference and where the credentials are sent, so the
+// namespaces are the admin's deliberate choice, checked before any read.
+type secretScope struct {
+	own   string
+	extra []string // sorted, without own
+	all   bool
+}
+
+func newSecretScope(own string, extra []string) secretScope {
+	s := secretScope{own: own}
+	for _, ns := range extra {
+		switch {
+		case ns == AllNamespaces:
+			s.all = true
+		case ns != own && !slices.Contains(s.extra, ns):
+			s.extra = append(s.extra, ns)
+		}
+	}
+	slices.Sort(s.extra)
+	return s
+}
+
+// String lists the allowed namespaces, for logs and messages.
+func (s secretScope) String() string {
+	if s.all {
+		return "all namespaces"
+	}
+	return strings.Join(append([]string{s.own}, s.extra...), ", ")
+}
+
+// check returns nil when namespace may be read, else the reason, naming the flag.
+func (s secretScope) check(namespace string) error {
+	if s.all || namespace == s.own || slices.Contains(s.extra, namespace) {
+		return nil
+	}
+	return fmt.Errorf("namespace %q is outside the namespaces this dispatcher may read Secrets and ConfigMaps from (%s); "+
+		"an admin can allow it with the dispatcher flag --secret-namespaces=%s (Helm value dispatcher.secretNamespaces), "+
+		"which also needs a Role granting get on secrets and configmaps in it", namespace, s, namespace)
+}
+
+// parseNamespaces parses a --secret-namespaces value: comma-separated namespace names, or *.
+func parseNamespaces(v string) ([]string, error) {
+	var out []string
+	for _, ns := range strings.Split(v, ",") {
+		ns = strings.TrimSpace(ns)
+		if ns == "" {
+			continue
+		}
+		if ns != AllNamespaces {
+			if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+				return nil, fmt.Errorf("invalid namespace %q: %s", ns, strings.Join(errs, "; "))
+			}
+		}
+		out = append(out, ns)
+	}
+	return out, nil
+}
+
+// kubeSecrets reads Secrets and ConfigMaps for webhook TLS and auth options. It enforces the
+// scope again (the hook client checks it first, before reading anything).
+type kubeSecrets struct {
+	kube  kubernetes.Interface
+	scope secretScope
+}
 
 func (k kubeSecrets) Secret(ctx context.Context, namespace, name string) (map[string][]byte, error) {
+	if err := k.scope.check(namespace); err != nil {
+		return nil, err
+	}
 	s, err := k.kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("read secret %s/%s: %w", namespace, name, err)
@@ -20,6 +106,9 @@ func (k kubeSecrets) Secret(ctx context.Context, namespace, name string) (map[st
 }
 
 func (k kubeSecrets) ConfigMap(ctx context.Context, namespace, name string) (map[string]string, error) {
+	if err := k.scope.check(namespace); err != nil {
+		return nil, err
+	}
 	c, err := k.kube.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("read configmap %s/%s: %w", namespace, name, err)

@@ -220,6 +220,10 @@ type WebhookAuth struct {
 	ClientTLS     *ClientTLS     `json:"clientTLS,omitempty"`
 	Authorization *Authorization `json:"authorization,omitempty"`
 	BasicAuth     *BasicAuth     `json:"basicAuth,omitempty"`
+	// AllowInsecureCredentials lets authorization and basicAuth credentials (and a user:password
+	// in the url) be sent to a plain http:// URL, including a service reference without
+	// protocol https. Without it such a call is refused. A metabus extension.
+	AllowInsecureCredentials *bool `json:"allowInsecureCredentials,omitempty"`
 }
 
 // ServiceReference addresses a hook through a Kubernetes Service.

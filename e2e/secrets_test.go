@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/metabus/metabus/pkg/allinone"
+	"github.com/metabus/metabus/services/dispatcher"
+)
+
+// TestWebhookCredentialsGuarded (issue #14): the dispatcher reads webhook
+// credentials only from the namespaces an admin allowed (its own plus
+// --secret-namespaces) and never sends them over plain http unless the
+// webhook says allowInsecureCredentials. A refused controller gets a
+// SyncError Event on the parent and on the controller, and its hook
+// receives no request; an allowed one works.
+func TestWebhookCredentialsGuarded(t *testing.T) {
+	ctx := context.Background()
+	allowed, other := newNamespace(t), newNamespace(t)
+	inst := startMetabus(t, allinone.Config{Dispatcher: dispatcher.Config{SecretNamespaces: []string{allowed}}}, nil)
+	for _, ns := range []string{allowed, other} {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hook-token"}, Data: map[string][]byte{"token": []byte("tok-" + ns)}}
+		if _, err := kube.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var mu sync.Mutex
+	requests := map[string]int{} // by the parent's mode label
+	authz := map[string]string{} // last Authorization header by mode
+	hook := widgetHook(nil)
+	url := hookServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		jsonHook(func(req map[string]any) (int, any) {
+			meta, _ := req["parent"].(map[string]any)["metadata"].(map[string]any)
+			labels, _ := meta["labels"].(map[string]any)
+			mode, _ := labels["mode"].(string)
+			mu.Lock()
+			requests[mode]++
+			authz[mode] = r.Header.Get("Authorization")
+			mu.Unlock()
+			return hook(req)
+		}).ServeHTTP(w, r)
+	}))
+
+	controllers := []struct {
+		mode, secretNS string
+		allowInsecure  bool
+	}{
+		{mode: "other-namespace", secretNS: other, allowInsecure: true},
+		{mode: "plain-http", secretNS: allowed},
+		{mode: "allowed", secretNS: allowed, allowInsecure: true},
+	}
+	for _, c := range controllers {
+		webhook := map[string]any{"url": url, "authorization": map[string]any{
+			"secretRef": map[string]any{"name": "hook-token", "namespace": c.secretNS}}}
+		if c.allowInsecure {
+			webhook["allowInsecureCredentials"] = true
+		}
+		createController(t, inst, map[string]any{
+			"metadata": map[string]any{"name": "secrets-" + c.mode},
+			"spec": map[string]any{
+				"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets",
+					"labelSelector": map[string]any{"matchLabels": map[string]any{"mode": c.mode}}},
+				"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}},
+				"hooks":          map[string]any{"sync": map[string]any{"webhook": webhook}},
+			},
+		})
+		w := newWidget(c.mode, []string{"a"}, 1)
+		w.SetLabels(map[string]string{"mode": c.mode})
+		if _, err := dyn.Resource(widgetsGVR).Namespace(allowed).Create(ctx, w, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	eventually(t, 30*time.Second, "the allowed controller's child", func() error {
+		_, err := kube.CoreV1().ConfigMaps(allowed).Get(ctx, "allowed-a", metav1.GetOptions{})
+		return err
+	})
+	mu.Lock()
+	if got, want := authz["allowed"], "Bearer tok-"+allowed; got != want {
+		t.Errorf("allowed controller: hook saw Authorization %q, want %q", got, want)
+	}
+	mu.Unlock()
+
+	syncError := func(ns, name string, want ...string) error {
+		evs, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Name != name || e.Reason != "SyncError" || e.Type != corev1.EventTypeWarning {
+				continue
+			}
+			ok := true
+			for _, w := range want {
+				ok = ok && strings.Contains(e.Message, w)
+			}
+			if ok {
+				return nil
+			}
+		}
+		return fmt.Errorf("no SyncError Event on %s/%s mentioning %q yet", ns, name, want)
+	}
+	nsWant := []string{"hook not called", fmt.Sprintf("Secret %s/hook-token", other), fmt.Sprintf("namespace %q", other), "--secret-namespaces"}
+	httpWant := []string{"hook not called", "authorization would be sent in clear over plain http", "allowInsecureCredentials"}
+	eventually(t, 30*time.Second, "a SyncError on the parent referencing another namespace", func() error {
+		return syncError(allowed, "other-namespace", nsWant...)
+	})
+	eventually(t, 30*time.Second, "a SyncError on the parent whose credentials would go over http", func() error {
+		return syncError(allowed, "plain-http", httpWant...)
+	})
+	eventually(t, 30*time.Second, "SyncErrors on the refused controllers", func() error {
+		if err := syncError(metav1.NamespaceDefault, "secrets-other-namespace", nsWant...); err != nil {
+			return err
+		}
+		return syncError(metav1.NamespaceDefault, "secrets-plain-http", httpWant...)
+	})
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, mode := range []string{"other-namespace", "plain-http"} {
+		if requests[mode] != 0 {
+			t.Errorf("%s: the hook received %d requests, want none", mode, requests[mode])
+		}
+	}
+}
