@@ -62,15 +62,11 @@ const maxConsecutive = 3
 // callRecord is what the hook remembers of a parent's calls, to explain a
 // parent that did not converge.
 type callRecord struct {
-	calls      int
-	at         time.Time
-	gen        int64
-	children   int
-	finalizing bool
-	answer     string // "ok" or the misbehaviour
+	calls  int
+	recent []string // the last few calls, oldest first
 }
 
-// lastCall describes the last call for a parent.
+// lastCall describes the last calls for a parent.
 func (h *hook) lastCall(name string) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -78,8 +74,7 @@ func (h *hook) lastCall(name string) string {
 	if !ok {
 		return "the hook was never called for it"
 	}
-	return fmt.Sprintf("hook called %d times, last at %s with gen %d, %d children, finalizing=%v, answered %s",
-		r.calls, r.at.UTC().Format("15:04:05.000"), r.gen, r.children, r.finalizing, r.answer)
+	return fmt.Sprintf("hook called %d times, the last: %s", r.calls, strings.Join(r.recent, "; "))
 }
 
 type hookRequest struct {
@@ -150,9 +145,14 @@ func (h *hook) serve(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	rec := h.last[name]
 	rec.calls++
-	rec.at, rec.gen, rec.children, rec.finalizing, rec.answer = time.Now(), req.Parent.Spec.Gen, len(req.Children["ConfigMap.v1"]), req.Finalizing, "ok"
+	answer := "ok"
 	if m != "" {
-		rec.answer = m
+		answer = m
+	}
+	rec.recent = append(rec.recent, fmt.Sprintf("%s gen %d children %d finalizing=%v → %s",
+		time.Now().UTC().Format("15:04:05.000"), req.Parent.Spec.Gen, len(req.Children["ConfigMap.v1"]), req.Finalizing, answer))
+	if len(rec.recent) > 5 {
+		rec.recent = rec.recent[len(rec.recent)-5:]
 	}
 	h.last[name] = rec
 	h.mu.Unlock()

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -290,6 +291,40 @@ func (s *suite) do(ctx context.Context) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Explain each parent that did not converge with its Events, then
+	// poke it (an annotation: a change by someone else) to tell a lost sync
+	// (any new event repairs it) from a wedged parent.
+	var poked []string
+	for i, line := range v[invConverged] {
+		name, _, _ := strings.Cut(line, " ")
+		if evs := s.events(ctx, name); evs != "" {
+			s.logf("events of %s: %s", name, evs)
+		}
+		if i < 20 {
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{"faults.metabus.dev/poke":%q}}}`, time.Now().Format(time.RFC3339Nano))
+			if _, err := s.dyn.Resource(parentGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err == nil {
+				poked = append(poked, name)
+			}
+		}
+	}
+	if len(poked) > 0 {
+		time.Sleep(30 * time.Second)
+		pv := violations{}
+		if _, err := checkCluster(ctx, s.dyn, pv, s.hook.lastCall); err == nil {
+			still := map[string]bool{}
+			for _, line := range pv[invConverged] {
+				name, _, _ := strings.Cut(line, " ")
+				still[name] = true
+			}
+			for _, name := range poked {
+				if still[name] {
+					s.logf("%s: still not converged 30s after a poke (an annotation change): wedged", name)
+				} else {
+					s.logf("%s: converged within 30s after a poke (an annotation change): its last sync was lost, any event repairs it", name)
+				}
+			}
+		}
+	}
 	dlq, err := dlqEntries(ctx, s.natsURL)
 	if err != nil {
 		v.add(invDLQ, "cannot read MC_DLQ: %v", err)
@@ -348,6 +383,23 @@ func (s *suite) do(ctx context.Context) (*report, error) {
 	_ = os.WriteFile(filepath.Join(s.dir, "violations.txt"), []byte(strings.Join(all, "\n")+"\n"), 0o644)
 	fmt.Fprintf(s.cfg.out, "\nlogs: %s\n%d passed, %d failed\n", s.dir, rep.passed, rep.failed)
 	return rep, nil
+}
+
+// events lists the Events of a parent (all incarnations), oldest first.
+func (s *suite) events(ctx context.Context, name string) string {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	evs, err := s.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		return err.Error()
+	}
+	sort.Slice(evs.Items, func(i, j int) bool { return evs.Items[i].LastTimestamp.Before(&evs.Items[j].LastTimestamp) })
+	var out []string
+	for _, e := range evs.Items {
+		out = append(out, fmt.Sprintf("\n    %s..%s ×%d %s %s (uid %s): %.200s", e.FirstTimestamp.UTC().Format("15:04:05"), e.LastTimestamp.UTC().Format("15:04:05"),
+			e.Count, e.Type, e.Reason, e.InvolvedObject.UID, e.Message))
+	}
+	return strings.Join(out, "")
 }
 
 // startServices starts the watcher (which creates the streams), waits for
