@@ -413,6 +413,14 @@ func (o *owner) renewLeases(ctx context.Context) {
 			sent := time.Now()
 			rctx, cancel := context.WithTimeout(ctx, o.c.Lease/5)
 			rev, err := o.kv.Update(rctx, leaseKey(o.c.Stage, p.p), []byte(o.c.Member), p.rev)
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				// A revision mismatch may be our own renewal, applied by
+				// the server after its reply was lost: if the lease still
+				// names this replica, renew against what it holds.
+				if cur, gerr := o.kv.Get(rctx, leaseKey(o.c.Stage, p.p)); gerr == nil && string(cur.Value()) == o.c.Member {
+					rev, err = o.kv.Update(rctx, leaseKey(o.c.Stage, p.p), []byte(o.c.Member), cur.Revision())
+				}
+			}
 			cancel()
 			o.mu.Lock()
 			defer o.mu.Unlock()
@@ -488,6 +496,12 @@ func (o *owner) claim(ctx context.Context, p int) {
 	defer cancel()
 	sent := time.Now()
 	rev, err := o.kv.Create(cctx, leaseKey(o.c.Stage, p), []byte(o.c.Member))
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		// Our own earlier claim whose reply was lost still names us.
+		if cur, gerr := o.kv.Get(cctx, leaseKey(o.c.Stage, p)); gerr == nil && string(cur.Value()) == o.c.Member {
+			rev, err = o.kv.Update(cctx, leaseKey(o.c.Stage, p), []byte(o.c.Member), cur.Revision())
+		}
+	}
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
 			o.c.OnError(fmt.Errorf("claim %s partition %d: %w", o.c.Stage, p, err))
