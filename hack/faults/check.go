@@ -83,7 +83,11 @@ func checkCluster(ctx context.Context, dyn dynamic.Interface, v violations, expl
 		live[p.GetUID()] = true
 		name := p.GetName()
 		if ts := p.GetDeletionTimestamp(); ts != nil {
-			v.add(invFinalizers, "%s (uid %s) deleted at %s, still there with finalizers %v", name, p.GetUID(), ts.UTC().Format("15:04:05"), p.GetFinalizers())
+			why := ""
+			if explain != nil {
+				why = "; " + explain(name)
+			}
+			v.add(invFinalizers, "%s (uid %s) deleted at %s, still there with finalizers %v%s", name, p.GetUID(), ts.UTC().Format("15:04:05"), p.GetFinalizers(), why)
 			continue
 		}
 		for _, f := range p.GetFinalizers() {

@@ -295,7 +295,7 @@ func (s *suite) do(ctx context.Context) (*report, error) {
 	// poke it (an annotation: a change by someone else) to tell a lost sync
 	// (any new event repairs it) from a wedged parent.
 	var poked []string
-	for i, line := range v[invConverged] {
+	for i, line := range append(append([]string{}, v[invConverged]...), v[invFinalizers]...) {
 		name, _, _ := strings.Cut(line, " ")
 		if evs := s.events(ctx, name); evs != "" {
 			s.logf("events of %s: %s", name, evs)
@@ -312,7 +312,7 @@ func (s *suite) do(ctx context.Context) (*report, error) {
 		pv := violations{}
 		if _, err := checkCluster(ctx, s.dyn, pv, s.hook.lastCall); err == nil {
 			still := map[string]bool{}
-			for _, line := range pv[invConverged] {
+			for _, line := range append(append([]string{}, pv[invConverged]...), pv[invFinalizers]...) {
 				name, _, _ := strings.Cut(line, " ")
 				still[name] = true
 			}
