@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -160,7 +161,9 @@ func TestWorkQueueSemantics(t *testing.T) {
 	if queued, err := pub.PublishWork(ctx, it); err != nil || queued {
 		t.Errorf("publish during processing: queued=%v err=%v, want already queued", queued, err)
 	}
-	_ = first.Ack()
+	if err := first.DoubleAck(ctx); err != nil {
+		t.Fatal(err)
+	}
 	acked <- struct{}{}
 	// Ack frees the slot: one more run follows, and a new publish is
 	// accepted again as the pending one.
@@ -170,7 +173,9 @@ func TestWorkQueueSemantics(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the pending item was never run after the ack")
 	}
-	_ = second.Ack()
+	if err := second.DoubleAck(ctx); err != nil {
+		t.Fatal(err)
+	}
 	acked <- struct{}{}
 	if queued, err := pub.PublishWork(ctx, it); err != nil || !queued {
 		t.Errorf("publish after the pending item was taken: queued=%v err=%v", queued, err)
@@ -383,4 +388,45 @@ func TestHeartbeatFollowsConsumerAckWait(t *testing.T) {
 	}
 	cancel()
 	<-errc
+}
+
+// TestRerunDesiredStateNotDropped: a work item run twice (a dispatcher
+// crashed after publishing, before acking) publishes two answers; the
+// second saw the cluster later and must be kept, while an identical
+// republish is still dropped. With the work item alone as Nats-Msg-Id the
+// second answer was dropped and its change lost (found by hack/faults).
+func TestRerunDesiredStateNotDropped(t *testing.T) {
+	js := startBus(t, Options{})
+	ctx := context.Background()
+	pub := Publisher{JS: js}
+	ds := DesiredState{
+		Controller: ControllerRef{Kind: "CompositeController", Name: "c"},
+		Parent:     ObjectRef{APIVersion: "example.com/v1", Kind: "Thing", Resource: "things", Namespace: "ns", Name: "a", UID: "rerun-0001"},
+		WorkSeq:    42, Hook: "sync", Status: map[string]any{"gen": float64(1)},
+	}
+	for i, st := range []map[string]any{{"gen": float64(1)}, {"gen": float64(1)}, {"gen": float64(2)}} {
+		ds.Status = st
+		if err := pub.PublishDesired(ctx, ds); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	s, err := js.Stream(ctx, DesiredStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 {
+		t.Errorf("%d desired states stored, want 2 (the identical republish dropped, the re-run's answer kept)", info.State.Msgs)
+	}
+	last, err := s.GetLastMsgForSubject(ctx, StoredDesiredSubject(ds.Controller.ID(), ds.Parent.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got DesiredState
+	if err := json.Unmarshal(last.Data, &got); err != nil || got.Status["gen"] != float64(2) {
+		t.Errorf("last desired state %s (%v), want the re-run's gen 2", last.Data, err)
+	}
 }

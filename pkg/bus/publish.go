@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -57,11 +59,25 @@ func (p Publisher) PublishWork(ctx context.Context, item WorkItem) (queued bool,
 	return true, nil
 }
 
-// DesiredMsgID is the Nats-Msg-Id (and CloudEvent id) of a desired state:
-// a dispatcher that crashes after publishing but before acking republishes
-// the same id and the stream drops the duplicate.
+// DesiredMsgID names the desired state of a work item (the hook request's
+// CloudEvent id). The Nats-Msg-Id of the published desired state adds a
+// hash of its body (desiredDedupID).
 func DesiredMsgID(parentUID string, workSeq uint64) string {
 	return parentUID + ":" + WorkSeqString(workSeq)
+}
+
+// desiredDedupID is the Nats-Msg-Id of a desired state: its work item and
+// a hash of its content. The stream drops an identical republish (a
+// publish retried after a lost acknowledgement), but not the answer of a
+// re-run of the same work item (a dispatcher that crashed after publishing
+// and before acking): that run observed the cluster later, possibly after
+// a change the first answer did not see. With the work item alone as id,
+// the newer answer was dropped as a duplicate and the change was lost
+// until something else touched the parent.
+func desiredDedupID(id string, body []byte) string {
+	h := fnv.New64a()
+	_, _ = h.Write(body)
+	return id + ":" + strconv.FormatUint(h.Sum64(), 36)
 }
 
 // PublishDesired publishes a desired state. Call it before acking the work
@@ -77,7 +93,7 @@ func (p Publisher) PublishDesired(ctx context.Context, ds DesiredState) error {
 	if err != nil {
 		return err
 	}
-	if _, err := p.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(id)); err != nil {
+	if _, err := p.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(desiredDedupID(id, msg.Data))); err != nil {
 		return fmt.Errorf("publish desired state for %s/%s: %w", ds.Controller.ID(), ds.Parent.UID, err)
 	}
 	return nil
