@@ -285,6 +285,11 @@ func (o *owner) run(ctx context.Context) error {
 
 	tick := time.NewTicker(o.c.Lease / 5)
 	defer tick.Stop()
+	// Deadlines are checked often and without network calls: a renewal
+	// stuck on an unreachable server must not delay the fence past the
+	// lease's expiry.
+	fence := time.NewTicker(max(o.c.Lease/20, 10*time.Millisecond))
+	defer fence.Stop()
 	o.balance(ctx)
 loop:
 	for {
@@ -301,6 +306,8 @@ loop:
 			if e != nil && o.noteMember(e) {
 				o.balance(ctx)
 			}
+		case <-fence.C:
+			o.fenceExpired()
 		case <-tick.C:
 			if updates == nil {
 				if w, err := o.kv.Watch(ctx, memberKey(o.c.Stage, "*")); err != nil {
@@ -443,6 +450,19 @@ func (o *owner) renewLeases(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
+}
+
+// fenceExpired fences every partition whose renewal deadline has passed.
+func (o *owner) fenceExpired() {
+	now := time.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, p := range o.parts {
+		if now.After(p.deadline) {
+			o.c.OnError(fmt.Errorf("lease of %s partition %d not renewed in time: stopping its handlers", o.c.Stage, p.p))
+			o.fenceLocked(p)
+		}
+	}
 }
 
 // fenceLocked stops a partition whose lease is lost: no more messages, its
