@@ -155,8 +155,17 @@ func (wr *decoratorWiring) start(ctx context.Context) error {
 	for _, t := range wr.targets {
 		t.h = wr.w.registry.Acquire(t.res.GVR)
 		tg := t
-		if err := t.h.AddHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { wr.onTarget(tg, nil, obj) },
+		if err := t.h.AddHandler(cache.ResourceEventHandlerDetailedFuncs{
+			AddFunc: func(obj any, initial bool) {
+				if initial {
+					// As for composite parents: targets that exist
+					// when the wiring starts get a resync, never
+					// skipped as an echo.
+					wr.resyncTarget(tg, obj)
+					return
+				}
+				wr.onTarget(tg, nil, obj)
+			},
 			UpdateFunc: func(old, obj any) { wr.onTarget(tg, old, obj) },
 			DeleteFunc: func(obj any) {
 				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -272,6 +281,13 @@ func (wr *decoratorWiring) releaseDropped(next *decorator.Selector) {
 			wr.w.log.Info("releasing finalizers of a kind the decorator no longer targets", zap.String("controller", wr.ref.Name),
 				zap.String("resource", t.res.GVR.String()), zap.Int("targets", n))
 		}
+	}
+}
+
+// resyncTarget enqueues a resync of one target the controller handles.
+func (wr *decoratorWiring) resyncTarget(t *decoratorTarget, obj any) {
+	if target, ok := obj.(*unstructured.Unstructured); ok && wr.selects(target) {
+		wr.w.enqueue(wr.ref, t.res, target, bus.ReasonResync, t.res.GVR, target.GetResourceVersion())
 	}
 }
 

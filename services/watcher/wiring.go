@@ -277,8 +277,19 @@ func (wr *wiring) start(ctx context.Context) error {
 	wr.ctx = ctx
 	wr.related = newRelatedIndex(ctx, wr.w, wr.enqueueRelated)
 	wr.parent = wr.w.registry.Acquire(wr.parentRes.GVR)
-	if err := wr.parent.AddHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { wr.onParent(nil, obj) },
+	if err := wr.parent.AddHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) {
+			if initial {
+				// Parents that exist when the wiring starts (watcher
+				// start, controller change): a resync, which the
+				// dispatcher never skips as an echo. As a plain event,
+				// a parent whose last answer was lost while the watcher
+				// was down stayed lost until the next cache flush.
+				wr.resyncOne(obj)
+				return
+			}
+			wr.onParent(nil, obj)
+		},
 		UpdateFunc: func(old, obj any) { wr.onParent(old, obj) },
 		DeleteFunc: func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -404,6 +415,13 @@ func (wr *wiring) selects(parent *unstructured.Unstructured) bool {
 		}
 	}
 	return false
+}
+
+// resyncOne enqueues a resync of one parent the controller handles.
+func (wr *wiring) resyncOne(obj any) {
+	if parent, ok := obj.(*unstructured.Unstructured); ok && wr.selects(parent) {
+		wr.w.enqueue(wr.ref, wr.parentRes, parent, bus.ReasonResync, wr.parentRes.GVR, parent.GetResourceVersion())
+	}
 }
 
 func (wr *wiring) onParent(oldObj, obj any) {
