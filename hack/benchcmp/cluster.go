@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,20 +18,23 @@ import (
 	"github.com/metabus/metabus/pkg/kubeenv"
 )
 
-// benchCRD is the parent type of the workload: a namespaced Bench with the
-// status subresource and free-form spec and status.
-const benchCRD = `apiVersion: apiextensions.k8s.io/v1
+// parentCRD is a parent type of the workloads: a namespaced kind in
+// bench.metabus.dev with the status subresource and free-form spec and
+// status (Bench for B1-B5, Stall and Quick for B6, Slow for B7).
+func parentCRD(kind, plural string) string {
+	singular := strings.ToLower(kind)
+	return `apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata:
-  name: benches.bench.metabus.dev
+  name: ` + plural + `.bench.metabus.dev
 spec:
   group: bench.metabus.dev
   scope: Namespaced
   names:
-    plural: benches
-    singular: bench
-    kind: Bench
-    listKind: BenchList
+    plural: ` + plural + `
+    singular: ` + singular + `
+    kind: ` + kind + `
+    listKind: ` + kind + `List
   versions:
   - name: v1
     served: true
@@ -48,6 +52,7 @@ spec:
             type: object
             x-kubernetes-preserve-unknown-fields: true
 `
+}
 
 // cluster is one fresh control plane (etcd + kube-apiserver, no
 // kube-controller-manager, so nothing else talks to the API server) and the
@@ -80,7 +85,7 @@ func startCluster(ctx context.Context, crdDir, workDir string, logf func(string,
 		}
 	}()
 	crdFile := filepath.Join(workDir, "bench-crd.yaml")
-	if err := os.WriteFile(crdFile, []byte(benchCRD), 0o644); err != nil {
+	if err := os.WriteFile(crdFile, []byte(parentCRD("Bench", "benches")), 0o644); err != nil {
 		return nil, err
 	}
 	if err := kubeenv.ApplyManifests(ctx, env.Config, crdDir, crdFile); err != nil {

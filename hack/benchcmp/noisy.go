@@ -41,37 +41,6 @@ const (
 
 var stallGVR = schema.GroupVersionResource{Group: "bench.metabus.dev", Version: "v1", Resource: "stalls"}
 
-// stallCRD is controller A's parent type.
-const stallCRD = `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: stalls.bench.metabus.dev
-spec:
-  group: bench.metabus.dev
-  scope: Namespaced
-  names:
-    plural: stalls
-    singular: stall
-    kind: Stall
-    listKind: StallList
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    subresources:
-      status: {}
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec:
-            type: object
-            x-kubernetes-preserve-unknown-fields: true
-          status:
-            type: object
-            x-kubernetes-preserve-unknown-fields: true
-`
-
 // hangHook is controller A's sync hook: it answers no call until the caller
 // gives up (its webhook timeout) or release; after release it fails every
 // call at once. It counts the calls in flight and the most seen at once.
@@ -211,7 +180,7 @@ func (r *run) b6(ctx context.Context) error {
 	}
 	defer hang.close()
 	crdFile := filepath.Join(r.dir, "stall-crd.yaml")
-	if err := os.WriteFile(crdFile, []byte(stallCRD), 0o644); err != nil {
+	if err := os.WriteFile(crdFile, []byte(parentCRD("Stall", "stalls")), 0o644); err != nil {
 		return err
 	}
 	if err := kubeenv.ApplyManifests(ctx, r.cl.env.Config, crdFile); err != nil {
@@ -236,7 +205,7 @@ func (r *run) b6(ctx context.Context) error {
 		return err
 	}
 	t0 := time.Now()
-	if err := r.createStalls(ctx, names("stall", b6Hanging)); err != nil {
+	if err := r.createObjects(ctx, stallGVR, "Stall", names("stall", b6Hanging), 1, nil); err != nil {
 		return err
 	}
 	if err := hang.waitHanging(ctx, 3*time.Minute); err != nil {
@@ -258,33 +227,4 @@ func (r *run) b6(ctx context.Context) error {
 	// A stops hanging and goes away, so the controller stops promptly.
 	hang.unblock()
 	return r.cl.harness.Resource(ccGVR).Delete(ctx, "hang", metav1.DeleteOptions{})
-}
-
-// createStalls creates controller A's parents from 50 concurrent clients.
-func (r *run) createStalls(ctx context.Context, names []string) error {
-	work := make(chan string)
-	errs := make(chan error, len(names))
-	var wg sync.WaitGroup
-	for range min(creators, len(names)) {
-		wg.Go(func() {
-			for name := range work {
-				s := &unstructured.Unstructured{Object: map[string]any{
-					"apiVersion": "bench.metabus.dev/v1",
-					"kind":       "Stall",
-					"metadata":   map[string]any{"name": name},
-					"spec":       map[string]any{"gen": int64(1)},
-				}}
-				if _, err := r.cl.harness.Resource(stallGVR).Namespace(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
-					errs <- fmt.Errorf("create %s: %w", name, err)
-				}
-			}
-		})
-	}
-	for _, n := range names {
-		work <- n
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	return <-errs // the first error, or nil
 }

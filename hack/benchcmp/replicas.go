@@ -51,37 +51,6 @@ var b7Replicas = []int{1, 2, 4}
 
 var slowGVR = schema.GroupVersionResource{Group: "bench.metabus.dev", Version: "v1", Resource: "slows"}
 
-// slowCRD is B7's parent type.
-const slowCRD = `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: slows.bench.metabus.dev
-spec:
-  group: bench.metabus.dev
-  scope: Namespaced
-  names:
-    plural: slows
-    singular: slow
-    kind: Slow
-    listKind: SlowList
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    subresources:
-      status: {}
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec:
-            type: object
-            x-kubernetes-preserve-unknown-fields: true
-          status:
-            type: object
-            x-kubernetes-preserve-unknown-fields: true
-`
-
 // b7Rows are B7's table rows.
 func b7Rows() []row {
 	var rows []row
@@ -263,7 +232,7 @@ func (r *run) b7(ctx context.Context) error {
 	}
 	defer hook.close()
 	crdFile := filepath.Join(r.dir, "slow-crd.yaml")
-	if err := os.WriteFile(crdFile, []byte(slowCRD), 0o644); err != nil {
+	if err := os.WriteFile(crdFile, []byte(parentCRD("Slow", "slows")), 0o644); err != nil {
 		return err
 	}
 	if err := kubeenv.ApplyManifests(ctx, r.cl.env.Config, crdFile); err != nil {
@@ -302,7 +271,7 @@ func (r *run) b7(ctx context.Context) error {
 	defer nc.Close()
 
 	// Warm-up: the controller's informers are up and its hook answers.
-	if err := r.createSlows(ctx, []string{"slow-warmup"}); err != nil {
+	if err := r.createObjects(ctx, slowGVR, "Slow", []string{"slow-warmup"}, 1, nil); err != nil {
 		return err
 	}
 	if _, err := track.wait(ctx, []string{"slow-warmup"}, 2*time.Minute); err != nil {
@@ -340,7 +309,7 @@ func (r *run) b7(ctx context.Context) error {
 		}
 		cpu0 := cpuOf(pids)
 		t0 = time.Now()
-		if err := r.createSlows(ctx, ps); err != nil {
+		if err := r.createObjects(ctx, slowGVR, "Slow", ps, 1, nil); err != nil {
 			return err
 		}
 		created := time.Since(t0)
@@ -454,33 +423,4 @@ func waitWorkBalanced(ctx context.Context, js jetstream.JetStream, n int, timeou
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-}
-
-// createSlows creates Slows with spec.gen 1 from 50 concurrent clients.
-func (r *run) createSlows(ctx context.Context, names []string) error {
-	work := make(chan string)
-	errs := make(chan error, len(names))
-	var wg sync.WaitGroup
-	for range min(creators, len(names)) {
-		wg.Go(func() {
-			for name := range work {
-				s := &unstructured.Unstructured{Object: map[string]any{
-					"apiVersion": "bench.metabus.dev/v1",
-					"kind":       "Slow",
-					"metadata":   map[string]any{"name": name},
-					"spec":       map[string]any{"gen": int64(1)},
-				}}
-				if _, err := r.cl.harness.Resource(slowGVR).Namespace(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
-					errs <- fmt.Errorf("create %s: %w", name, err)
-				}
-			}
-		})
-	}
-	for _, n := range names {
-		work <- n
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	return <-errs
 }

@@ -12,6 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -208,8 +209,15 @@ func (r *run) teardown() error {
 const creators = 50
 
 // createParents creates Benches with spec.gen = gen, from 50 concurrent
-// clients.
+// clients, each tracked for convergence.
 func (r *run) createParents(ctx context.Context, names []string, gen int64) error {
+	return r.createObjects(ctx, benchGVR, "Bench", names, gen, func(name string) { r.track.setTarget(name, gen) })
+}
+
+// createObjects creates objects of kind (bench.metabus.dev/v1, resource
+// gvr) with spec.gen = gen from 50 concurrent clients, calling before (if
+// set) just before each create. It returns the first error.
+func (r *run) createObjects(ctx context.Context, gvr schema.GroupVersionResource, kind string, names []string, gen int64, before func(name string)) error {
 	work := make(chan string)
 	var (
 		wg    sync.WaitGroup
@@ -219,14 +227,16 @@ func (r *run) createParents(ctx context.Context, names []string, gen int64) erro
 	for range min(creators, len(names)) {
 		wg.Go(func() {
 			for name := range work {
-				r.track.setTarget(name, gen)
+				if before != nil {
+					before(name)
+				}
 				b := &unstructured.Unstructured{Object: map[string]any{
 					"apiVersion": "bench.metabus.dev/v1",
-					"kind":       "Bench",
+					"kind":       kind,
 					"metadata":   map[string]any{"name": name},
 					"spec":       map[string]any{"gen": gen},
 				}}
-				if _, err := r.cl.harness.Resource(benchGVR).Namespace(ns).Create(ctx, b, metav1.CreateOptions{}); err != nil {
+				if _, err := r.cl.harness.Resource(gvr).Namespace(ns).Create(ctx, b, metav1.CreateOptions{}); err != nil {
 					mu.Lock()
 					if first == nil {
 						first = fmt.Errorf("create %s: %w", name, err)
