@@ -34,10 +34,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/metabus/metabus/services/applier"
 )
 
 // ---------------------------------------------------------------------------
@@ -850,16 +853,57 @@ type rbacSet struct {
 	objs []map[string]any
 }
 
-func loadRBAC(t *testing.T) rbacSet {
+// applierAllResources is the applier's default write access on every
+// resource, a file of its own so that leaving it out narrows the applier.
+const applierAllResources = "applier-all-resources"
+
+// loadRBAC reads deploy/rbac, leaving out the files named in without.
+func loadRBAC(t *testing.T, without ...string) rbacSet {
 	var s rbacSet
 	files, _ := filepath.Glob(filepath.Join("rbac", "*.yaml"))
-	if len(files) != len(services) {
-		t.Fatalf("want one RBAC file per service %v, got %v", services, files)
+	var want []string
+	for _, svc := range append(slices.Clone(services), applierAllResources) {
+		want = append(want, filepath.Join("rbac", svc+".yaml"))
+	}
+	slices.Sort(want)
+	if !slices.Equal(files, want) {
+		t.Fatalf("want one RBAC file per service plus %s.yaml %v, got %v", applierAllResources, want, files)
 	}
 	for _, f := range files {
-		s.objs = append(s.objs, readDocs(t, f)...)
+		if !slices.Contains(without, strings.TrimSuffix(filepath.Base(f), ".yaml")) {
+			s.objs = append(s.objs, readDocs(t, f)...)
+		}
 	}
 	return s
+}
+
+// roleRules returns the rules of a role as the authorizer sees them: an
+// aggregated ClusterRole's are those of every ClusterRole matching one of
+// its selectors (what the clusterrole-aggregation controller writes).
+func (s rbacSet) roleRules(role map[string]any) []any {
+	selectors := slice(role, "aggregationRule", "clusterRoleSelectors")
+	if len(selectors) == 0 {
+		return slice(role, "rules")
+	}
+	var rules []any
+	for _, o := range s.objs {
+		if str(o, "kind") != "ClusterRole" || str(o, "metadata", "name") == str(role, "metadata", "name") {
+			continue
+		}
+		labels := mapping(o, "metadata", "labels")
+		for _, sel := range selectors {
+			// matchLabels only: TestApplierAggregation keeps it so.
+			match := true
+			for k, v := range mapping(sel.(map[string]any), "matchLabels") {
+				match = match && labels[k] == v
+			}
+			if match {
+				rules = append(rules, slice(o, "rules")...)
+				break
+			}
+		}
+	}
+	return rules
 }
 
 func (s rbacSet) find(kind, ns, name string) map[string]any {
@@ -900,7 +944,7 @@ func (s rbacSet) rulesFor(t *testing.T, ns, sa string) (rules []policyRule, boun
 			t.Errorf("%s %s refers to missing %s %s", kind, str(b, "metadata", "name"), roleKind, roleName)
 			continue
 		}
-		for _, r := range slice(role, "rules") {
+		for _, r := range s.roleRules(role) {
 			rm := r.(map[string]any)
 			pr := policyRule{
 				groups:    stringList(slice(rm, "apiGroups")),
@@ -1048,6 +1092,62 @@ func TestRBAC(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestApplierAggregation: the applier's write access is the union of the
+// ClusterRoles labelled metabus.dev/aggregate-to-applier (upstream's
+// aggregate-to-metacontroller pattern), so that an admin can narrow it by
+// leaving out rbac/applier-all-resources.yaml and labelling roles of their own.
+func TestApplierAggregation(t *testing.T) {
+	const label = "metabus.dev/aggregate-to-applier"
+	full := loadRBAC(t)
+	role := full.find("ClusterRole", "", "metabus-applier")
+	if role == nil {
+		t.Fatal("no ClusterRole metabus-applier")
+	}
+	if r := slice(role, "rules"); len(r) != 0 {
+		t.Errorf("metabus-applier has rules of its own %v; the aggregation controller would overwrite them", r)
+	}
+	selectors := slice(role, "aggregationRule", "clusterRoleSelectors")
+	if diff := cmp.Diff([]any{map[string]any{"matchLabels": map[string]any{label: "true"}}}, selectors); diff != "" {
+		t.Errorf("metabus-applier aggregationRule.clusterRoleSelectors (-want +got):\n%s", diff)
+	}
+	for _, name := range []string{"metabus-applier-events", "metabus-applier-all-resources"} {
+		if o := full.find("ClusterRole", "", name); o == nil || str(o, "metadata", "labels", label) != "true" {
+			t.Errorf("ClusterRole %s missing or not labelled %s", name, label)
+		}
+	}
+	// ApplyForbidden Events tell admins which label to put on a role.
+	if applier.AggregateLabel != label {
+		t.Errorf("services/applier names the label %q in its Events, the manifests %q", applier.AggregateLabel, label)
+	}
+
+	tests := []struct {
+		reason  string
+		without []string
+		target  string
+		verb    string
+		want    bool
+	}{
+		{reason: "default: children of any kind", target: "apps/deployments", verb: "create", want: true},
+		{reason: "default: parent status", target: "example.com/things/status", verb: "update", want: true},
+		{reason: "default: events", target: "/events", verb: "create", want: true},
+		{reason: "narrowed: no children", without: []string{applierAllResources}, target: "apps/deployments", verb: "create"},
+		{reason: "narrowed: no Secrets", without: []string{applierAllResources}, target: "/secrets", verb: "update"},
+		{reason: "narrowed: no parent status", without: []string{applierAllResources}, target: "example.com/things/status", verb: "update"},
+		{reason: "narrowed: events still (ApplyForbidden must get through)", without: []string{applierAllResources}, target: "/events", verb: "create", want: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.reason, func(t *testing.T) {
+			rules, bound := loadRBAC(t, tt.without...).rulesFor(t, "metabus", "metabus-applier")
+			if !bound {
+				t.Fatal("metabus-applier is not bound")
+			}
+			if got := hasGrant(rules, tt.target, tt.verb); got != tt.want {
+				t.Errorf("%s %s allowed: %v, want %v", tt.verb, tt.target, got, tt.want)
+			}
+		})
+	}
 }
 
 // hasGrant reports whether a rule allows verb on target "group/resource"
@@ -1619,6 +1719,7 @@ func TestKustomize(t *testing.T) {
 		"StatefulSet/nats", "Service/nats", "Service/nats-headless",
 		"Role/metabus-watcher-leader-election", "RoleBinding/metabus-watcher-leader-election",
 		"Role/metabus-dispatcher-secrets", "RoleBinding/metabus-dispatcher-secrets",
+		"ClusterRole/metabus-applier-events", "ClusterRole/metabus-applier-all-resources",
 	}
 	for _, svc := range services {
 		want = append(want, "Deployment/metabus-"+svc, "ServiceAccount/metabus-"+svc, "ClusterRole/metabus-"+svc, "ClusterRoleBinding/metabus-"+svc)
@@ -1728,6 +1829,29 @@ func TestHelmChart(t *testing.T) {
 			if !strings.Contains(rbac, want) {
 				t.Errorf("templates/dispatcher-secrets.yaml lacks %q", want)
 			}
+		}
+	})
+
+	t.Run("applier rbac", func(t *testing.T) {
+		// Default: the all-resources role, as kustomize; no extra role.
+		if v, _, _ := unstructured.NestedBool(values, "applier", "rbac", "allResources"); !v {
+			t.Error("values applier.rbac.allResources is not true (the kustomize default)")
+		}
+		if v, found, _ := unstructured.NestedSlice(values, "applier", "rbac", "extraRules"); !found || len(v) != 0 {
+			t.Errorf("values applier.rbac.extraRules = %v, want []", v)
+		}
+		rbac := readFile(t, filepath.Join(chartDir, "templates", "rbac.yaml"))
+		for _, want := range []string{
+			"{{- if .Values.applier.rbac.allResources }}", `.Files.Get "files/rbac/applier-all-resources.yaml"`,
+			"{{- with .Values.applier.rbac.extraRules }}", "name: metabus-applier-extra", `metabus.dev/aggregate-to-applier: "true"`,
+		} {
+			if !strings.Contains(rbac, want) {
+				t.Errorf("templates/rbac.yaml lacks %s", want)
+			}
+		}
+		// The per-service loop must not render the optional role unconditionally.
+		if strings.Contains(rbac, `"applier-all-resources"`) {
+			t.Error("templates/rbac.yaml lists applier-all-resources among the services")
 		}
 	})
 

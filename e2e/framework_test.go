@@ -94,6 +94,13 @@ func startMetabus(t *testing.T, cfg allinone.Config, trace obs.Tracer) *instance
 // optional wrapper of metabus's API transport (benchmarks count requests).
 func startMetabusWith(tb testing.TB, cfg allinone.Config, trace obs.Tracer, wrap func(http.RoundTripper) http.RoundTripper) *instance {
 	tb.Helper()
+	return startMetabusDeps(tb, cfg, trace, wrap, nil)
+}
+
+// startMetabusDeps is startMetabusWith with the appliers' own API
+// configuration (nil: the test's super-user, as the other stages).
+func startMetabusDeps(tb testing.TB, cfg allinone.Config, trace obs.Tracer, wrap func(http.RoundTripper) http.RoundTripper, applierREST *rest.Config) *instance {
+	tb.Helper()
 	inst := &instance{reg: prometheus.NewRegistry()}
 	label := strings.ToLower(strings.NewReplacer("/", "-", "_", "-", "=", "-").Replace(tb.Name()))
 	if len(label) > 63 {
@@ -121,7 +128,7 @@ func startMetabusWith(tb testing.TB, cfg allinone.Config, trace obs.Tracer, wrap
 	rc.WrapTransport = wrap
 	go func() {
 		done <- allinone.Run(ctx, cfg, allinone.Deps{
-			REST: rc, Log: log, Metrics: inst.reg, Trace: trace,
+			REST: rc, ApplierREST: applierREST, Log: log, Metrics: inst.reg, Trace: trace,
 			Started: func(s *server.Server, url string) { inst.nats, inst.url = s, url; close(started) },
 		})
 	}()

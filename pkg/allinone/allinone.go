@@ -59,11 +59,15 @@ type Config struct {
 
 // Deps are shared by every component.
 type Deps struct {
-	REST    *rest.Config
-	Log     *zap.Logger
-	Metrics prometheus.Registerer
-	Health  *obs.Health
-	Trace   obs.Tracer
+	REST *rest.Config
+	// ApplierREST, if set, is the appliers' API configuration instead of
+	// REST: tests run them under the applier's production ClusterRole by
+	// impersonating its ServiceAccount.
+	ApplierREST *rest.Config
+	Log         *zap.Logger
+	Metrics     prometheus.Registerer
+	Health      *obs.Health
+	Trace       obs.Tracer
 	// Started, if set, is called once everything runs, with the embedded
 	// server (nil with external NATS) and the client URL.
 	Started func(s *server.Server, url string)
@@ -212,7 +216,11 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			return err
 		}
 		conns = append(conns, nc)
-		a := applier.Deps{REST: deps.REST, NC: nc, JS: js, Log: log.With(zap.Int("replica", i)), Health: deps.Health, Trace: deps.Trace, Echoes: book}
+		arest := deps.REST
+		if deps.ApplierREST != nil {
+			arest = deps.ApplierREST
+		}
+		a := applier.Deps{REST: arest, NC: nc, JS: js, Log: log.With(zap.Int("replica", i)), Health: deps.Health, Trace: deps.Trace, Echoes: book}
 		if !cfg.SnapshotsOverNATS {
 			a.Snapshots, a.Revisions = src, store
 		}

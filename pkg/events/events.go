@@ -24,6 +24,9 @@ const (
 	ReasonInvalidDesired = "InvalidDesiredState"
 	// ReasonApplyError reports a failed write of a child or the parent.
 	ReasonApplyError = "ApplyError"
+	// ReasonApplyForbidden reports a write the applier's RBAC does not
+	// allow: an admin must grant it, retrying soon cannot help.
+	ReasonApplyForbidden = "ApplyForbidden"
 	// ReasonDeadLetter reports a message moved to the DLQ.
 	ReasonDeadLetter = "DeadLetter"
 	// ReasonAdopted reports a child taken over from an earlier incarnation

@@ -9,7 +9,9 @@
 // controller manager serves no port at all, so several clusters can run in
 // parallel. There are no nodes and no kubelet: Pods stay unscheduled, but
 // their status can be written through the status subresource, and the
-// garbage collector, namespace and serviceaccount controllers work.
+// garbage collector, namespace, serviceaccount and clusterrole-aggregation
+// controllers work (the last one fills aggregated ClusterRoles such as the
+// applier's production role).
 //
 // Children are killed by the kernel if the test process dies (Pdeathsig),
 // so a crashed test cannot leak a control plane. Linux only.
@@ -431,7 +433,7 @@ func (e *Env) startKCM(ctx context.Context) error {
 	off := fileSize(logPath)
 	args := []string{
 		"--kubeconfig=" + e.Kubeconfig,
-		"--controllers=garbagecollector,namespace,serviceaccount",
+		"--controllers=garbagecollector,namespace,serviceaccount,clusterrole-aggregation",
 		// One instance per cluster: leader election would only add a lease
 		// round trip to startup.
 		"--leader-elect=false",

@@ -262,11 +262,18 @@ func (a *Applier) retry(ctx context.Context, ds *bus.DesiredState, reason string
 	}
 	n := ds.Attempt + 1
 	delay := bus.Backoff(n)
+	msg := err.Error()
+	if denied := denials(err); len(denied) > 0 {
+		// Missing RBAC: only an admin can fix it. Say what to grant, and
+		// wait long enough not to hammer the API server meanwhile.
+		reason, delay = events.ReasonApplyForbidden, forbiddenBackoff(n)
+		msg = forbiddenMessage(denied, delay)
+	}
 	a.log.Warn("apply failed; retrying with backoff", zap.String("controller", ds.Controller.Name),
 		zap.String("parent", ds.Parent.Namespace+"/"+ds.Parent.Name), zap.Int("attempt", n),
-		zap.Duration("retryIn", delay), zap.Error(err))
+		zap.Duration("retryIn", delay), zap.String("reason", reason), zap.Error(err))
 	if reason != "" {
-		a.rec.Warning(ds.Parent.Stub(), reason, err.Error())
+		a.rec.Warning(ds.Parent.Stub(), reason, msg)
 	}
 	if serr := a.pub.Schedule(ctx, workItem(ds, bus.ReasonRetry, n), time.Now().Add(delay)); serr != nil {
 		a.log.Error("schedule retry", zap.Error(serr))
