@@ -1516,7 +1516,12 @@ func TestNATSConfig(t *testing.T) {
 		// watcher
 		{"WATCHER_NKEY", "publish", "$JS.API.STREAM.CREATE.MC_WORK", true},
 		{"WATCHER_NKEY", "publish", "$JS.API.STREAM.UPDATE.MC_SCHED", true},
-		{"WATCHER_NKEY", "publish", "$JS.API.CONSUMER.CREATE.MC_WORK.work-p00.mc.work.0.>", true},
+		{"WATCHER_NKEY", "publish", "$JS.API.CONSUMER.CREATE.MC_WORK.work-64-p00", true},
+		// Partition-count cut-over (pkg/bus/layout.go).
+		{"WATCHER_NKEY", "publish", "$JS.API.CONSUMER.NAMES.MC_WORK", true},
+		{"WATCHER_NKEY", "publish", "$JS.API.CONSUMER.DELETE.MC_DESIRED.desired-64-p00", true},
+		{"WATCHER_NKEY", "publish", "$JS.API.DIRECT.GET.KV_MC_OWNERS.$KV.MC_OWNERS.lease.work.64-p00", true},
+		{"WATCHER_NKEY", "publish", "$KV.MC_OWNERS.lease.work.64-p00", false},
 		{"WATCHER_NKEY", "publish", "$JS.API.CONSUMER.CREATE.MC_ADV.dlq", true},
 		{"WATCHER_NKEY", "publish", "mc.work.cc-hello.4f1c", true},
 		{"WATCHER_NKEY", "subscribe", "mc.svc.snapshot", true},
@@ -1526,10 +1531,11 @@ func TestNATSConfig(t *testing.T) {
 		{"WATCHER_NKEY", "publish", "$JS.API.STREAM.PURGE.MC_WORK", false},
 		{"WATCHER_NKEY", "publish", "mc.desired.cc-hello.4f1c", false},
 		{"WATCHER_NKEY", "publish", "mc.work.7.cc-hello.4f1c", false},
-		{"WATCHER_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_WORK.work-p00", false},
+		{"WATCHER_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_WORK.work-64-p00", false},
 		// dispatcher
-		{"DISPATCHER_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_WORK.work-p63", true},
-		{"DISPATCHER_NKEY", "publish", "$JS.ACK.MC_WORK.work-p00.1.20.3.1700000000000000000.0", true},
+		{"DISPATCHER_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_WORK.work-64-p63", true},
+		{"DISPATCHER_NKEY", "publish", "$JS.API.DIRECT.GET.KV_MC_OWNERS.$KV.MC_OWNERS.lease.work.64-p63", true},
+		{"DISPATCHER_NKEY", "publish", "$JS.ACK.MC_WORK.work-64-p00.1.20.3.1700000000000000000.0", true},
 		{"DISPATCHER_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_SCHED.due-relay", true},
 		{"DISPATCHER_NKEY", "publish", "$JS.ACK.MC_SCHED.due-relay.1.2.3.4.5", true},
 		{"DISPATCHER_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_ADV.dlq", true},
@@ -1547,22 +1553,22 @@ func TestNATSConfig(t *testing.T) {
 		{"DISPATCHER_NKEY", "publish", "mc.dlq.work.cc-hello.4f1c", true},
 		{"DISPATCHER_NKEY", "publish", "mc.svc.snapshot", true},
 		{"DISPATCHER_NKEY", "publish", "$JS.API.STREAM.CREATE.MC_WORK", false},
-		{"DISPATCHER_NKEY", "publish", "$JS.API.CONSUMER.CREATE.MC_WORK.work-p00", false},
-		{"DISPATCHER_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_DESIRED.desired-p00", false},
+		{"DISPATCHER_NKEY", "publish", "$JS.API.CONSUMER.CREATE.MC_WORK.work-64-p00", false},
+		{"DISPATCHER_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_DESIRED.desired-64-p00", false},
 		{"DISPATCHER_NKEY", "publish", "$JS.API.STREAM.MSG.DELETE.MC_DLQ", false},
 		{"DISPATCHER_NKEY", "subscribe", "mc.work.>", false},
 		{"DISPATCHER_NKEY", "subscribe", "mc.svc.snapshot", false},
 		{"DISPATCHER_NKEY", "responses", "", false},
 		// applier
-		{"APPLIER_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_DESIRED.desired-p17", true},
-		{"APPLIER_NKEY", "publish", "$JS.ACK.MC_DESIRED.desired-p17.1.2.3.4.5", true},
+		{"APPLIER_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_DESIRED.desired-64-p17", true},
+		{"APPLIER_NKEY", "publish", "$JS.ACK.MC_DESIRED.desired-64-p17.1.2.3.4.5", true},
 		{"APPLIER_NKEY", "publish", "$JS.API.DIRECT.GET.MC_DESIRED.mc.desired.12.cc-hello.4f1c", true},
 		{"APPLIER_NKEY", "publish", "mc.work.cc-hello.4f1c", true},
 		{"APPLIER_NKEY", "publish", "mc.sched.cc-hello.4f1c", true},
 		{"APPLIER_NKEY", "publish", "mc.svc.snapshot", true},
 		{"APPLIER_NKEY", "publish", "mc.desired.cc-hello.4f1c", false},
 		{"APPLIER_NKEY", "publish", "mc.dlq.desired.cc-hello.4f1c", false},
-		{"APPLIER_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_WORK.work-p00", false},
+		{"APPLIER_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_WORK.work-64-p00", false},
 		{"APPLIER_NKEY", "publish", "$JS.API.STREAM.MSG.DELETE.MC_DESIRED", false},
 		// revisions: the micro service (its subject, $SRV discovery and
 		// replies); callers request it, nobody else serves it.
@@ -1596,16 +1602,16 @@ func TestNATSConfig(t *testing.T) {
 		{"APPLIER_NKEY", "publish", "$JS.FC.KV_MC_OWNERS.Xy12.1", true},
 		{"WATCHER_NKEY", "publish", "$KV.MC_OWNERS.lease.work.p07", false},
 		{"REVISIONS_NKEY", "publish", "$KV.MC_OWNERS.lease.work.p07", false},
-		{"APPLIER_NKEY", "publish", "$JS.API.CONSUMER.DELETE.MC_DESIRED.desired-p00", false},
+		{"APPLIER_NKEY", "publish", "$JS.API.CONSUMER.DELETE.MC_DESIRED.desired-64-p00", false},
 	}
 	for _, u := range users {
 		cases = append(cases,
 			tc{u, "publish", "$JS.API.INFO", true},
 			tc{u, "publish", "$JS.API.STREAM.INFO.MC_WORK", true},
-			tc{u, "publish", "$JS.API.CONSUMER.INFO.MC_WORK.work-p00", true},
+			tc{u, "publish", "$JS.API.CONSUMER.INFO.MC_WORK.work-64-p00", true},
 			tc{u, "subscribe", "_INBOX.q8Zy3.1", true},
 			tc{u, "publish", "$JS.API.STREAM.DELETE.MC_WORK", false},
-			tc{u, "publish", "$JS.API.CONSUMER.DELETE.MC_WORK.work-p00", false},
+			tc{u, "publish", "$JS.API.CONSUMER.DELETE.MC_WORK.work-64-p00", false},
 			tc{u, "publish", "$SYS.REQ.SERVER.PING", false},
 		)
 	}
@@ -1740,8 +1746,8 @@ func TestKustomize(t *testing.T) {
 	if o := byKey["Deployment/metabus-dispatcher"]; o != nil {
 		c := podContainer(t, o)
 		for _, a := range c.args() {
-			if strings.HasPrefix(a, "--secret-namespaces") {
-				t.Errorf("dispatcher: %s; the default is the own namespace only, as the Helm chart's", a)
+			if strings.HasPrefix(a, "--secret-namespaces") || strings.HasPrefix(a, "--related-resources") {
+				t.Errorf("dispatcher: %s; kustomize keeps the built-in defaults, as the Helm chart's", a)
 			}
 		}
 		if !slices.ContainsFunc(slice(c.obj, "env"), func(e any) bool {
@@ -1828,6 +1834,19 @@ func TestHelmChart(t *testing.T) {
 		} {
 			if !strings.Contains(rbac, want) {
 				t.Errorf("templates/dispatcher-secrets.yaml lacks %q", want)
+			}
+		}
+	})
+
+	t.Run("dispatcher related resources", func(t *testing.T) {
+		// Default: the dispatcher's built-in policy (no flag), as kustomize.
+		if v, found, _ := unstructured.NestedSlice(values, "dispatcher", "relatedResources"); !found || len(v) != 0 {
+			t.Errorf("values dispatcher.relatedResources = %v, want [] (the built-in default)", v)
+		}
+		dep := readFile(t, filepath.Join(chartDir, "templates", "dispatcher.yaml"))
+		for _, want := range []string{"{{- with .Values.dispatcher.relatedResources }}", `- --related-resources={{ join "," . }}`} {
+			if !strings.Contains(dep, want) {
+				t.Errorf("templates/dispatcher.yaml lacks %s", want)
 			}
 		}
 	})

@@ -382,3 +382,25 @@ func createRaw(t *testing.T, obj map[string]any) {
 		t.Fatalf("create %s %s: %v", u.GetKind(), u.GetName(), err)
 	}
 }
+
+// warningEvent returns nil once a Warning Event with reason on the object
+// ns/name has a message containing every one of want.
+func warningEvent(ctx context.Context, ns, name, reason string, want ...string) error {
+	evs, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, e := range evs.Items {
+		if e.InvolvedObject.Name != name || e.Reason != reason || e.Type != corev1.EventTypeWarning {
+			continue
+		}
+		ok := true
+		for _, w := range want {
+			ok = ok && strings.Contains(e.Message, w)
+		}
+		if ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("no %s Event on %s/%s mentioning %q yet", reason, ns, name, want)
+}

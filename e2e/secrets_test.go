@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -91,23 +90,7 @@ func TestWebhookCredentialsGuarded(t *testing.T) {
 	mu.Unlock()
 
 	syncError := func(ns, name string, want ...string) error {
-		evs, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		for _, e := range evs.Items {
-			if e.InvolvedObject.Name != name || e.Reason != "SyncError" || e.Type != corev1.EventTypeWarning {
-				continue
-			}
-			ok := true
-			for _, w := range want {
-				ok = ok && strings.Contains(e.Message, w)
-			}
-			if ok {
-				return nil
-			}
-		}
-		return fmt.Errorf("no SyncError Event on %s/%s mentioning %q yet", ns, name, want)
+		return warningEvent(ctx, ns, name, "SyncError", want...)
 	}
 	nsWant := []string{"hook not called", fmt.Sprintf("Secret %s/hook-token", other), fmt.Sprintf("namespace %q", other), "--secret-namespaces"}
 	httpWant := []string{"hook not called", "authorization would be sent in clear over plain http", "allowInsecureCredentials"}

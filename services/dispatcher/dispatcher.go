@@ -31,6 +31,7 @@ import (
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/hooks"
 	"github.com/metabus/metabus/pkg/obs"
+	"github.com/metabus/metabus/pkg/related"
 	"github.com/metabus/metabus/pkg/revstore"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
@@ -57,6 +58,13 @@ type Config struct {
 	// AllNamespaces allows every namespace. A reference elsewhere fails the sync with a
 	// SyncError Event before anything is read or sent.
 	SecretNamespaces []string
+	// RelatedResources says which resources customize hooks' related rules
+	// may name, as entries "<group>/<resource>" with "*" wildcards and a
+	// leading "-" to deny (related.ParsePolicy); nil means
+	// related.DefaultPolicy, everything but Secrets. A refused rule fails
+	// the sync with a SyncError Event before the watcher starts watching
+	// anything for it.
+	RelatedResources []string
 }
 
 // Defaults fills unset fields.
@@ -111,6 +119,8 @@ type Dispatcher struct {
 	// customize caches related-resource rules per parent and generation.
 	cmu       sync.Mutex
 	customize map[string]customizeEntry
+	// relatedPolicy is what related rules may name (Config.RelatedResources).
+	relatedPolicy related.Policy
 
 	// echoes knows the appliers' Applied notes, to skip syncs that would
 	// only show a hook its own answer.
@@ -163,6 +173,13 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		nc:        deps.NC,
 		echoes:    deps.Echoes,
 	}
+	relatedEntries := cfg.RelatedResources
+	if relatedEntries == nil {
+		relatedEntries = related.DefaultPolicy
+	}
+	if d.relatedPolicy, err = related.ParsePolicy(relatedEntries); err != nil {
+		return nil, fmt.Errorf("--related-resources: %w", err)
+	}
 	scope := newSecretScope(cfg.Namespace, cfg.SecretNamespaces)
 	d.hooks = hooks.New(hooks.Options{
 		Secrets:                kubeSecrets{kube: kube, scope: scope},
@@ -171,6 +188,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		Logger:                 d.log,
 	})
 	d.log.Info("webhook TLS/auth options may reference Secrets and ConfigMaps in", zap.String("namespaces", scope.String()))
+	d.log.Info("customize hooks' related rules may name", zap.Strings("resources", relatedEntries))
 	return d, nil
 }
 
@@ -409,8 +427,7 @@ func (d *Dispatcher) failed(ctx context.Context, item bus.WorkItem, reason strin
 	if reason != "" {
 		d.rec.Warning(item.Parent.Stub(), reason, err.Error())
 	}
-	var refused *hooks.RefusedError
-	if errors.As(err, &refused) {
+	if controllerFault(err) {
 		// The controller's configuration is at fault, not the parent: say so where its
 		// author looks too.
 		d.log.Error("hook call refused", zap.String("controller", item.Controller.Kind+"/"+item.Controller.Name),
@@ -425,6 +442,15 @@ func (d *Dispatcher) failed(ctx context.Context, item bus.WorkItem, reason strin
 		return outcome{result: "error", infra: true}
 	}
 	return outcome{result: "error"}
+}
+
+// controllerFault reports whether err is the controller's configuration's
+// fault rather than the parent's: a refused hook call, a related rule the
+// admin does not allow.
+func controllerFault(err error) bool {
+	var refused *hooks.RefusedError
+	var relatedRefused *relatedRefusedError
+	return errors.As(err, &refused) || errors.As(err, &relatedRefused)
 }
 
 // controllerStub is an object reference for Events on a controller.

@@ -1,6 +1,11 @@
 package dispatcher
 
-import "flag"
+import (
+	"flag"
+	"strings"
+
+	"github.com/metabus/metabus/pkg/related"
+)
 
 // RegisterFlags adds the dispatcher's own flags; shared ones (--workers,
 // --snapshot-wait, --events-qps...) live in pkg/cli.
@@ -15,6 +20,17 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 				return err
 			}
 			c.SecretNamespaces = append(c.SecretNamespaces, ns...)
+			return nil
+		})
+	fs.Func("related-resources", "comma-separated <group>/<resource> (core/configmaps, apps/*, * for all) that customize hooks' "+
+		"related rules may name; -<group>/<resource> denies and wins over any allow. A refused rule fails the sync with a SyncError. "+
+		"Repeatable (default "+strings.Join(related.DefaultPolicy, ",")+")",
+		func(v string) error {
+			entries := strings.Split(v, ",")
+			if _, err := related.ParsePolicy(entries); err != nil {
+				return err
+			}
+			c.RelatedResources = append(c.RelatedResources, entries...)
 			return nil
 		})
 }

@@ -39,11 +39,7 @@ func TestSecretNamespacesFlag(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.reason, func(t *testing.T) {
-			var cfg Config
-			fs := flag.NewFlagSet("test", flag.ContinueOnError)
-			fs.SetOutput(&strings.Builder{})
-			cfg.RegisterFlags(fs)
-			err := fs.Parse(tt.args)
+			cfg, err := parseFlags(tt.args)
 			got := result{Namespaces: cfg.SecretNamespaces, Err: err != nil}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
@@ -188,4 +184,14 @@ func TestKubeSecretsEnforcesScope(t *testing.T) {
 
 func certPEM(s *httptest.Server) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Certificate().Raw})
+}
+
+// parseFlags is the dispatcher's Config after parsing args as its flags.
+func parseFlags(args []string) (Config, error) {
+	var cfg Config
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(&strings.Builder{})
+	cfg.RegisterFlags(fs)
+	err := fs.Parse(args)
+	return cfg, err
 }
