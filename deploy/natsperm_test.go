@@ -111,7 +111,13 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 	if err := bus.Ensure(step(), watcher.js, bus.Options{}); err != nil {
 		t.Fatalf("watcher: bus.Ensure: %v\n%s", err, watcher.report())
 	}
-	goBG(func() { bus.KeepConsumers(runCtx, watcher.js, bus.Options{}, 300*time.Millisecond, watcher.busError) })
+	goBG(func() {
+		bus.KeepConsumers(runCtx, watcher.js, bus.Options{}, 300*time.Millisecond, func(err error) {
+			if !errors.Is(err, bus.ErrCutOverPending) { // the cut-over below, waiting for handovers
+				watcher.busError(err)
+			}
+		})
+	})
 	watcherBook := echo.NewBook(0)
 	if _, err := watcherBook.Subscribe(watcher.nc); err != nil {
 		t.Fatal(err)
@@ -413,7 +419,7 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 		c := env.connect(t, user)
 		c.name = user + " (test reads)"
 		conns = append(conns, c)
-		checkLeases(t, ctx, c, map[string]string{bus.WorkStage: "dispatcher-0", bus.DesiredStage: "applier-0"})
+		checkLeases(t, ctx, c, map[string]string{bus.WorkStage: "dispatcher-0", bus.DesiredStage: "applier-0"}, bus.DefaultPartitions, 5*time.Second)
 	}
 
 	// --- what must be refused, each on a connection of its own so that
@@ -442,8 +448,8 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 		{user: "applier", what: "delete stream MC_WORK", subject: "$JS.API.STREAM.DELETE.MC_WORK", do: func(ctx context.Context, c *permConn) error {
 			return c.js.DeleteStream(ctx, bus.WorkStream)
 		}},
-		{user: "dispatcher", what: "pull from MC_DESIRED", subject: "$JS.API.CONSUMER.MSG.NEXT.MC_DESIRED.desired-p00", do: func(ctx context.Context, c *permConn) error {
-			cons, err := c.js.Consumer(ctx, bus.DesiredStream, bus.PartitionConsumerName(bus.DesiredConsumerPrefix, 0))
+		{user: "dispatcher", what: "pull from MC_DESIRED", subject: "$JS.API.CONSUMER.MSG.NEXT.MC_DESIRED.desired-64-p00", do: func(ctx context.Context, c *permConn) error {
+			cons, err := c.js.Consumer(ctx, bus.DesiredStream, bus.PartitionConsumerName(bus.DesiredConsumerPrefix, bus.DefaultPartitions, 0))
 			if err != nil {
 				return err
 			}
@@ -468,6 +474,32 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 	if _, err := watcher.js.Stream(ctx, bus.WorkStream); err != nil {
 		t.Errorf("MC_WORK after the applier's refused delete: %v", err)
 	}
+
+	// --- a partition-count cut-over with the same permissions: the
+	// watcher asks for 16 partitions, the running stages hand the 64 back
+	// and take the 16 over (reading the count from the stream), the
+	// watcher's keeper (started without a count: it follows the stream's)
+	// replaces the consumers, and work flows again.
+	cut := bus.Options{Partitions: 16}
+	if err := bus.Ensure(step(), watcher.js, cut); err != nil {
+		t.Fatalf("watcher: bus.Ensure with 16 partitions: %v\n%s", err, watcher.report())
+	}
+	for _, user := range []string{"dispatcher", "applier"} {
+		c := env.connect(t, user)
+		c.name = user + " (test reads after the cut-over)"
+		conns = append(conns, c)
+		checkLeases(t, ctx, c, map[string]string{bus.WorkStage: "dispatcher-0", bus.DesiredStage: "applier-0"}, 16, 30*time.Second)
+	}
+	before := ev.count("applier " + uidA)
+	if _, err := wpub.PublishWork(step(), bus.WorkItem{Controller: ctrl, Parent: parent(uidA), Reason: bus.ReasonEvent}); err != nil {
+		t.Fatalf("watcher: PublishWork after the cut-over: %v\n%s", err, watcher.report())
+	}
+	waitFor(t, 20*time.Second, conns, "a change applied through the 16 partitions", func() []string {
+		if ev.count("applier "+uidA) <= before {
+			return []string{"no desired state of " + uidA + " applied after the cut-over"}
+		}
+		return nil
+	})
 
 	// --- stop everything, then the verdict.
 	stopRun()
@@ -759,9 +791,9 @@ func waitFor(t *testing.T, timeout time.Duration, conns []*permConn, what string
 // stage members are allowed: Consume's member watch) and expects every
 // partition of each stage held by its one member, and the members present.
 // It also drives the watch into flow control.
-func checkLeases(t *testing.T, ctx context.Context, c *permConn, members map[string]string) {
+func checkLeases(t *testing.T, ctx context.Context, c *permConn, members map[string]string, partitions int, within time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, within+5*time.Second)
 	defer cancel()
 	kv, err := c.js.KeyValue(ctx, bus.OwnersBucket)
 	if err != nil {
@@ -792,8 +824,8 @@ func checkLeases(t *testing.T, ctx context.Context, c *permConn, members map[str
 			if got["member."+stage+"."+member] == "" {
 				out = append(out, fmt.Sprintf("member.%s.%s is missing", stage, member))
 			}
-			for p := 0; p < bus.Partitions; p++ {
-				key := "lease." + stage + "." + bus.PartitionConsumerName("", p)
+			for p := 0; p < partitions; p++ {
+				key := bus.LeaseKey(stage, partitions, p)
 				if got[key] != member {
 					out = append(out, fmt.Sprintf("%s = %q, want %q", key, got[key], member))
 				}
@@ -802,7 +834,7 @@ func checkLeases(t *testing.T, ctx context.Context, c *permConn, members map[str
 		return out
 	}
 	initial := false
-	timeout := time.After(5 * time.Second)
+	timeout := time.After(within)
 	for !initial || len(missing()) > 0 {
 		select {
 		case e := <-w.Updates():

@@ -395,17 +395,17 @@ func waitWorkBalanced(ctx context.Context, js jetstream.JetStream, n int, timeou
 			}
 		}
 		if len(members) == n {
-			want := bus.Assign(members, bus.Partitions)
+			want := bus.Assign(members, bus.DefaultPartitions)
 			ok := true
 			count := map[string]int{}
-			for p := range bus.Partitions {
+			for p := range bus.DefaultPartitions {
 				count[want[p]]++
-				e, err := kv.Get(ctx, "lease."+bus.WorkStage+"."+bus.PartitionConsumerName("", p))
+				e, err := kv.Get(ctx, bus.LeaseKey(bus.WorkStage, bus.DefaultPartitions, p))
 				if err != nil || string(e.Value()) != want[p] {
 					ok = false
 				}
 			}
-			lo, hi := bus.Partitions, 0
+			lo, hi := bus.DefaultPartitions, 0
 			for _, m := range members {
 				lo, hi = min(lo, count[m]), max(hi, count[m])
 			}

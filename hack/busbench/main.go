@@ -1,5 +1,5 @@
 // Command busbench measures the bus alone, without Kubernetes: how the
-// consumer topology of MC_WORK and MC_DESIRED (64 partitions, each consumed
+// consumer topology of MC_WORK and MC_DESIRED (64 partitions by default, -partitions; each consumed
 // by the one replica holding its lease in MC_OWNERS, parents serialized in
 // the owner, --workers per controller and --max-in-flight per replica;
 // pkg/bus/owned.go) scales with replicas, workers and controllers, and what
@@ -81,6 +81,7 @@ type config struct {
 	superseded   bool
 	runTimeout   time.Duration
 	memory       bool
+	partitions   int
 	only         map[string]bool
 	serverBin    string
 	keep         bool
@@ -102,6 +103,7 @@ func main() {
 	flag.IntVar(&c.maxInFlight, "max-in-flight", bus.DefaultMaxInFlight, "concurrency of a replica in all (--max-in-flight)")
 	flag.BoolVar(&c.superseded, "superseded-check", true, "applier makes the real applier's superseded lookup (direct get) when messages are pending")
 	flag.DurationVar(&c.runTimeout, "run-timeout", 90*time.Second, "give up on a run after this long")
+	flag.IntVar(&c.partitions, "partitions", bus.DefaultPartitions, "partition count of MC_WORK and MC_DESIRED (bus.Options.Partitions)")
 	flag.BoolVar(&c.memory, "memory-queues", false, "MC_WORK and MC_DESIRED in memory (bus.Options.MemoryQueues, as the all-in-one's embedded server)")
 	flag.StringVar(&only, "only", "cost,conc", "parts to run: cost, conc")
 	flag.StringVar(&c.serverBin, "nats-server", "", "nats-server binary (default: go build it from the module cache)")
@@ -152,7 +154,7 @@ func run(c config) error {
 		storage = "MC_WORK/MC_DESIRED in memory (bus.Options{MemoryQueues: true})"
 	}
 	fmt.Printf("busbench: %s (separate process), %s, %d partitions,\n",
-		strings.TrimSpace(string(version)), storage, bus.Partitions)
+		strings.TrimSpace(string(version)), storage, c.partitions)
 	fmt.Printf("  workers %d per controller, max-in-flight %d per replica, superseded check %v, %d cores, commit %s\n",
 		c.workers, c.maxInFlight, c.superseded, numCPU(), commit())
 
@@ -223,7 +225,7 @@ func (b *bench) concurrency(ctx context.Context) error {
 	h := b.c.hook
 	fmt.Printf("\n(2) concurrency: hook %s, one work item per parent; ideal = min(R×workers per controller, R×max-in-flight, parents)/hook;\n", h)
 	fmt.Printf("    the previous topology (every replica pulls every partition, MaxAckPending 1) capped a stage at %d running: %.0f/s\n",
-		bus.Partitions, float64(bus.Partitions)/h.Seconds())
+		b.c.partitions, float64(b.c.partitions)/h.Seconds())
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "R\tcontrollers × parents\tsyncs/s\tsyncs/s 10-90%\tideal\tideal (this spread)\tmost running\tideal running\telapsed s\tsrv CPU ms/item\tsrv msgs/item\tpartitions/replica\terrors\t")
 	type run struct{ r, ctrls, parents int }
@@ -335,7 +337,7 @@ func (b *bench) start(ctx context.Context, replicas int, hook time.Duration) (*e
 	}
 	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := bus.Ensure(ectx, e.js, bus.Options{MemoryQueues: b.c.memory}); err != nil {
+	if err := bus.Ensure(ectx, e.js, bus.Options{MemoryQueues: b.c.memory, Partitions: b.c.partitions}); err != nil {
 		return nil, fmt.Errorf("ensure: %w", err)
 	}
 	rctx, rcancel := context.WithCancel(context.Background())
@@ -372,7 +374,7 @@ func (b *bench) start(ctx context.Context, replicas int, hook time.Duration) (*e
 	}
 	progress("%d replicas per stage own the partitions as assigned (%s) %s after starting", replicas, spread, time.Since(t0).Round(10*time.Millisecond))
 	e.spread = spread
-	e.workOwner = bus.Assign(members[bus.WorkStage], bus.Partitions)
+	e.workOwner = bus.Assign(members[bus.WorkStage], b.c.partitions)
 	ok = true
 	return e, nil
 }
@@ -421,16 +423,16 @@ func (e *env) waitBalanced(ctx context.Context, members map[string][]string) (st
 		var spread []string
 		balanced := true
 		for _, stage := range []string{bus.WorkStage, bus.DesiredStage} {
-			want := bus.Assign(members[stage], bus.Partitions)
+			want := bus.Assign(members[stage], e.c.partitions)
 			count := map[string]int{}
-			for p := 0; p < bus.Partitions; p++ {
-				ent, err := kv.Get(ctx, "lease."+stage+"."+bus.PartitionConsumerName("", p))
+			for p := 0; p < e.c.partitions; p++ {
+				ent, err := kv.Get(ctx, bus.LeaseKey(stage, e.c.partitions, p))
 				if err != nil || string(ent.Value()) != want[p] {
 					balanced = false
 				}
 				count[want[p]]++
 			}
-			lo, hi := bus.Partitions, 0
+			lo, hi := e.c.partitions, 0
 			for _, m := range members[stage] {
 				lo, hi = min(lo, count[m]), max(hi, count[m])
 			}
@@ -702,7 +704,7 @@ func (e *env) busiest(items []bus.WorkItem) int {
 	n := map[string]int{}
 	most := 0
 	for _, it := range items {
-		m := e.workOwner[bus.Partition(it.Controller.ID(), it.Parent.UID)]
+		m := e.workOwner[bus.PartitionOf(bus.Slot(it.Controller.ID(), it.Parent.UID), len(e.workOwner))]
 		n[m]++
 		most = max(most, n[m])
 	}

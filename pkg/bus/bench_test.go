@@ -62,13 +62,13 @@ func benchBusWith(b *testing.B, memConsumerState bool) jetstream.JetStream {
 			b.Fatal(err)
 		}
 	}
-	for p := 0; p < bus.Partitions; p++ {
+	for p := 0; p < bus.DefaultPartitions; p++ {
 		for _, c := range []struct {
 			stream string
 			cfg    jetstream.ConsumerConfig
 		}{
-			{bus.WorkStream, bus.WorkConsumerConfig(bus.Options{}, p)},
-			{bus.DesiredStream, bus.DesiredConsumerConfig(bus.Options{}, p)},
+			{bus.WorkStream, bus.WorkConsumerConfig(bus.Options{}, bus.DefaultPartitions, p)},
+			{bus.DesiredStream, bus.DesiredConsumerConfig(bus.Options{}, bus.DefaultPartitions, p)},
 		} {
 			c.cfg.MemoryStorage = true
 			if _, err := js.CreateOrUpdateConsumer(ctx, c.stream, c.cfg); err != nil {
@@ -109,7 +109,7 @@ func benchItemWith(i int, rvs map[string]string) bus.WorkItem {
 }
 
 // benchUID is a deterministic UUID for parent number i. It must look random
-// like a Kubernetes UID: the server's partition transform is FNV-1a mod 64,
+// like a Kubernetes UID: the server's slot transform is FNV-1a mod 1024,
 // whose low bits spread structured keys badly (UIDs differing only in a
 // counter, like %08x-…-%012x of i, land in only 16 of the 64 partitions).
 func benchUID(i int) string {
@@ -272,9 +272,9 @@ func BenchmarkWorkRoundTrip(b *testing.B) {
 		// open before timing starts.
 		b.StopTimer()
 		seen := map[int]bool{}
-		for i := 1 << 30; len(seen) < bus.Partitions; i++ {
+		for i := 1 << 30; len(seen) < bus.DefaultPartitions; i++ {
 			warm := benchItem(i)
-			p := bus.Partition(warm.Controller.ID(), warm.Parent.UID)
+			p := bus.PartitionOf(bus.Slot(warm.Controller.ID(), warm.Parent.UID), bus.DefaultPartitions)
 			if seen[p] {
 				continue
 			}
@@ -283,7 +283,7 @@ func BenchmarkWorkRoundTrip(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		waitHandled(b, &handled, signal, bus.Partitions)
+		waitHandled(b, &handled, signal, bus.DefaultPartitions)
 		mu.Lock()
 		lat = lat[:0]
 		mu.Unlock()

@@ -57,7 +57,10 @@ func TestStreamsAsDesigned(t *testing.T) {
 		!c.DiscardNewPerSubject || c.Duplicates != 2*time.Minute || c.MaxMsgs > 0 || c.MaxBytes > 0 {
 		t.Errorf("MC_WORK config = %+v", c)
 	}
-	if c.SubjectTransform == nil || c.SubjectTransform.Destination != "mc.work.{{partition(64,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}" {
+	if c.Metadata[PartitionsMetadata] != "64" {
+		t.Errorf("MC_WORK metadata %v, want %s=64", c.Metadata, PartitionsMetadata)
+	}
+	if c.SubjectTransform == nil || c.SubjectTransform.Destination != "mc.work.{{partition(1024,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}" {
 		t.Errorf("MC_WORK transform = %+v", c.SubjectTransform)
 	}
 	d, err := js.Stream(ctx, DesiredStream)
@@ -88,8 +91,8 @@ func TestStreamsAsDesigned(t *testing.T) {
 		t.Errorf("MC_SCHED MaxAge %s MaxMsgsPerSubject %d, want none and 1", sc.MaxAge, sc.MaxMsgsPerSubject)
 	}
 	for _, tc := range []struct{ stream, prefix string }{{WorkStream, WorkConsumerPrefix}, {DesiredStream, DesiredConsumerPrefix}} {
-		for p := 0; p < Partitions; p++ {
-			cons, err := js.Consumer(ctx, tc.stream, PartitionConsumerName(tc.prefix, p))
+		for p := 0; p < DefaultPartitions; p++ {
+			cons, err := js.Consumer(ctx, tc.stream, PartitionConsumerName(tc.prefix, DefaultPartitions, p))
 			if err != nil {
 				t.Fatalf("consumer %s/%d: %v", tc.stream, p, err)
 			}
@@ -182,9 +185,14 @@ func TestWorkQueueSemantics(t *testing.T) {
 	}
 }
 
-// TestPartitionMatchesServer: the client's FNV-1a partition equals the
-// server's transform for many keys.
-func TestPartitionMatchesServer(t *testing.T) {
+// consumerOf is the default layout's partition consumer of a work item.
+func consumerOf(prefix string, it WorkItem) string {
+	return PartitionConsumerName(prefix, DefaultPartitions, PartitionOf(Slot(it.Controller.ID(), it.Parent.UID), DefaultPartitions))
+}
+
+// TestSlotMatchesServer: the client's FNV-1a slot equals the server's
+// transform for many keys.
+func TestSlotMatchesServer(t *testing.T) {
 	js := startBus(t, Options{})
 	ctx := context.Background()
 	pub := Publisher{JS: js}
@@ -224,8 +232,7 @@ func TestScheduleRelay(t *testing.T) {
 	if err := pub.Schedule(ctx, it, time.Now().Add(1*time.Second)); err != nil {
 		t.Fatalf("reschedule: %v", err)
 	}
-	p := Partition(it.Controller.ID(), it.Parent.UID)
-	cons, err := js.Consumer(ctx, WorkStream, PartitionConsumerName(WorkConsumerPrefix, p))
+	cons, err := js.Consumer(ctx, WorkStream, consumerOf(WorkConsumerPrefix, it))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +321,7 @@ func TestPoisonMessageDeadLettered(t *testing.T) {
 	if _, err := (Publisher{JS: js}).PublishWork(ctx, it); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := js.Consumer(ctx, WorkStream, PartitionConsumerName(WorkConsumerPrefix, Partition(it.Controller.ID(), it.Parent.UID)))
+	cons, err := js.Consumer(ctx, WorkStream, consumerOf(WorkConsumerPrefix, it))
 	if err != nil {
 		t.Fatal(err)
 	}

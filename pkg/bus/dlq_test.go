@@ -83,7 +83,7 @@ func (s faultyStream) DeleteMsg(ctx context.Context, seq uint64) error {
 // MC_ADV, as the server does after MaxDeliver.
 func publishAdvisory(t *testing.T, js jetstream.JetStream, data []byte) {
 	t.Helper()
-	subj := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + WorkStream + "." + PartitionConsumerName(WorkConsumerPrefix, 0)
+	subj := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + WorkStream + "." + PartitionConsumerName(WorkConsumerPrefix, DefaultPartitions, 0)
 	if _, err := js.Publish(context.Background(), subj, data); err != nil {
 		t.Fatalf("publish advisory: %v", err)
 	}
@@ -145,7 +145,7 @@ func TestDeadLetterRetriesTransientErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			adv := maxDeliveriesAdvisory{Stream: WorkStream, Consumer: PartitionConsumerName(WorkConsumerPrefix, 0), StreamSeq: stored.Sequence, Deliveries: MaxDeliver}
+			adv := maxDeliveriesAdvisory{Stream: WorkStream, Consumer: PartitionConsumerName(WorkConsumerPrefix, DefaultPartitions, 0), StreamSeq: stored.Sequence, Deliveries: MaxDeliver}
 			if tc.gone {
 				adv.StreamSeq = stored.Sequence + 1000
 			}

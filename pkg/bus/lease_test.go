@@ -42,19 +42,19 @@ func TestRenewalAppliedButTimedOut(t *testing.T) {
 	var errs []error
 	o := &owner{js: js, kv: lk,
 		c:     ConsumeConfig{Stage: WorkStage, Member: "me", Lease: OwnerLease, AckWait: WorkAckWait, OnError: func(e error) { errs = append(errs, e) }},
-		parts: map[int]*partition{}, held: map[*held]struct{}{}, members: map[string]time.Time{}, wake: make(chan struct{}, 1),
+		parts: map[string]*partition{}, held: map[*held]struct{}{}, members: map[string]time.Time{}, wake: make(chan struct{}, 1),
 		q: fairq.New[*held](fairq.Limits{PerGroup: 16, Total: 256}, nil)}
-	rev, err := kv.Create(ctx, leaseKey(WorkStage, 0), []byte("me"))
+	rev, err := kv.Create(ctx, LeaseKey(WorkStage, DefaultPartitions, 0), []byte("me"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	pctx, cancel := context.WithCancel(ctx)
-	p := &partition{p: 0, rev: rev, deadline: time.Now().Add(6 * time.Second), state: partActive, ctx: pctx, cancel: cancel}
-	o.parts[0] = p
+	p := &partition{name: PartitionConsumerName("", DefaultPartitions, 0), n: DefaultPartitions, p: 0, rev: rev, deadline: time.Now().Add(6 * time.Second), state: partActive, ctx: pctx, cancel: cancel}
+	o.parts[p.name] = p
 	lk.fail.Store(true)
 	o.renewLeases(ctx) // applied by the server, the reply "lost"
 	o.renewLeases(ctx) // the next renewal, 2 s later in real life
-	e, _ := kv.Get(ctx, leaseKey(WorkStage, 0))
+	e, _ := kv.Get(ctx, LeaseKey(WorkStage, DefaultPartitions, 0))
 	t.Logf("lease value %q; errors: %v", e.Value(), errs)
 	if p.fenced {
 		t.Errorf("partition fenced although the lease is still this replica's")

@@ -30,7 +30,7 @@ func TestMemoryQueues(t *testing.T) {
 			t.Errorf("%s stored as %v, want %v", name, got, want)
 		}
 	}
-	if _, err := js.Consumer(ctx, WorkStream, PartitionConsumerName(WorkConsumerPrefix, 0)); err != nil {
+	if _, err := js.Consumer(ctx, WorkStream, PartitionConsumerName(WorkConsumerPrefix, DefaultPartitions, 0)); err != nil {
 		t.Errorf("partition consumers were not recreated with the stream: %v", err)
 	}
 	if err := Ensure(ctx, js, Options{}); err == nil {

@@ -101,9 +101,13 @@ func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Han
 	if c.Total <= 0 {
 		c.Total = DefaultMaxInFlight
 	}
+	n, err := StreamPartitions(ctx, js, c.Stream)
+	if err != nil {
+		return err
+	}
 	o := &owner{
-		js: js, kv: kv, c: c, h: h,
-		parts:   map[int]*partition{},
+		js: js, kv: kv, c: c, h: h, n: n,
+		parts:   map[string]*partition{},
 		weights: map[string]int{},
 		held:    map[*held]struct{}{},
 		members: map[string]time.Time{},
@@ -141,9 +145,10 @@ type owner struct {
 
 	mu      sync.Mutex
 	q       *fairq.Queue[*held]
-	parts   map[int]*partition
-	held    map[*held]struct{} // every message in hand: waiting or running
+	parts   map[string]*partition // by partition name (<N>-pNN)
+	held    map[*held]struct{}    // every message in hand: waiting or running
 	members map[string]time.Time
+	n       int            // the stream's partition count, read every lease tick
 	weights map[string]int // per controller, from the messages' weight extension
 	wake    chan struct{}
 	// minBeat is the shortest keep-alive period of any partition (the
@@ -161,7 +166,8 @@ const (
 )
 
 type partition struct {
-	p        int
+	name     string    // <N>-pNN: the consumer's name without prefix, the lease's last token
+	n, p     int       // layout and index
 	rev      uint64    // lease revision
 	deadline time.Time // stop consuming by then unless renewed
 	state    partState
@@ -319,6 +325,7 @@ loop:
 			}
 			o.renewMember(ctx)
 			o.renewLeases(ctx)
+			o.refreshLayout(ctx, 0)
 			o.balance(ctx)
 		}
 	}
@@ -419,13 +426,13 @@ func (o *owner) renewLeases(ctx context.Context) {
 			defer wg.Done()
 			sent := time.Now()
 			rctx, cancel := context.WithTimeout(ctx, o.c.Lease/5)
-			rev, err := o.kv.Update(rctx, leaseKey(o.c.Stage, p.p), []byte(o.c.Member), p.rev)
+			rev, err := o.kv.Update(rctx, leaseKeyOf(o.c.Stage, p.name), []byte(o.c.Member), p.rev)
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				// A revision mismatch may be our own renewal, applied by
 				// the server after its reply was lost: if the lease still
 				// names this replica, renew against what it holds.
-				if cur, gerr := o.kv.Get(rctx, leaseKey(o.c.Stage, p.p)); gerr == nil && string(cur.Value()) == o.c.Member {
-					rev, err = o.kv.Update(rctx, leaseKey(o.c.Stage, p.p), []byte(o.c.Member), cur.Revision())
+				if cur, gerr := o.kv.Get(rctx, leaseKeyOf(o.c.Stage, p.name)); gerr == nil && string(cur.Value()) == o.c.Member {
+					rev, err = o.kv.Update(rctx, leaseKeyOf(o.c.Stage, p.name), []byte(o.c.Member), cur.Revision())
 				}
 			}
 			cancel()
@@ -437,14 +444,14 @@ func (o *owner) renewLeases(ctx context.Context) {
 				p.deadline = sent.Add(o.c.Lease * 3 / 5)
 				return
 			case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
-				o.c.OnError(fmt.Errorf("lease of %s partition %d lost: %w", o.c.Stage, p.p, err))
+				o.c.OnError(fmt.Errorf("lease of %s partition %s lost: %w", o.c.Stage, p.name, err))
 				o.fenceLocked(p)
 			case time.Now().After(p.deadline):
-				o.c.OnError(fmt.Errorf("lease of %s partition %d not renewed in time: %w", o.c.Stage, p.p, err))
+				o.c.OnError(fmt.Errorf("lease of %s partition %s not renewed in time: %w", o.c.Stage, p.name, err))
 				o.fenceLocked(p)
 			default:
 				if ctx.Err() == nil {
-					o.c.OnError(fmt.Errorf("renew lease of %s partition %d: %w", o.c.Stage, p.p, err))
+					o.c.OnError(fmt.Errorf("renew lease of %s partition %s: %w", o.c.Stage, p.name, err))
 				}
 			}
 		}()
@@ -459,7 +466,7 @@ func (o *owner) fenceExpired() {
 	defer o.mu.Unlock()
 	for _, p := range o.parts {
 		if now.After(p.deadline) {
-			o.c.OnError(fmt.Errorf("lease of %s partition %d not renewed in time: stopping its handlers", o.c.Stage, p.p))
+			o.c.OnError(fmt.Errorf("lease of %s partition %s not renewed in time: stopping its handlers", o.c.Stage, p.name))
 			o.fenceLocked(p)
 		}
 	}
@@ -480,7 +487,7 @@ func (o *owner) fenceLocked(p *partition) {
 	for _, m := range o.q.Remove(func(_, _ string, m *held) bool { return m.part == p }) {
 		delete(o.held, m)
 	}
-	delete(o.parts, p.p)
+	delete(o.parts, p.name)
 	if p.running == 0 && p.idle != nil {
 		close(p.idle)
 		p.idle = nil
@@ -489,20 +496,33 @@ func (o *owner) fenceLocked(p *partition) {
 
 // balance claims the partitions assigned to this replica that nobody
 // holds, starts consuming those whose previous owner is done, and hands
-// back the partitions assigned to another live member.
+// back the partitions assigned to another live member and those of a
+// layout no longer current (a partition-count cut-over, layout.go).
 func (o *owner) balance(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
 	members := o.liveMembers()
-	assign := Assign(members, Partitions)
-	for p, m := range assign {
+	o.mu.Lock()
+	n := o.n
+	var stale []*partition
+	for _, part := range o.parts {
+		if part.n != n && part.state != partReleasing {
+			stale = append(stale, part)
+		}
+	}
+	o.mu.Unlock()
+	for _, part := range stale {
+		go o.release(part)
+	}
+	for p, m := range Assign(members, n) {
+		name := PartitionConsumerName("", n, p)
 		o.mu.Lock()
-		part := o.parts[p]
+		part := o.parts[name]
 		o.mu.Unlock()
 		switch {
 		case part == nil && m == o.c.Member:
-			o.claim(ctx, p)
+			o.claim(ctx, n, p)
 		case part != nil && m != o.c.Member && part.state != partReleasing:
 			go o.release(part)
 		case part != nil && part.state == partWaiting:
@@ -511,28 +531,52 @@ func (o *owner) balance(ctx context.Context) {
 	}
 }
 
-func (o *owner) claim(ctx context.Context, p int) {
+// refreshLayout reads the stream's partition count; it reports whether it
+// is still n.
+func (o *owner) refreshLayout(ctx context.Context, n int) bool {
+	cur, err := StreamPartitions(ctx, o.js, o.c.Stream)
+	if err != nil {
+		if ctx.Err() == nil {
+			o.c.OnError(err)
+		}
+		return true // keep what we know; renewals still fence us
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.n = cur
+	return cur == n
+}
+
+func (o *owner) claim(ctx context.Context, n, p int) {
+	name := PartitionConsumerName("", n, p)
+	key := leaseKeyOf(o.c.Stage, name)
 	cctx, cancel := context.WithTimeout(ctx, o.c.Lease/5)
 	defer cancel()
 	sent := time.Now()
-	rev, err := o.kv.Create(cctx, leaseKey(o.c.Stage, p), []byte(o.c.Member))
+	rev, err := o.kv.Create(cctx, key, []byte(o.c.Member))
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		// Our own earlier claim whose reply was lost still names us.
-		if cur, gerr := o.kv.Get(cctx, leaseKey(o.c.Stage, p)); gerr == nil && string(cur.Value()) == o.c.Member {
-			rev, err = o.kv.Update(cctx, leaseKey(o.c.Stage, p), []byte(o.c.Member), cur.Revision())
+		if cur, gerr := o.kv.Get(cctx, key); gerr == nil && string(cur.Value()) == o.c.Member {
+			rev, err = o.kv.Update(cctx, key, []byte(o.c.Member), cur.Revision())
 		}
 	}
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
-			o.c.OnError(fmt.Errorf("claim %s partition %d: %w", o.c.Stage, p, err))
+			o.c.OnError(fmt.Errorf("claim %s partition %s: %w", o.c.Stage, name, err))
 		}
 		return // held by another replica until it hands it back or expires
 	}
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
-	part := &partition{p: p, rev: rev, deadline: sent.Add(o.c.Lease * 3 / 5), state: partWaiting, since: time.Now(), ctx: hctx, cancel: hcancel}
+	part := &partition{name: name, n: n, p: p, rev: rev, deadline: sent.Add(o.c.Lease * 3 / 5), state: partWaiting, since: time.Now(), ctx: hctx, cancel: hcancel}
 	o.mu.Lock()
-	o.parts[p] = part
+	o.parts[name] = part
 	o.mu.Unlock()
+	// Read the layout again after claiming: a cut-over that began before
+	// the claim must not find this lease unused yet consumed (layout.go).
+	if !o.refreshLayout(ctx, n) {
+		go o.release(part)
+		return
+	}
 	o.startWhenClear(ctx, part)
 }
 
@@ -542,10 +586,12 @@ func (o *owner) claim(ctx context.Context, p int) {
 // AckWait has run out, so the partition waits until then or until they
 // are acknowledged.
 func (o *owner) startWhenClear(ctx context.Context, part *partition) {
-	cons, err := o.js.Consumer(ctx, o.c.Stream, PartitionConsumerName(o.c.Prefix, part.p))
+	cons, err := o.js.Consumer(ctx, o.c.Stream, o.c.Prefix+part.name)
 	if err != nil {
-		if ctx.Err() == nil {
-			o.c.OnError(fmt.Errorf("open consumer %s/%s: %w", o.c.Stream, PartitionConsumerName(o.c.Prefix, part.p), err))
+		// A cut-over's new consumers appear once the old partitions are
+		// handed back: not an error until then.
+		if ctx.Err() == nil && (!errors.Is(err, jetstream.ErrConsumerNotFound) || time.Since(part.since) > 2*o.c.Lease) {
+			o.c.OnError(fmt.Errorf("open consumer %s/%s: %w", o.c.Stream, o.c.Prefix+part.name, err))
 		}
 		return
 	}
@@ -579,14 +625,14 @@ func (o *owner) startWhenClear(ctx context.Context, part *partition) {
 		jetstream.PullExpiry(5*time.Second),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
-				o.c.OnError(fmt.Errorf("consume %s partition %d: %w", o.c.Stream, part.p, err))
+				o.c.OnError(fmt.Errorf("consume %s partition %s: %w", o.c.Stream, part.name, err))
 			}
 		}))
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if err != nil {
 		part.state = partWaiting
-		o.c.OnError(fmt.Errorf("consume %s partition %d: %w", o.c.Stream, part.p, err))
+		o.c.OnError(fmt.Errorf("consume %s partition %s: %w", o.c.Stream, part.name, err))
 		return
 	}
 	part.cc = cc
@@ -766,7 +812,7 @@ func (o *owner) release(part *partition) {
 	o.mu.Lock()
 	fenced := part.fenced
 	rev := part.rev
-	delete(o.parts, part.p)
+	delete(o.parts, part.name)
 	part.cancel()
 	o.mu.Unlock()
 	if fenced {
@@ -774,7 +820,7 @@ func (o *owner) release(part *partition) {
 	}
 	dctx, cancel := context.WithTimeout(context.Background(), o.c.Lease/5)
 	defer cancel()
-	if err := o.kv.Delete(dctx, leaseKey(o.c.Stage, part.p), jetstream.LastRevision(rev)); err != nil {
-		o.c.OnError(fmt.Errorf("hand back %s partition %d: %w", o.c.Stream, part.p, err))
+	if err := o.kv.Delete(dctx, leaseKeyOf(o.c.Stage, part.name), jetstream.LastRevision(rev)); err != nil {
+		o.c.OnError(fmt.Errorf("hand back %s partition %s: %w", o.c.Stream, part.name, err))
 	}
 }

@@ -124,6 +124,20 @@ func (x *exclusive) waitAll(t *testing.T, uids []string, within time.Duration) {
 	t.Fatalf("%d of %d parents never handled within %s", missing, len(uids), within)
 }
 
+// consumeWork runs a replica named name on MC_WORK (8 per controller,
+// AckWait 3 s) until ctx is done.
+func consumeWork(ctx context.Context, t *testing.T, wg *sync.WaitGroup, js jetstream.JetStream, name string, h Handler) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := Consume(ctx, js, ConsumeConfig{Stream: WorkStream, Prefix: WorkConsumerPrefix, Stage: WorkStage,
+			PerController: 8, AckWait: 3 * time.Second, Member: name}, h)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}()
+}
+
 func publishMany(t *testing.T, js jetstream.JetStream, ctrl string, n int) []string {
 	t.Helper()
 	var uids []string
@@ -150,15 +164,7 @@ func TestReplicasSharePartitions(t *testing.T) {
 	var wg sync.WaitGroup
 	start := func(name string) {
 		_, js := connect()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := Consume(ctx, js, ConsumeConfig{Stream: WorkStream, Prefix: WorkConsumerPrefix, Stage: WorkStage,
-				PerController: 8, AckWait: 3 * time.Second, Member: name}, x.handler(name, 5*time.Millisecond))
-			if err != nil {
-				t.Errorf("%s: %v", name, err)
-			}
-		}()
+		consumeWork(ctx, t, &wg, js, name, x.handler(name, 5*time.Millisecond))
 	}
 	_, js := connect()
 	start("a")
@@ -208,15 +214,15 @@ func TestReplicasSharePartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	owners := map[string]int{}
-	for p := 0; p < Partitions; p++ {
-		e, err := kv.Get(context.Background(), leaseKey(WorkStage, p))
+	for p := 0; p < DefaultPartitions; p++ {
+		e, err := kv.Get(context.Background(), LeaseKey(WorkStage, DefaultPartitions, p))
 		if err != nil {
 			t.Fatalf("partition %d has no lease: %v", p, err)
 		}
 		owners[string(e.Value())]++
 	}
 	if owners["a"] < 16 || owners["b"] < 16 {
-		t.Errorf("partitions per replica %v, want both to hold a fair share of %d", owners, Partitions)
+		t.Errorf("partitions per replica %v, want both to hold a fair share of %d", owners, DefaultPartitions)
 	}
 	cancel()
 	wg.Wait()
@@ -254,7 +260,7 @@ func TestCrashedReplicaFencedBeforeTakeover(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = info
-		c, _ := jsB.Consumer(ctx, WorkStream, PartitionConsumerName(WorkConsumerPrefix, Partition("cc-c", uids[0])))
+		c, _ := jsB.Consumer(ctx, WorkStream, PartitionConsumerName(WorkConsumerPrefix, DefaultPartitions, PartitionOf(Slot("cc-c", uids[0]), DefaultPartitions)))
 		if c != nil && c.CachedInfo().NumAckPending > 0 {
 			break
 		}

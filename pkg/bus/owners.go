@@ -11,7 +11,7 @@ import (
 // OwnersBucket (KV_MC_OWNERS) holds the leases that give one replica of a
 // stage the partitions it consumes, and the stage members that share them:
 //
-//	lease.<stage>.pNN      value: the owning member; renewed every Lease/5
+//	lease.<stage>.<N>-pNN  value: the owning member; renewed every Lease/5
 //	member.<stage>.<id>    a live replica; renewed every Lease/5
 //
 // Every entry expires Lease after its last write (the bucket's TTL), so a
@@ -60,10 +60,6 @@ func OwnersConfig(o Options) jetstream.KeyValueConfig {
 		Storage:     jetstream.FileStorage,
 		Replicas:    o.replicas(),
 	}
-}
-
-func leaseKey(stage string, p int) string {
-	return "lease." + stage + "." + PartitionConsumerName("", p)
 }
 
 func memberKey(stage, id string) string { return "member." + stage + "." + id }

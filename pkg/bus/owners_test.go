@@ -17,8 +17,8 @@ func TestAssignBalanced(t *testing.T) {
 		for i := range members {
 			members[i] = fmt.Sprintf("pod-%d-%x", i, rng.Uint32())
 		}
-		got := Assign(members, Partitions)
-		limit := (Partitions + r - 1) / r
+		got := Assign(members, DefaultPartitions)
+		limit := (DefaultPartitions + r - 1) / r
 		load := map[string]int{}
 		for p, m := range got {
 			if m == "" {
@@ -33,10 +33,10 @@ func TestAssignBalanced(t *testing.T) {
 		}
 		shuffled := append([]string(nil), members...)
 		rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-		if fmt.Sprint(Assign(shuffled, Partitions)) != fmt.Sprint(got) {
+		if fmt.Sprint(Assign(shuffled, DefaultPartitions)) != fmt.Sprint(got) {
 			t.Fatalf("%d members: the assignment depends on the members' order", r)
 		}
-		joined := Assign(append(members, "newcomer"), Partitions)
+		joined := Assign(append(members, "newcomer"), DefaultPartitions)
 		moved := 0
 		for p := range got {
 			if got[p] != joined[p] && joined[p] != "newcomer" {
@@ -44,7 +44,7 @@ func TestAssignBalanced(t *testing.T) {
 			}
 		}
 		// Moves between old members stay a small part of the whole.
-		if moved > Partitions/3 {
+		if moved > DefaultPartitions/3 {
 			t.Errorf("%d members: a join moved %d partitions between old members", r, moved)
 		}
 	}
@@ -53,6 +53,6 @@ func TestAssignBalanced(t *testing.T) {
 func BenchmarkAssign64x8(b *testing.B) {
 	members := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 	for i := 0; i < b.N; i++ {
-		_ = Assign(members, Partitions)
+		_ = Assign(members, DefaultPartitions)
 	}
 }

@@ -102,8 +102,8 @@ func TestConsumersSurviveServerRestart(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	waitFor("after")
-	for p := 0; p < Partitions; p++ {
-		if _, err := js.Consumer(ctx, WorkStream, PartitionConsumerName(WorkConsumerPrefix, p)); err != nil {
+	for p := 0; p < DefaultPartitions; p++ {
+		if _, err := js.Consumer(ctx, WorkStream, PartitionConsumerName(WorkConsumerPrefix, DefaultPartitions, p)); err != nil {
 			t.Fatalf("partition %d after restart: %v", p, err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,7 +34,7 @@ const (
 	DLQStream = "MC_DLQ"
 )
 
-// Consumer name prefixes; partition p has consumer <prefix>p<NN>.
+// Consumer name prefixes; partition p of n has consumer <prefix><n>-p<NN>.
 const (
 	WorkConsumerPrefix    = "work-"
 	DesiredConsumerPrefix = "desired-"
@@ -74,6 +75,11 @@ type Options struct {
 	// OwnerLease overrides the partition lease duration (OwnerLease);
 	// tests shorten it to exercise takeovers quickly.
 	OwnerLease time.Duration
+	// Partitions, when set, changes the partition count of MC_WORK and
+	// MC_DESIRED to it (Ensure starts the cut-over described in
+	// layout.go); 0 keeps the streams' current count, DefaultPartitions
+	// for new streams.
+	Partitions int
 }
 
 func (o Options) replicas() int {
@@ -123,7 +129,7 @@ func WorkStreamConfig(o Options) jetstream.StreamConfig {
 		Duplicates:           2 * time.Minute,
 		SubjectTransform: &jetstream.SubjectTransformConfig{
 			Source:      workRoot + ".*.*",
-			Destination: fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", workRoot, Partitions),
+			Destination: fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", workRoot, Slots),
 		},
 	}
 }
@@ -157,7 +163,7 @@ func DesiredStreamConfig(o Options) jetstream.StreamConfig {
 		Compression: jetstream.S2Compression,
 		SubjectTransform: &jetstream.SubjectTransformConfig{
 			Source:      desiredRoot + ".*.*",
-			Destination: fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", desiredRoot, Partitions),
+			Destination: fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", desiredRoot, Slots),
 		},
 	}
 }
@@ -220,19 +226,14 @@ func partitionBackoff(ackWait time.Duration) []time.Duration {
 	return []time.Duration{ackWait, 2 * ackWait, 4 * ackWait, 8 * ackWait}
 }
 
-// PartitionConsumerName is the durable name of partition p.
-func PartitionConsumerName(prefix string, p int) string {
-	return fmt.Sprintf("%sp%02d", prefix, p)
-}
-
-func partitionConsumer(prefix, root string, p int, ackWait time.Duration, maxAckPending, replicas int) jetstream.ConsumerConfig {
+func partitionConsumer(prefix, root string, n, p int, ackWait time.Duration, maxAckPending, replicas int) jetstream.ConsumerConfig {
 	backoff := partitionBackoff(ackWait)
 	return jetstream.ConsumerConfig{
-		Durable:       PartitionConsumerName(prefix, p),
-		Description:   fmt.Sprintf("partition %d of %s", p, root),
-		FilterSubject: fmt.Sprintf("%s.%d.>", root, p),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
+		Durable:        PartitionConsumerName(prefix, n, p),
+		Description:    fmt.Sprintf("partition %d of %d of %s", p, n, root),
+		FilterSubjects: partitionFilters(root, n, p),
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		// The partition's owner (one replica, by lease) holds up to this
 		// many messages and runs each parent's one at a time itself, so a
 		// slow parent never holds the partition's other parents.
@@ -253,14 +254,14 @@ func partitionConsumer(prefix, root string, p int, ackWait time.Duration, maxAck
 	}
 }
 
-// WorkConsumerConfig is the consumer of MC_WORK partition p.
-func WorkConsumerConfig(o Options, p int) jetstream.ConsumerConfig {
-	return partitionConsumer(WorkConsumerPrefix, workRoot, p, o.workAckWait(), WorkMaxAckPending, o.replicas())
+// WorkConsumerConfig is the consumer of MC_WORK partition p of n.
+func WorkConsumerConfig(o Options, n, p int) jetstream.ConsumerConfig {
+	return partitionConsumer(WorkConsumerPrefix, workRoot, n, p, o.workAckWait(), WorkMaxAckPending, o.replicas())
 }
 
-// DesiredConsumerConfig is the consumer of MC_DESIRED partition p.
-func DesiredConsumerConfig(o Options, p int) jetstream.ConsumerConfig {
-	return partitionConsumer(DesiredConsumerPrefix, desiredRoot, p, o.desiredAckWait(), DesiredMaxAckPending, o.replicas())
+// DesiredConsumerConfig is the consumer of MC_DESIRED partition p of n.
+func DesiredConsumerConfig(o Options, n, p int) jetstream.ConsumerConfig {
+	return partitionConsumer(DesiredConsumerPrefix, desiredRoot, n, p, o.desiredAckWait(), DesiredMaxAckPending, o.replicas())
 }
 
 // DueConsumerConfig relays fired schedules. Any number of relays may pull
@@ -290,8 +291,15 @@ func DLQConsumerConfig(o Options) jetstream.ConsumerConfig {
 }
 
 // Ensure creates or updates every stream and consumer. It is idempotent and
-// safe to run from every replica at start.
+// safe to run from every replica at start. A changed partition count
+// (Options.Partitions) is written to the streams' metadata and its
+// cut-over left to KeepConsumers when replicas still hold old partitions.
 func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
+	if o.Partitions != 0 {
+		if err := ValidPartitions(o.Partitions); err != nil {
+			return err
+		}
+	}
 	streams := []jetstream.StreamConfig{
 		WorkStreamConfig(o), DesiredStreamConfig(o), SchedStreamConfig(o),
 		AdvisoryStreamConfig(o), DLQStreamConfig(o),
@@ -300,15 +308,24 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 		if cfg.Storage == jetstream.MemoryStorage {
 			cfg.Compression = jetstream.NoCompression // file storage only
 		}
+		if cfg.Name == WorkStream || cfg.Name == DesiredStream {
+			n, err := partitionsToSet(ctx, js, cfg.Name, o)
+			if err != nil {
+				return err
+			}
+			cfg.Metadata = map[string]string{PartitionsMetadata: strconv.Itoa(n)}
+		}
 		if err := ensureStream(ctx, js, cfg); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
 		}
 	}
-	if err := EnsureConsumers(ctx, js, o); err != nil {
-		return err
-	}
 	if _, err := js.CreateOrUpdateKeyValue(ctx, OwnersConfig(o)); err != nil {
 		return fmt.Errorf("ensure bucket %s: %w", OwnersBucket, err)
+	}
+	for _, ps := range partitionedStreams() {
+		if err := ReconcileLayout(ctx, js, o, ps); err != nil && !errors.Is(err, ErrCutOverPending) {
+			return err
+		}
 	}
 	if _, err := js.CreateOrUpdateConsumer(ctx, SchedStream, DueConsumerConfig(o)); err != nil {
 		return fmt.Errorf("ensure consumer %s: %w", DueConsumer, err)
@@ -319,24 +336,17 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 	return nil
 }
 
-// EnsureConsumers creates or updates the partition consumers of MC_WORK and
-// MC_DESIRED. Their state lives in memory, so a restarted server has lost
-// them: the watcher calls this again whenever a check finds one missing
-// (KeepConsumers). A consumer stored the other way (an older release) is
-// replaced, since JetStream cannot change a consumer's storage; only its
-// in-flight message is redelivered.
-func EnsureConsumers(ctx context.Context, js jetstream.JetStream, o Options) error {
-	for p := 0; p < Partitions; p++ {
-		for _, c := range []struct {
-			stream string
-			cfg    jetstream.ConsumerConfig
-		}{{WorkStream, WorkConsumerConfig(o, p)}, {DesiredStream, DesiredConsumerConfig(o, p)}} {
-			if err := ensureConsumer(ctx, js, c.stream, c.cfg); err != nil {
-				return fmt.Errorf("ensure consumer %s/%s: %w", c.stream, c.cfg.Durable, err)
-			}
-		}
+// partitionsToSet is the partition count Ensure writes into a stream's
+// metadata: the one asked for, else the stream's own, else the default.
+func partitionsToSet(ctx context.Context, js jetstream.JetStream, stream string, o Options) (int, error) {
+	if o.Partitions != 0 {
+		return o.Partitions, nil
 	}
-	return nil
+	n, err := StreamPartitions(ctx, js, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return DefaultPartitions, nil
+	}
+	return n, err
 }
 
 // ensureStream creates or updates a stream. A file-stored work queue that
@@ -377,9 +387,13 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, 
 	return err
 }
 
-// KeepConsumers checks every interval that the partition consumers exist
-// and recreates them when a server restart (or anyone) removed them, until
-// ctx is done. Cost: one consumer info request per check.
+// KeepConsumers keeps the partition consumers in their current layout
+// until ctx is done: every interval it checks that partition 0 of each
+// partitioned stream exists and otherwise runs ReconcileLayout, which
+// recreates consumers a server restart lost (their state lives in memory)
+// and finishes a partition-count cut-over once the old partitions are
+// handed back. Cost: a stream info and a consumer info per stream per
+// check.
 func KeepConsumers(ctx context.Context, js jetstream.JetStream, o Options, interval time.Duration, onError func(error)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -389,20 +403,22 @@ func KeepConsumers(ctx context.Context, js jetstream.JetStream, o Options, inter
 			return
 		case <-t.C:
 		}
-		missing := false
-		for _, c := range []struct{ stream, name string }{
-			{WorkStream, PartitionConsumerName(WorkConsumerPrefix, 0)},
-			{DesiredStream, PartitionConsumerName(DesiredConsumerPrefix, 0)},
-		} {
-			if _, err := js.Consumer(ctx, c.stream, c.name); errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-				missing = true
+		for _, ps := range partitionedStreams() {
+			n, err := StreamPartitions(ctx, js, ps.stream)
+			if err == nil {
+				_, err = js.Consumer(ctx, ps.stream, PartitionConsumerName(ps.prefix, n, 0))
 			}
-		}
-		if !missing {
-			continue
-		}
-		if err := Ensure(ctx, js, o); err != nil && ctx.Err() == nil && onError != nil {
-			onError(fmt.Errorf("recreate lost consumers: %w", err))
+			switch {
+			case err == nil:
+				continue
+			case errors.Is(err, jetstream.ErrStreamNotFound):
+				err = Ensure(ctx, js, o)
+			case errors.Is(err, jetstream.ErrConsumerNotFound):
+				err = ReconcileLayout(ctx, js, o, ps)
+			}
+			if err != nil && ctx.Err() == nil && onError != nil {
+				onError(fmt.Errorf("keep partition consumers of %s: %w", ps.stream, err))
+			}
 		}
 	}
 }

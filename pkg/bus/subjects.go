@@ -19,13 +19,14 @@ import (
 	"strings"
 )
 
-// Partitions is the number of partitions of MC_WORK and MC_DESIRED. It is
-// the unit of ownership, so it bounds how many replicas of a stage get work
-// (not how many messages run: each owner runs many partitions' parents side
-// by side). It is fixed at install time: changing it needs a drained
-// cut-over, because the messages of one parent would otherwise sit in two
-// partitions, possibly owned by two replicas, at once.
-const Partitions = 64
+// Slots is the number of hash slots the streams' subject transform spreads
+// parents over: the stored subject of a message is <root>.<slot>.<ctrl>.<uid>
+// with slot = Slot(ctrl, uid). It is a fixed wire contract; partitions
+// (the unit of ownership, a setting) are sets of slots, so changing the
+// partition count moves no message (layout.go). 1024 is a multiple of the
+// 64 partitions of releases before slots, so a parent's slot maps to the
+// partition its messages were stored under then (see LegacyPartitions).
+const Slots = 1024
 
 // Subject roots. Publishers address a (controller, parent) pair; the streams
 // insert the partition token when storing.
@@ -127,12 +128,12 @@ func DesiredSubject(ctrlID, parentUID string) (string, error) {
 // states under, after the partition transform. The applier reads the last
 // message of this subject to skip superseded desired states.
 func StoredDesiredSubject(ctrlID, parentUID string) string {
-	return fmt.Sprintf("%s.%d.%s.%s", desiredRoot, Partition(ctrlID, parentUID), ctrlID, parentUID)
+	return fmt.Sprintf("%s.%d.%s.%s", desiredRoot, Slot(ctrlID, parentUID), ctrlID, parentUID)
 }
 
 // StoredWorkSubject is the subject MC_WORK stores a parent's work items under.
 func StoredWorkSubject(ctrlID, parentUID string) string {
-	return fmt.Sprintf("%s.%d.%s.%s", workRoot, Partition(ctrlID, parentUID), ctrlID, parentUID)
+	return fmt.Sprintf("%s.%d.%s.%s", workRoot, Slot(ctrlID, parentUID), ctrlID, parentUID)
 }
 
 // SchedSubject holds the single pending schedule (retry or resync) of a
@@ -152,27 +153,27 @@ func DLQSubject(stage, ctrlID, parentUID string) string {
 	return dlqRoot + "." + stage + "." + ctrlID + "." + parentUID
 }
 
-// Partition computes the partition the server's {{partition(64,1,2)}}
-// transform assigns to (ctrlID, parentUID): FNV-1a 32 over the two tokens
-// concatenated without a separator, modulo Partitions. Clients use it for
-// metrics and to address stored subjects.
-func Partition(ctrlID, parentUID string) int {
+// Slot computes the slot the server's {{partition(1024,1,2)}} transform
+// assigns to (ctrlID, parentUID): FNV-1a 32 over the two tokens
+// concatenated without a separator, modulo Slots. Clients use it to address
+// stored subjects and to find a parent's partition (PartitionOf).
+func Slot(ctrlID, parentUID string) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(ctrlID))
 	_, _ = h.Write([]byte(parentUID))
-	return int(h.Sum32() % Partitions)
+	return int(h.Sum32() % Slots)
 }
 
-// ParseStoredSubject splits a stored subject <root>.<p>.<ctrlID>.<parentUID>.
-func ParseStoredSubject(subject string) (partition int, ctrlID, parentUID string, err error) {
+// ParseStoredSubject splits a stored subject <root>.<slot>.<ctrlID>.<parentUID>.
+func ParseStoredSubject(subject string) (slot int, ctrlID, parentUID string, err error) {
 	parts := strings.Split(subject, ".")
 	if len(parts) != 5 {
 		return 0, "", "", fmt.Errorf("unexpected stored subject %q", subject)
 	}
-	if _, err := fmt.Sscanf(parts[2], "%d", &partition); err != nil {
-		return 0, "", "", fmt.Errorf("unexpected partition in %q: %w", subject, err)
+	if _, err := fmt.Sscanf(parts[2], "%d", &slot); err != nil {
+		return 0, "", "", fmt.Errorf("unexpected slot in %q: %w", subject, err)
 	}
-	return partition, parts[3], parts[4], nil
+	return slot, parts[3], parts[4], nil
 }
 
 // ParseKeySubject splits an unpartitioned subject <a>.<b>.<ctrlID>.<parentUID>

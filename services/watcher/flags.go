@@ -12,7 +12,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.CacheFlushInterval, "cache-flush-interval", 30*time.Minute, "how often every parent is resynced (repairs anything the bus lost)")
 	fs.StringVar(&c.TargetLabelSelector, "target-label-selector", "", "only serve controllers whose labels match this selector")
 	fs.IntVar(&c.PublishWorkers, "publish-workers", 8, "goroutines publishing work items to NATS")
-	fs.IntVar(&c.ResyncBacklog, "resync-backlog", 0, "resync items are published only while MC_WORK holds fewer messages than this, so real changes never wait behind a resync wave (0: partitions/2, negative: unpaced)")
+	fs.IntVar(&c.ResyncBacklog, "resync-backlog", 0, "resync items are published only while MC_WORK holds fewer messages than this, so real changes never wait behind a resync wave (0: 32, negative: unpaced)")
 	fs.DurationVar(&c.SnapshotWait, "snapshot-freshness-wait", 2*time.Second, "how long a snapshot request waits for the cache to catch up before answering retry")
 	fs.BoolVar(&c.ServeSnapshots, "serve-snapshots", true, "serve the observed-state snapshot service on NATS")
 	fs.BoolVar(&c.LeaderElect, "leader-election", false, "publish work items only while holding a Lease (run several replicas for HA)")
@@ -20,4 +20,5 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LeaderElectionID, "leader-election-id", "metabus-watcher", "name of the leader-election Lease")
 	fs.BoolVar(&c.EnsureStreams, "ensure-streams", true, "create or update the JetStream streams and consumers at start")
 	fs.IntVar(&c.Bus.Replicas, "stream-replicas", 1, "replicas of each JetStream stream (3 in a production cluster)")
+	fs.IntVar(&c.Bus.Partitions, "partitions", 0, "change the partition count of MC_WORK and MC_DESIRED to this (1-1024; the replicas of each stage that get work are at most this many); 0 keeps the current count (64 on a new install); the change is a live cut-over, see README \"The bus\"")
 }

@@ -56,7 +56,7 @@ type Config struct {
 	// PublishWorkers publish work items to NATS concurrently.
 	PublishWorkers int
 	// ResyncBacklog bounds how many work items may sit in MC_WORK while
-	// resync items are being published (0: Partitions/2; <0: unpaced).
+	// resync items are being published (0: 32; <0: unpaced).
 	// Real changes bypass it: a resync wave (cache flush, resyncPeriod,
 	// a new leader) is fed in as the dispatchers drain it, so a real
 	// change waits behind at most about one resync item in its partition
@@ -234,7 +234,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 		// Partition consumers keep their state in memory: a restarted
 		// NATS server has lost them until they are recreated.
-		go bus.KeepConsumers(ctx, w.js, w.cfg.Bus, 5*time.Second, func(err error) { w.log.Warn("bus", zap.Error(err)) })
+		// It also finishes a partition-count cut-over (--partitions).
+		go bus.KeepConsumers(ctx, w.js, w.cfg.Bus, 5*time.Second, func(err error) {
+			if errors.Is(err, bus.ErrCutOverPending) {
+				w.log.Info("partition cut-over waits for the stages to hand back the old partitions", zap.Error(err))
+				return
+			}
+			w.log.Warn("bus", zap.Error(err))
+		})
 	} else if err := bus.WaitReady(ctx, w.js); err != nil {
 		return err
 	}
@@ -522,7 +529,7 @@ func (w *Watcher) runPublisher(ctx context.Context) {
 func (w *Watcher) runResyncPacer(ctx context.Context) {
 	limit := w.cfg.ResyncBacklog
 	if limit == 0 {
-		limit = bus.Partitions / 2
+		limit = bus.DefaultPartitions / 2
 	}
 	var stream jetstream.Stream
 	budget := 0
