@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -124,11 +125,21 @@ func deadLetter(ctx context.Context, js jetstream.JetStream, data []byte) (*Dead
 	hdr.Set("Metabus-Dead-Reason", "max deliveries exceeded")
 	hdr.Set("Metabus-Deliveries", strconv.FormatUint(adv.Deliveries, 10))
 	hdr.Set("Metabus-Original-Subject", raw.Subject)
+	parked := raw.Data
+	if adv.Stream == DesiredStream {
+		// MC_DLQ keeps a message for a week for people to inspect: a
+		// desired state's Secret children are parked without their data.
+		var note string
+		parked, note = redactSecretData(raw.Data)
+		if note != "" {
+			hdr.Set("Metabus-Redacted", note)
+		}
+	}
 	// A retry after a failed delete parks the same message again: MC_DLQ's
 	// duplicate window drops the copy.
 	dlqID := fmt.Sprintf("dlq:%s:%d", adv.Stream, adv.StreamSeq)
 	hdr.Del(jetstream.MsgIDHeader)
-	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: DLQSubject(stage, ctrlID, uid), Header: hdr, Data: raw.Data}, jetstream.WithMsgID(dlqID)); err != nil {
+	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: DLQSubject(stage, ctrlID, uid), Header: hdr, Data: parked}, jetstream.WithMsgID(dlqID)); err != nil {
 		return nil, fmt.Errorf("park message in %s: %w", DLQStream, err)
 	}
 	if err := stream.DeleteMsg(ctx, adv.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -142,4 +153,43 @@ func deadLetter(ctx context.Context, js jetstream.JetStream, data []byte) (*Dead
 		dl.Parent = body.Parent
 	}
 	return dl, nil
+}
+
+// redactSecretData returns a desired state's JSON with the values of every
+// Secret child's data and stringData emptied (their keys, and everything
+// else, kept for inspection), and a note saying what was removed ("" if
+// nothing). A body that does not decode is replaced by an empty object:
+// what it carries cannot be told, and the headers still say which parent
+// and stage it was.
+func redactSecretData(data []byte) ([]byte, string) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber() // other fields stay as they were
+	var ds map[string]any
+	if err := dec.Decode(&ds); err != nil {
+		return []byte("{}"), "body removed: not a decodable desired state"
+	}
+	children, _ := ds["children"].([]any)
+	secrets := 0
+	for _, c := range children {
+		child, ok := c.(map[string]any)
+		if !ok || child["apiVersion"] != "v1" || child["kind"] != "Secret" {
+			continue
+		}
+		secrets++
+		for _, field := range []string{"data", "stringData"} {
+			if values, ok := child[field].(map[string]any); ok {
+				for k := range values {
+					values[k] = ""
+				}
+			}
+		}
+	}
+	if secrets == 0 {
+		return data, ""
+	}
+	out, err := json.Marshal(ds)
+	if err != nil {
+		return []byte("{}"), "body removed: re-encoding the redacted desired state failed"
+	}
+	return out, fmt.Sprintf("data and stringData values of %d Secret children", secrets)
 }
