@@ -5,8 +5,9 @@
 //
 // The tests need no cluster: CRD schemas are checked with a small structural
 // schema validator (types, enums, required, preserve-unknown-fields, the
-// strict unknown-field rejection kubectl asks the API server for), and
-// `kubectl kustomize` is run when kubectl is installed.
+// strict unknown-field rejection kubectl asks the API server for),
+// `kubectl kustomize` is run when kubectl is installed, and the Helm chart is
+// rendered with Helm's own engine (helmrender_test.go).
 package deploy
 
 import (

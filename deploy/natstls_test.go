@@ -84,19 +84,7 @@ func TestNATSTLS(t *testing.T) {
 	}
 	seedFile := filepath.Join(dir, "watcher.nk")
 	writeTestFile(t, seedFile, seed)
-	opts.Host, opts.Port = "127.0.0.1", -1
-	opts.Nkeys = []*server.NkeyUser{{Nkey: pub}}
-	opts.NoSigs, opts.NoLog = true, true
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not become ready")
-	}
-	addr := s.Addr().String()
+	addr := startTLSServer(t, confPath, func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: pub}} })
 	nkey, err := nats.NkeyOptionFromSeed(seedFile)
 	if err != nil {
 		t.Fatal(err)
@@ -172,4 +160,29 @@ func TestNATSTLS(t *testing.T) {
 			t.Error("the connection does not work")
 		}
 	})
+}
+
+// startTLSServer runs a nats-server on a loopback port loaded from the
+// configuration file conf (TLS paths already pointing at test files), with
+// adjust applied to its options, and returns its address.
+func startTLSServer(t *testing.T, conf string, adjust func(*server.Options)) string {
+	t.Helper()
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatalf("load %s: %v", conf, err)
+	}
+	opts.Host, opts.Port, opts.NoSigs, opts.NoLog = "127.0.0.1", -1, true, true
+	if adjust != nil {
+		adjust(opts)
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not become ready")
+	}
+	return s.Addr().String()
 }
