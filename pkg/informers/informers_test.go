@@ -492,3 +492,111 @@ func TestConcurrentAcquireSharesOneInformer(t *testing.T) {
 		t.Fatal("configmaps and podtemplates share an informer")
 	}
 }
+
+// TestManySubscribersShareOneHandler: hundreds of subscribers on one
+// resource (the watcher's controllers) each get the cached objects replayed
+// and every later event, even when their handlers take a lock the
+// subscribing code holds (as the related-rule index does); a released
+// subscriber hears nothing more while the others still do.
+func TestManySubscribersShareOneHandler(t *testing.T) {
+	requireEnv(t)
+	dyn := dynClient(t)
+	ns := createNamespace(t, dyn, "fanout")
+	cm := func(name string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": name, "namespace": ns},
+		}}
+	}
+	for i := range 3 {
+		if _, err := dyn.Resource(cmGVR).Namespace(ns).Create(testCtx(t), cm("before-"+strconv.Itoa(i)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := New(dynClient(t), 0)
+	first := reg.Acquire(cmGVR)
+	defer first.Release()
+	syncHandle(t, first)
+
+	type seen struct {
+		mu      sync.Mutex
+		adds    map[string]int
+		deletes map[string]int
+	}
+	var held sync.Mutex // a lock the subscribing code holds and the handlers take
+	const n = 300
+	subs := make([]*seen, n)
+	handles := make([]*Handle, n)
+	held.Lock()
+	for i := range n {
+		s := &seen{adds: map[string]int{}, deletes: map[string]int{}}
+		subs[i] = s
+		handles[i] = reg.Acquire(cmGVR)
+		inNS := func(obj any) (string, bool) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			u, ok := obj.(*unstructured.Unstructured)
+			return u.GetName(), ok && u.GetNamespace() == ns
+		}
+		if err := handles[i].AddHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: func(obj any) {
+				held.Lock()
+				held.Unlock()
+				if name, ok := inNS(obj); ok {
+					s.mu.Lock()
+					s.adds[name]++
+					s.mu.Unlock()
+				}
+			},
+			DeleteFunc: func(obj any) {
+				if name, ok := inNS(obj); ok {
+					s.mu.Lock()
+					s.deletes[name]++
+					s.mu.Unlock()
+				}
+			},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held.Unlock() // AddHandler returned while the handlers could not run
+	all := func(what string, ok func(s *seen) bool, among []*seen) {
+		t.Helper()
+		eventually(t, what, func() bool {
+			for _, s := range among {
+				s.mu.Lock()
+				good := ok(s)
+				s.mu.Unlock()
+				if !good {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	all("every subscriber to get the cached objects", func(s *seen) bool {
+		return s.adds["before-0"] > 0 && s.adds["before-1"] > 0 && s.adds["before-2"] > 0
+	}, subs)
+	if _, err := dyn.Resource(cmGVR).Namespace(ns).Create(testCtx(t), cm("after"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	all("every subscriber to get the new object", func(s *seen) bool { return s.adds["after"] > 0 }, subs)
+
+	for _, h := range handles[:n/2] {
+		h.Release()
+	}
+	if err := dyn.Resource(cmGVR).Namespace(ns).Delete(testCtx(t), "after", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	all("the remaining subscribers to get the delete", func(s *seen) bool { return s.deletes["after"] == 1 }, subs[n/2:])
+	for i, s := range subs[:n/2] {
+		s.mu.Lock()
+		if s.deletes["after"] != 0 {
+			t.Errorf("released subscriber %d still got the delete", i)
+		}
+		s.mu.Unlock()
+	}
+	for _, h := range handles[n/2:] {
+		h.Release()
+	}
+}
