@@ -33,6 +33,16 @@ type hookRequest struct {
 		} `json:"spec"`
 	} `json:"parent"`
 	Children map[string]map[string]json.RawMessage `json:"children"`
+	// Object and Attachments are a DecoratorController's (B8).
+	Object struct {
+		Metadata struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+		Spec struct {
+			Gen int64 `json:"gen"`
+		} `json:"spec"`
+	} `json:"object"`
+	Attachments map[string]map[string]json.RawMessage `json:"attachments"`
 }
 
 func startHook() (*hookServer, error) {

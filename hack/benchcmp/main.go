@@ -42,8 +42,13 @@
 //	    on a third CRD (Slow) whose sync hook answers after 200ms; for 1, 2
 //	    and 4 dispatchers (the all-in-one's own, plus bin/dispatcher
 //	    processes joining its embedded JetStream over TCP), 500 new
-//	    parents: parents/s to convergence, hook calls/s against the ideal
-//	    replicas × 16 workers / 200ms, and the most hook calls at once
+//	    parents (-b7-parents): parents/s to convergence, hook calls/s
+//	    against the ideal replicas × 16 workers / 200ms, and the most hook
+//	    calls at once
+//	B8  many controllers (issue #12, metabus only): B7 with the parents
+//	    spread over 1,000 DecoratorControllers (-b8-controllers) of a
+//	    fourth CRD (SlowD), 5 new parents each (-b8-parents) per
+//	    dispatcher count, after a warm-up of one parent per controller
 //
 // -scenarios selects scenarios (default all), e.g. -scenarios B6 for the
 // noisy neighbour alone (after a one-parent warm-up); B5's first figure
@@ -88,6 +93,9 @@ type config struct {
 	crdDir      string
 	logDir      string
 	timeout     time.Duration
+	// b7Parents are B7's new parents per dispatcher count; b8Controllers
+	// and b8Parents B8's controllers and new parents per controller.
+	b7Parents, b8Controllers, b8Parents int
 }
 
 func main() {
@@ -101,7 +109,10 @@ func main() {
 	flag.IntVar(&cfg.rssParents, "rss-parents", 0, "B5: this many more parents before reading RSS again (0: skip)")
 	flag.IntVar(&cfg.rounds, "rounds", 1, "rounds; contenders are interleaved and the table shows median [min–max]")
 	flag.StringVar(&only, "only", "raw,metabus,upstream", "contenders to run (upstream only with -upstream or $MC_BIN)")
-	flag.StringVar(&scenarios, "scenarios", "all", "scenarios to run, e.g. \"B6\" or \"B1,B2\" (all: B1-B7)")
+	flag.StringVar(&scenarios, "scenarios", "all", "scenarios to run, e.g. \"B6\" or \"B1,B2\" (all: B1-B8)")
+	flag.IntVar(&cfg.b7Parents, "b7-parents", 500, "B7: new parents per dispatcher count")
+	flag.IntVar(&cfg.b8Controllers, "b8-controllers", 1000, "B8: DecoratorControllers")
+	flag.IntVar(&cfg.b8Parents, "b8-parents", 5, "B8: new parents per controller and dispatcher count")
 	flag.StringVar(&cfg.metabusBin, "metabus", "bin/metabus", "the all-in-one metabus binary (go build -o bin/ ./cmd/...)")
 	flag.StringVar(&metabusArgs, "metabus-args", "", "extra flags for metabus, e.g. \"--client-go-qps=1000\"")
 	flag.StringVar(&cfg.upstreamBin, "upstream", os.Getenv("MC_BIN"), "upstream metacontroller binary (default $MC_BIN)")
@@ -305,7 +316,8 @@ func allRows(cfg *config) []row {
 		row{key: "b6.beside.p50", pair: "b6.beside.p99", label: "B6: B beside hanging A p50/p99 ms", prec: 1},
 		row{key: "b6.stuck", label: fmt.Sprintf("B6: B updates not converged in %s", b6Cap), prec: 0},
 	)
-	rows = append(rows, b7Rows()...)
+	rows = append(rows, dispatcherRows("B7", "")...)
+	rows = append(rows, dispatcherRows("B8", fmt.Sprintf(", %d controllers", cfg.b8Controllers))...)
 	return rows
 }
 

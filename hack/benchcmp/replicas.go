@@ -37,8 +37,6 @@ import (
 )
 
 const (
-	// b7Parents are created for each replica count.
-	b7Parents = 500
 	// b7Hook is the sync hook's latency.
 	b7Hook = 200 * time.Millisecond
 	// b7Workers is metabus's default --workers: syncs per controller per
@@ -51,16 +49,17 @@ var b7Replicas = []int{1, 2, 4}
 
 var slowGVR = schema.GroupVersionResource{Group: "bench.metabus.dev", Version: "v1", Resource: "slows"}
 
-// b7Rows are B7's table rows.
-func b7Rows() []row {
+// dispatcherRows are the table rows of B7 or B8.
+func dispatcherRows(scenario, what string) []row {
+	key := strings.ToLower(scenario)
 	var rows []row
 	for _, n := range b7Replicas {
 		rows = append(rows,
-			row{key: fmt.Sprintf("b7.rate.%d", n), label: fmt.Sprintf("B7 parents/s, %s hook, %d dispatcher(s)", b7Hook, n), prec: 1},
-			row{key: fmt.Sprintf("b7.calls.%d", n), pair: fmt.Sprintf("b7.ideal.%d", n),
-				label: fmt.Sprintf("B7 hook calls/s / ideal, %d dispatcher(s)", n), prec: 1},
-			row{key: fmt.Sprintf("b7.peak.%d", n), label: fmt.Sprintf("B7 most hook calls at once, %d dispatcher(s)", n), prec: 0},
-			row{key: fmt.Sprintf("b7.cores.%d", n), label: fmt.Sprintf("B7 cores busy (all processes), %d dispatcher(s)", n), prec: 2},
+			row{key: fmt.Sprintf("%s.rate.%d", key, n), label: fmt.Sprintf("%s parents/s, %s hook%s, %d dispatcher(s)", scenario, b7Hook, what, n), prec: 1},
+			row{key: fmt.Sprintf("%s.calls.%d", key, n), pair: fmt.Sprintf("%s.ideal.%d", key, n),
+				label: fmt.Sprintf("%s hook calls/s / ideal, %d dispatcher(s)", scenario, n), prec: 1},
+			row{key: fmt.Sprintf("%s.peak.%d", key, n), label: fmt.Sprintf("%s most hook calls at once, %d dispatcher(s)", scenario, n), prec: 0},
+			row{key: fmt.Sprintf("%s.cores.%d", key, n), label: fmt.Sprintf("%s cores busy (all processes), %d dispatcher(s)", scenario, n), prec: 2},
 		)
 	}
 	return rows
@@ -117,11 +116,14 @@ func (h *slowHook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 		return
 	}
-	name, gen := req.Parent.Metadata.Name, req.Parent.Spec.Gen
+	name, gen, observed, childrenField := req.Parent.Metadata.Name, req.Parent.Spec.Gen, req.Children, "children"
+	if req.Object.Metadata.Name != "" { // a DecoratorController's request (B8)
+		name, gen, observed, childrenField = req.Object.Metadata.Name, req.Object.Spec.Gen, req.Attachments, "attachments"
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{
-		"status": map[string]any{"childCount": len(req.Children["ConfigMap.v1"]), "observedGen": gen},
-		"children": []any{map[string]any{
+		"status": map[string]any{"childCount": len(observed["ConfigMap.v1"]), "observedGen": gen},
+		childrenField: []any{map[string]any{
 			"apiVersion": "v1", "kind": "ConfigMap",
 			"metadata": map[string]any{"name": name},
 			"data":     map[string]any{"gen": strconv.FormatInt(gen, 10)},
@@ -154,10 +156,10 @@ type slowTracker struct {
 	more chan struct{} // closed and replaced whenever a parent converges
 }
 
-func startSlowTracker(ctx context.Context, r *run) (*slowTracker, error) {
+func startSlowTracker(ctx context.Context, r *run, gvr schema.GroupVersionResource) (*slowTracker, error) {
 	t := &slowTracker{stop: make(chan struct{}), done: map[string]time.Time{}, more: make(chan struct{})}
 	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(r.cl.harness, 0, ns, nil)
-	inf := f.ForResource(slowGVR).Informer()
+	inf := f.ForResource(gvr).Informer()
 	on := func(o any) {
 		u, ok := o.(*unstructured.Unstructured)
 		if !ok {
@@ -183,7 +185,7 @@ func startSlowTracker(ctx context.Context, r *run) (*slowTracker, error) {
 	defer cancel()
 	if !cache.WaitForCacheSync(sctx.Done(), inf.HasSynced) {
 		close(t.stop)
-		return nil, fmt.Errorf("informer on %s did not sync", slowGVR.Resource)
+		return nil, fmt.Errorf("informer on %s did not sync", gvr.Resource)
 	}
 	return t, nil
 }
@@ -217,7 +219,7 @@ func (t *slowTracker) wait(ctx context.Context, names []string, timeout time.Dur
 	}
 }
 
-// b7 measures convergence of b7Parents Slows for each replica count.
+// b7 measures convergence of -b7-parents Slows for each replica count.
 func (r *run) b7(ctx context.Context) error {
 	if r.natsURL == "" {
 		return fmt.Errorf("the all-in-one listens for NATS clients only in process")
@@ -238,7 +240,7 @@ func (r *run) b7(ctx context.Context) error {
 	if err := kubeenv.ApplyManifests(ctx, r.cl.env.Config, crdFile); err != nil {
 		return err
 	}
-	track, err := startSlowTracker(ctx, r)
+	track, err := startSlowTracker(ctx, r, slowGVR)
 	if err != nil {
 		return err
 	}
@@ -278,6 +280,22 @@ func (r *run) b7(ctx context.Context) error {
 		return fmt.Errorf("warm-up: %w", err)
 	}
 
+	return r.dispatcherRuns(ctx, "B7", dispBin, hook, track, js, b7Workers, func(n int) []string {
+		return names(fmt.Sprintf("slow-r%d", n), r.cfg.b7Parents)
+	}, func(ctx context.Context, ps []string) error {
+		return r.createObjects(ctx, slowGVR, "Slow", ps, 1, nil)
+	})
+}
+
+// dispatcherRuns measures, for each count in b7Replicas, how fast the
+// parents made by create converge with that many dispatchers (bin/dispatcher
+// processes joining the all-in-one's, started as needed and stopped at the
+// end), recording figures under the scenario's lower-case name. The ideal
+// hook-call rate is replicas × perReplica / hook latency: perReplica is
+// --workers for one controller, --max-in-flight for many.
+func (r *run) dispatcherRuns(ctx context.Context, scenario, dispBin string, hook *slowHook, track *slowTracker, js jetstream.JetStream,
+	perReplica int, parents func(replicas int) []string, create func(ctx context.Context, names []string) error) error {
+	key := strings.ToLower(scenario)
 	var extra []*proc
 	defer func() {
 		for _, p := range extra {
@@ -297,10 +315,10 @@ func (r *run) b7(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r.logf("%s B7: %d dispatcher(s) own the work partitions as assigned (%s each) after %s",
-			r.name, n, spread, time.Since(t0).Round(time.Millisecond))
+		r.logf("%s %s: %d dispatcher(s) own the work partitions as assigned (%s each) after %s",
+			r.name, scenario, n, spread, time.Since(t0).Round(time.Millisecond))
 		hook.waitQuiet(ctx, time.Second, 30*time.Second)
-		ps := names(fmt.Sprintf("slow-r%d", n), b7Parents)
+		ps := parents(n)
 		calls0 := hook.calls.Load()
 		hook.peak.Store(hook.inflight.Load())
 		pids := []int{r.ctrl.pid(), r.cl.pid("kube-apiserver"), r.cl.pid("etcd"), os.Getpid()}
@@ -309,7 +327,7 @@ func (r *run) b7(ctx context.Context) error {
 		}
 		cpu0 := cpuOf(pids)
 		t0 = time.Now()
-		if err := r.createObjects(ctx, slowGVR, "Slow", ps, 1, nil); err != nil {
+		if err := create(ctx, ps); err != nil {
 			return err
 		}
 		created := time.Since(t0)
@@ -320,14 +338,15 @@ func (r *run) b7(ctx context.Context) error {
 		secs := end.Sub(t0).Seconds()
 		cores := (cpuOf(pids) - cpu0) / time.Since(t0).Seconds()
 		calls := hook.calls.Load() - calls0
-		r.fig[fmt.Sprintf("b7.rate.%d", n)] = float64(len(ps)) / secs
-		r.fig[fmt.Sprintf("b7.calls.%d", n)] = float64(calls) / secs
-		r.fig[fmt.Sprintf("b7.ideal.%d", n)] = float64(n*b7Workers) / b7Hook.Seconds()
-		r.fig[fmt.Sprintf("b7.peak.%d", n)] = float64(hook.peak.Load())
-		r.fig[fmt.Sprintf("b7.cores.%d", n)] = cores
-		r.logf("%s B7: %d dispatcher(s): %d parents created in %s, converged in %.1fs (%.1f/s), %d hook calls (%.1f/s, ideal %.0f/s), at most %d at once, %.2f cores busy",
-			r.name, n, len(ps), created.Round(time.Millisecond), secs, float64(len(ps))/secs, calls, float64(calls)/secs,
-			float64(n*b7Workers)/b7Hook.Seconds(), hook.peak.Load(), cores)
+		ideal := float64(n*perReplica) / hook.delay.Seconds()
+		r.fig[fmt.Sprintf("%s.rate.%d", key, n)] = float64(len(ps)) / secs
+		r.fig[fmt.Sprintf("%s.calls.%d", key, n)] = float64(calls) / secs
+		r.fig[fmt.Sprintf("%s.ideal.%d", key, n)] = ideal
+		r.fig[fmt.Sprintf("%s.peak.%d", key, n)] = float64(hook.peak.Load())
+		r.fig[fmt.Sprintf("%s.cores.%d", key, n)] = cores
+		r.logf("%s %s: %d dispatcher(s): %d parents created in %s, converged in %.1fs (%.1f/s), %d hook calls (%.1f/s, ideal %.0f/s), at most %d at once, %.2f cores busy",
+			r.name, scenario, n, len(ps), created.Round(time.Millisecond), secs, float64(len(ps))/secs, calls, float64(calls)/secs,
+			ideal, hook.peak.Load(), cores)
 	}
 	return nil
 }
@@ -372,7 +391,7 @@ func (r *run) startDispatcher(ctx context.Context, bin string, i int) (*proc, er
 		return nil, err
 	}
 	p.metricsURL = "http://" + metrics + "/metrics"
-	r.logf("%s B7: dispatcher-%d ready (pid %d, log %s)", r.name, i, p.pid(), logPath)
+	r.logf("%s: dispatcher-%d ready (pid %d, log %s)", r.name, i, p.pid(), logPath)
 	return p, nil
 }
 

@@ -130,6 +130,11 @@ func (r *run) do(ctx context.Context) error {
 			return fmt.Errorf("B7: %w", err)
 		}
 	}
+	if sc["B8"] && r.name == "metabus" {
+		if err := r.b8(ctx); err != nil {
+			return fmt.Errorf("B8: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -142,7 +147,7 @@ func (r *run) startController(ctx context.Context) error {
 		return nil
 	case "metabus":
 		args := r.cfg.metabusArgs
-		if r.cfg.scenarios["B7"] {
+		if r.cfg.scenarios["B7"] || r.cfg.scenarios["B8"] {
 			var err error
 			if args, err = r.b7Listen(args); err != nil {
 				return err
@@ -215,9 +220,10 @@ func (r *run) createParents(ctx context.Context, names []string, gen int64) erro
 }
 
 // createObjects creates objects of kind (bench.metabus.dev/v1, resource
-// gvr) with spec.gen = gen from 50 concurrent clients, calling before (if
-// set) just before each create. It returns the first error.
-func (r *run) createObjects(ctx context.Context, gvr schema.GroupVersionResource, kind string, names []string, gen int64, before func(name string)) error {
+// gvr) with spec.gen = gen and the labels of labels(name) (if set) from 50
+// concurrent clients, calling before (if set) just before each create. It
+// returns the first error.
+func (r *run) createObjects(ctx context.Context, gvr schema.GroupVersionResource, kind string, names []string, gen int64, before func(name string), labels ...func(name string) map[string]any) error {
 	work := make(chan string)
 	var (
 		wg    sync.WaitGroup
@@ -236,6 +242,9 @@ func (r *run) createObjects(ctx context.Context, gvr schema.GroupVersionResource
 					"metadata":   map[string]any{"name": name},
 					"spec":       map[string]any{"gen": gen},
 				}}
+				for _, l := range labels {
+					b.Object["metadata"].(map[string]any)["labels"] = l(name)
+				}
 				if _, err := r.cl.harness.Resource(gvr).Namespace(ns).Create(ctx, b, metav1.CreateOptions{}); err != nil {
 					mu.Lock()
 					if first == nil {

@@ -389,7 +389,7 @@ func parseContenders(list string) ([]string, error) {
 }
 
 // scenarioNames are the scenarios in the order they run.
-var scenarioNames = []string{"B1", "B2", "B3", "B4", "B5", "B6", "B7"}
+var scenarioNames = []string{"B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8"}
 
 // parseScenarios reads the -scenarios list: "all", or names such as
 // "B2,b6" (case does not matter).
