@@ -278,7 +278,7 @@ func benchNamespace(b *testing.B) string {
 
 func benchMetabus(b *testing.B, cfg allinone.Config, api *benchAPICounter) *instance {
 	b.Helper()
-	return startMetabusWith(b, cfg, nil, func(next http.RoundTripper) http.RoundTripper { return benchCountingRT{next: next, c: api} })
+	return startMetabusAs(b, cfg, nil, func(next http.RoundTripper) http.RoundTripper { return benchCountingRT{next: next, c: api} }, superUser)
 }
 
 // metricBy returns a counter's values by one label.

@@ -71,6 +71,10 @@ func run(m *testing.M) int {
 	cfg.QPS, cfg.Burst = 500, 1000
 	kube = kubernetes.NewForConfigOrDie(cfg)
 	dyn = dynamic.NewForConfigOrDie(cfg)
+	if err := installProductionRBAC(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "install the production RBAC: %v\n", err)
+		return 1
+	}
 	return m.Run()
 }
 
@@ -94,12 +98,25 @@ func startMetabus(t *testing.T, cfg allinone.Config, trace obs.Tracer) *instance
 // optional wrapper of metabus's API transport (benchmarks count requests).
 func startMetabusWith(tb testing.TB, cfg allinone.Config, trace obs.Tracer, wrap func(http.RoundTripper) http.RoundTripper) *instance {
 	tb.Helper()
-	return startMetabusDeps(tb, cfg, trace, wrap, nil)
+	return startMetabusAs(tb, cfg, trace, wrap, serviceAccounts)
 }
 
-// startMetabusDeps is startMetabusWith with the appliers' own API
-// configuration (nil: the test's super-user, as the other stages).
-func startMetabusDeps(tb testing.TB, cfg allinone.Config, trace obs.Tracer, wrap func(http.RoundTripper) http.RoundTripper, applierREST *rest.Config) *instance {
+// identity is who metabus's services are to the API server.
+type identity int
+
+const (
+	// serviceAccounts: each service impersonates its ServiceAccount,
+	// bound by the RBAC deploy/ ships (installed by TestMain), as in a
+	// real installation. Every test runs so.
+	serviceAccounts identity = iota
+	// superUser: the test's own admin credentials. Benchmarks only, so
+	// that their API-server CPU figures stay comparable with those
+	// recorded before (impersonation adds an authorization per request).
+	superUser
+)
+
+// startMetabusAs is startMetabusWith with the services' identity.
+func startMetabusAs(tb testing.TB, cfg allinone.Config, trace obs.Tracer, wrap func(http.RoundTripper) http.RoundTripper, who identity) *instance {
 	tb.Helper()
 	inst := &instance{reg: prometheus.NewRegistry()}
 	label := strings.ToLower(strings.NewReplacer("/", "-", "_", "-", "=", "-").Replace(tb.Name()))
@@ -126,12 +143,14 @@ func startMetabusDeps(tb testing.TB, cfg allinone.Config, trace obs.Tracer, wrap
 	rc := rest.CopyConfig(env.Config)
 	rc.QPS, rc.Burst = 500, 1000
 	rc.WrapTransport = wrap
-	go func() {
-		done <- allinone.Run(ctx, cfg, allinone.Deps{
-			REST: rc, ApplierREST: applierREST, Log: log, Metrics: inst.reg, Trace: trace,
-			Started: func(s *server.Server, url string) { inst.nats, inst.url = s, url; close(started) },
-		})
-	}()
+	deps := allinone.Deps{
+		REST: rc, Log: log, Metrics: inst.reg, Trace: trace,
+		Started: func(s *server.Server, url string) { inst.nats, inst.url = s, url; close(started) },
+	}
+	if who == serviceAccounts {
+		deps.ServiceREST = asServiceAccounts(rc)
+	}
+	go func() { done <- allinone.Run(ctx, cfg, deps) }()
 	select {
 	case <-started:
 	case err := <-done:

@@ -1,8 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -13,28 +18,136 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/pkg/allinone"
 )
 
+// The shipped manifests' names (deploy/rbac).
+const (
+	applierRole         = "metabus-applier"
+	applierAllResources = "metabus-applier-all-resources"
+)
+
+// installProductionRBAC installs what deploy/kustomization.yaml ships for
+// the services' identities: the metabus namespace and every file of
+// deploy/rbac, the applier's all-resources role included. It returns once
+// kube-controller-manager has aggregated that role into the applier's, or
+// the first test's writes would be refused.
+func installProductionRBAC(ctx context.Context) error {
+	if err := env.Apply(ctx, "../deploy/namespace.yaml", "../deploy/rbac"); err != nil {
+		return err
+	}
+	return waitApplierRole(ctx, 60*time.Second, true)
+}
+
+// waitApplierRole waits until the applier's aggregated ClusterRole does
+// (all) or does not (!all) hold the all-resources rule.
+func waitApplierRole(ctx context.Context, timeout time.Duration, all bool) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		agg, err := kube.RbacV1().ClusterRoles().Get(ctx, applierRole, metav1.GetOptions{})
+		if err == nil && slices.ContainsFunc(agg.Rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.Resources, "*") }) == all {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("ClusterRole %s: all-resources rule present != %v after %s (%v)", applierRole, all, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// serviceAccount is the user a service runs as in the shipped manifests.
+func serviceAccount(service string) string {
+	return "system:serviceaccount:metabus:metabus-" + service
+}
+
+// asServiceAccounts is rc impersonating each service's ServiceAccount.
+func asServiceAccounts(rc *rest.Config) map[string]*rest.Config {
+	out := map[string]*rest.Config{}
+	for _, s := range []string{allinone.ServiceWatcher, allinone.ServiceDispatcher, allinone.ServiceApplier, allinone.ServiceRevisions} {
+		c := rest.CopyConfig(rc)
+		c.Impersonate = rest.ImpersonationConfig{UserName: serviceAccount(s)}
+		out[s] = c
+	}
+	return out
+}
+
+// grantDispatcherSecrets does in ns what an admin does for each
+// --secret-namespaces entry (and Helm's dispatcher.secretNamespaces does):
+// a copy of the Role and RoleBinding metabus-dispatcher-secrets that
+// deploy/rbac/dispatcher.yaml ships for the metabus namespace.
+func grantDispatcherSecrets(t *testing.T, ns string) {
+	t.Helper()
+	data, err := os.ReadFile("../deploy/rbac/dispatcher.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	copied := 0
+	for {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("deploy/rbac/dispatcher.yaml: %v", err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(raw); err != nil {
+			t.Fatalf("deploy/rbac/dispatcher.yaml: %v", err)
+		}
+		if u.GetName() != "metabus-dispatcher-secrets" || (u.GetKind() != "Role" && u.GetKind() != "RoleBinding") {
+			continue
+		}
+		u.SetNamespace(ns)
+		gvr := rbacv1.SchemeGroupVersion.WithResource(strings.ToLower(u.GetKind()) + "s")
+		if _, err := dyn.Resource(gvr).Namespace(ns).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("copy %s metabus-dispatcher-secrets to %s: %v", u.GetKind(), ns, err)
+		}
+		copied++
+	}
+	if copied != 2 {
+		t.Fatalf("deploy/rbac/dispatcher.yaml: found %d of the Role and RoleBinding metabus-dispatcher-secrets", copied)
+	}
+}
+
+// narrowApplier does what an admin narrowing the applier does (kustomize:
+// drop rbac/applier-all-resources.yaml; Helm: applier.rbac.allResources=false)
+// until the test ends.
+func narrowApplier(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	if err := kube.RbacV1().ClusterRoles().Delete(ctx, applierAllResources, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Apply(ctx, "../deploy/rbac/applier-all-resources.yaml"); err != nil {
+			t.Errorf("restore %s: %v", applierAllResources, err)
+			return
+		}
+		if err := waitApplierRole(ctx, 60*time.Second, true); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := waitApplierRole(ctx, 60*time.Second, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestApplierNarrowedRBAC (issue #14): the applier runs under its production
 // ClusterRole (deploy/rbac/applier.yaml, aggregated by the control plane's
-// clusterrole-aggregation controller) without the all-resources role, plus
-// a role for the parent kind only. A child kind it may not write is an
+// clusterrole-aggregation controller) without the all-resources role, which
+// the test deletes as an admin would, plus a role for the parent kind only. A child kind it may not write is an
 // ApplyForbidden Warning Event on the parent that names the verb, resource
 // and namespace and the RBAC to grant; the sync is not retried hot; once an
 // admin labels a role granting the kind, the next change of the parent
 // converges.
 func TestApplierNarrowedRBAC(t *testing.T) {
 	ctx := context.Background()
-	const sa = "system:serviceaccount:metabus:metabus-applier"
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "metabus"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	if err := env.Apply(ctx, "../deploy/rbac/applier.yaml"); err != nil {
-		t.Fatalf("apply the applier's production RBAC: %v", err)
-	}
+	sa := serviceAccount(allinone.ServiceApplier)
+	narrowApplier(t)
 	grant := func(name string, rules ...rbacv1.PolicyRule) {
 		t.Helper()
 		role := &rbacv1.ClusterRole{
@@ -46,7 +159,7 @@ func TestApplierNarrowedRBAC(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = kube.RbacV1().ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{}) })
 		eventually(t, 30*time.Second, "the applier's ClusterRole to aggregate "+name, func() error {
-			agg, err := kube.RbacV1().ClusterRoles().Get(ctx, "metabus-applier", metav1.GetOptions{})
+			agg, err := kube.RbacV1().ClusterRoles().Get(ctx, applierRole, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
@@ -62,9 +175,7 @@ func TestApplierNarrowedRBAC(t *testing.T) {
 		rbacv1.PolicyRule{APIGroups: []string{"test.metabus.dev"}, Resources: []string{"widgets"}, Verbs: []string{"get", "update"}},
 		rbacv1.PolicyRule{APIGroups: []string{"test.metabus.dev"}, Resources: []string{"widgets/status"}, Verbs: []string{"update"}})
 
-	applierREST := rest.CopyConfig(env.Config)
-	applierREST.Impersonate = rest.ImpersonationConfig{UserName: sa}
-	inst := startMetabusDeps(t, allinone.Config{}, nil, nil, applierREST)
+	inst := startMetabus(t, allinone.Config{}, nil)
 	ns := newNamespace(t)
 	var calls atomic.Int64
 	url := hookServer(t, jsonHook(widgetHook(&calls)))

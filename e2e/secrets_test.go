@@ -20,12 +20,15 @@ import (
 // --secret-namespaces) and never sends them over plain http unless the
 // webhook says allowInsecureCredentials. A refused controller gets a
 // SyncError Event on the parent and on the controller, and its hook
-// receives no request; an allowed one works.
+// receives no request; an allowed one works. The dispatcher runs under its
+// production RBAC: a namespace the flag allows but no Role grants (an admin
+// who forgot the Role) is refused by the API server, with the same result.
 func TestWebhookCredentialsGuarded(t *testing.T) {
 	ctx := context.Background()
-	allowed, other := newNamespace(t), newNamespace(t)
-	inst := startMetabus(t, allinone.Config{Dispatcher: dispatcher.Config{SecretNamespaces: []string{allowed}}}, nil)
-	for _, ns := range []string{allowed, other} {
+	allowed, other, unbound := newNamespace(t), newNamespace(t), newNamespace(t)
+	grantDispatcherSecrets(t, allowed)
+	inst := startMetabus(t, allinone.Config{Dispatcher: dispatcher.Config{SecretNamespaces: []string{allowed, unbound}}}, nil)
+	for _, ns := range []string{allowed, other, unbound} {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hook-token"}, Data: map[string][]byte{"token": []byte("tok-" + ns)}}
 		if _, err := kube.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -55,6 +58,7 @@ func TestWebhookCredentialsGuarded(t *testing.T) {
 	}{
 		{mode: "other-namespace", secretNS: other, allowInsecure: true},
 		{mode: "plain-http", secretNS: allowed},
+		{mode: "no-role", secretNS: unbound, allowInsecure: true},
 		{mode: "allowed", secretNS: allowed, allowInsecure: true},
 	}
 	for _, c := range controllers {
@@ -100,6 +104,9 @@ func TestWebhookCredentialsGuarded(t *testing.T) {
 	eventually(t, 30*time.Second, "a SyncError on the parent whose credentials would go over http", func() error {
 		return syncError(allowed, "plain-http", httpWant...)
 	})
+	eventually(t, 30*time.Second, "a SyncError on the parent whose Secret RBAC does not let the dispatcher read", func() error {
+		return syncError(allowed, "no-role", "is forbidden", serviceAccount(allinone.ServiceDispatcher), unbound)
+	})
 	eventually(t, 30*time.Second, "SyncErrors on the refused controllers", func() error {
 		if err := syncError(metav1.NamespaceDefault, "secrets-other-namespace", nsWant...); err != nil {
 			return err
@@ -109,7 +116,7 @@ func TestWebhookCredentialsGuarded(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	for _, mode := range []string{"other-namespace", "plain-http"} {
+	for _, mode := range []string{"other-namespace", "plain-http", "no-role"} {
 		if requests[mode] != 0 {
 			t.Errorf("%s: the hook received %d requests, want none", mode, requests[mode])
 		}

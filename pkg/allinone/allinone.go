@@ -60,10 +60,12 @@ type Config struct {
 // Deps are shared by every component.
 type Deps struct {
 	REST *rest.Config
-	// ApplierREST, if set, is the appliers' API configuration instead of
-	// REST: tests run them under the applier's production ClusterRole by
-	// impersonating its ServiceAccount.
-	ApplierREST *rest.Config
+	// ServiceREST, if set, gives services their own API configuration
+	// instead of REST, keyed by service name (ServiceWatcher...): the e2e
+	// tests run each under its production RBAC by impersonating its
+	// ServiceAccount, so a rule missing from deploy/rbac fails a test
+	// rather than a user's installation.
+	ServiceREST map[string]*rest.Config
 	Log         *zap.Logger
 	Metrics     prometheus.Registerer
 	Health      *obs.Health
@@ -71,6 +73,22 @@ type Deps struct {
 	// Started, if set, is called once everything runs, with the embedded
 	// server (nil with external NATS) and the client URL.
 	Started func(s *server.Server, url string)
+}
+
+// The services' names in Deps.ServiceREST.
+const (
+	ServiceWatcher    = "watcher"
+	ServiceDispatcher = "dispatcher"
+	ServiceApplier    = "applier"
+	ServiceRevisions  = "revisions"
+)
+
+// restFor is the API configuration of service.
+func (d Deps) restFor(service string) *rest.Config {
+	if rc := d.ServiceREST[service]; rc != nil {
+		return rc
+	}
+	return d.REST
 }
 
 // Run runs everything until ctx is done.
@@ -143,7 +161,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		}
 		defer func() { _ = sub.Unsubscribe() }()
 	}
-	w, err := watcher.New(wcfg, watcher.Deps{REST: deps.REST, NC: nc, JS: js, Log: log, Metrics: deps.Metrics, Health: deps.Health, Echoes: book})
+	w, err := watcher.New(wcfg, watcher.Deps{REST: deps.restFor(ServiceWatcher), NC: nc, JS: js, Log: log, Metrics: deps.Metrics, Health: deps.Health, Echoes: book})
 	if err != nil {
 		return err
 	}
@@ -153,7 +171,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		return err
 	}
 	conns = append(conns, rnc)
-	revs, err := revisions.New(cfg.Revisions, revisions.Deps{REST: deps.REST, NC: rnc, Log: log, Metrics: deps.Metrics, Health: deps.Health})
+	revs, err := revisions.New(cfg.Revisions, revisions.Deps{REST: deps.restFor(ServiceRevisions), NC: rnc, Log: log, Metrics: deps.Metrics, Health: deps.Health})
 	if err != nil {
 		return err
 	}
@@ -189,7 +207,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			return err
 		}
 		conns = append(conns, nc)
-		d := dispatcher.Deps{REST: deps.REST, NC: nc, JS: js, Log: log.With(zap.Int("replica", i)), Health: deps.Health, Trace: deps.Trace, Echoes: book}
+		d := dispatcher.Deps{REST: deps.restFor(ServiceDispatcher), NC: nc, JS: js, Log: log.With(zap.Int("replica", i)), Health: deps.Health, Trace: deps.Trace, Echoes: book}
 		if !cfg.SnapshotsOverNATS {
 			d.Snapshots, d.Revisions = src, store
 		}
@@ -216,11 +234,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			return err
 		}
 		conns = append(conns, nc)
-		arest := deps.REST
-		if deps.ApplierREST != nil {
-			arest = deps.ApplierREST
-		}
-		a := applier.Deps{REST: arest, NC: nc, JS: js, Log: log.With(zap.Int("replica", i)), Health: deps.Health, Trace: deps.Trace, Echoes: book}
+		a := applier.Deps{REST: deps.restFor(ServiceApplier), NC: nc, JS: js, Log: log.With(zap.Int("replica", i)), Health: deps.Health, Trace: deps.Trace, Echoes: book}
 		if !cfg.SnapshotsOverNATS {
 			a.Snapshots, a.Revisions = src, store
 		}
