@@ -1758,6 +1758,14 @@ func TestKustomize(t *testing.T) {
 			t.Error("dispatcher: no POD_NAMESPACE from metadata.namespace (its Secret namespace)")
 		}
 	}
+	// Likewise the watcher's --controller-resources (Helm watcher.controllerResources: []).
+	if o := byKey["Deployment/metabus-watcher"]; o != nil {
+		for _, a := range podContainer(t, o).args() {
+			if strings.HasPrefix(a, "--controller-resources") {
+				t.Errorf("watcher: %s; kustomize keeps the built-in default, as the Helm chart's", a)
+			}
+		}
+	}
 	for _, k := range []string{"ClusterRole/metabus-dispatcher", "Role/metabus-dispatcher-secrets"} {
 		if o := byKey[k]; o != nil {
 			hasSecrets := false
@@ -1848,6 +1856,19 @@ func TestHelmChart(t *testing.T) {
 		for _, want := range []string{"{{- with .Values.dispatcher.relatedResources }}", `- --related-resources={{ join "," . }}`} {
 			if !strings.Contains(dep, want) {
 				t.Errorf("templates/dispatcher.yaml lacks %s", want)
+			}
+		}
+	})
+
+	t.Run("watcher controller resources", func(t *testing.T) {
+		// Default: the watcher's built-in policy (no flag), as kustomize.
+		if v, found, _ := unstructured.NestedSlice(values, "watcher", "controllerResources"); !found || len(v) != 0 {
+			t.Errorf("values watcher.controllerResources = %v, want [] (the built-in default)", v)
+		}
+		dep := readFile(t, filepath.Join(chartDir, "templates", "watcher.yaml"))
+		for _, want := range []string{"{{- with .Values.watcher.controllerResources }}", `- --controller-resources={{ join "," . }}`} {
+			if !strings.Contains(dep, want) {
+				t.Errorf("templates/watcher.yaml lacks %s", want)
 			}
 		}
 	})

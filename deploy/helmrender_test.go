@@ -113,7 +113,7 @@ func TestHelmRender(t *testing.T) {
 		check   func(t *testing.T, objs map[string]map[string]any)
 	}{
 		{
-			reason: "defaults: applier on every resource, no TLS, monitoring closed, built-in related policy",
+			reason: "defaults: applier on every resource, no TLS, monitoring closed, built-in related and controller policies",
 			check: func(t *testing.T, objs map[string]map[string]any) {
 				want := []string{"metabus-applier", "metabus-applier-all-resources", "metabus-applier-events", "metabus-dispatcher", "metabus-revisions", "metabus-watcher"}
 				if diff := cmp.Diff(want, kinds(objs, "ClusterRole")); diff != "" {
@@ -133,6 +133,9 @@ func TestHelmRender(t *testing.T) {
 				}
 				if slices.ContainsFunc(args(objs, "Deployment/metabus-dispatcher"), func(s string) bool { return strings.HasPrefix(s, "--related-resources") }) {
 					t.Error("the dispatcher gets --related-resources by default")
+				}
+				if slices.ContainsFunc(args(objs, "Deployment/metabus-watcher"), func(s string) bool { return strings.HasPrefix(s, "--controller-resources") }) {
+					t.Error("the watcher gets --controller-resources by default")
 				}
 			},
 		},
@@ -159,6 +162,15 @@ func TestHelmRender(t *testing.T) {
 			check: func(t *testing.T, objs map[string]map[string]any) {
 				if a := args(objs, "Deployment/metabus-dispatcher"); !slices.Contains(a, "--related-resources=*,-core/events") {
 					t.Errorf("dispatcher args %v", a)
+				}
+			},
+		},
+		{
+			reason: "controller resources passed to the watcher",
+			values: "watcher: {controllerResources: [core/configmaps, 'apps/*']}",
+			check: func(t *testing.T, objs map[string]map[string]any) {
+				if a := args(objs, "Deployment/metabus-watcher"); !slices.Contains(a, "--controller-resources=core/configmaps,apps/*") {
+					t.Errorf("watcher args %v", a)
 				}
 			},
 		},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/allinone"
 	"github.com/metabus/metabus/services/dispatcher"
+	"github.com/metabus/metabus/services/watcher"
 )
 
 // secretRequests counts metabus's API requests on Secrets, which would
@@ -37,13 +38,15 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // related rule on Secrets is refused: the sync fails with a SyncError Event
 // on the parent and on the controller saying how an admin allows it, the
 // sync hook is not called and metabus does not touch Secrets at all (no
-// informer). With --related-resources=* the same controller works and its
-// sync hook sees the Secret.
+// informer). With --related-resources=* on the dispatcher and
+// --controller-resources=* on the watcher (which checks the rules again:
+// TestControllerResourcesBounded) the same controller works and its sync
+// hook sees the Secret.
 func TestRelatedResourcesBounded(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name    string
-		entries []string
+		entries []string // both flags'
 		allowed bool
 	}{
 		{name: "default", entries: nil, allowed: false},
@@ -51,7 +54,8 @@ func TestRelatedResourcesBounded(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var secretCalls secretRequests
-			inst := startMetabusWith(t, allinone.Config{Dispatcher: dispatcher.Config{RelatedResources: tc.entries}}, nil, secretCalls.wrap)
+			cfg := allinone.Config{Dispatcher: dispatcher.Config{RelatedResources: tc.entries}, Watcher: watcher.Config{ControllerResources: tc.entries}}
+			inst := startMetabusWith(t, cfg, nil, secretCalls.wrap)
 			ns := newNamespace(t)
 			if _, err := kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
 				ObjectMeta: metav1.ObjectMeta{Name: "db"}, Data: map[string][]byte{"password": []byte("hunter2")},

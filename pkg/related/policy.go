@@ -5,18 +5,28 @@ import (
 	"strings"
 )
 
-// DefaultPolicy is what related rules may name unless an admin says
-// otherwise (--related-resources): every resource but Secrets. A customize
-// hook is code of whoever may create a controller; a rule on Secrets would
-// make metabus watch every Secret of the cluster and send those the rule
-// selects to that hook's URL.
+// DefaultPolicy is what controllers may name unless an admin says
+// otherwise (the dispatcher's --related-resources for related rules, the
+// watcher's --controller-resources for every resource): every resource but
+// Secrets. A controller and its hooks are code of whoever may create a
+// controller; a parent, child or related rule on Secrets would make metabus
+// watch every Secret of the cluster and send those it selects to that
+// controller's hooks.
 var DefaultPolicy = []string{"*", "-core/secrets"}
 
-// Policy says which resources customize-hook related rules may name, so
-// that creating a controller does not let anyone make metabus watch, and
-// send to a hook, any type of the cluster.
+// Where an admin sets each policy, for the messages of refusals.
+const (
+	RelatedSetting    = "the dispatcher's --related-resources (Helm value dispatcher.relatedResources)"
+	ControllerSetting = "the watcher's --controller-resources (Helm value watcher.controllerResources)"
+)
+
+// Policy says which resources controllers may make metabus watch and send
+// to their hooks, so that creating a controller does not let anyone read
+// any type of the cluster through metabus.
 type Policy struct {
 	allow, deny []groupResource
+	// setting is where the policy comes from (RelatedSetting...).
+	setting string
 }
 
 // groupResource is one entry; "*" in either part matches anything.
@@ -34,12 +44,18 @@ func (g groupResource) String() string {
 	return group + "/" + g.resource
 }
 
-// ParsePolicy parses entries "<group>/<resource>" (the core group is "core"
-// or empty, "*" matches any group or resource, a lone "*" is "*/*"); an
-// entry starting with "-" denies, and a deny wins over any allow. A resource
-// no entry allows is refused.
+// ParsePolicy is ParsePolicyOf for the dispatcher's related-rules policy.
 func ParsePolicy(entries []string) (Policy, error) {
-	var p Policy
+	return ParsePolicyOf(RelatedSetting, entries)
+}
+
+// ParsePolicyOf parses entries "<group>/<resource>" (the core group is
+// "core" or empty, "*" matches any group or resource, a lone "*" is "*/*");
+// an entry starting with "-" denies, and a deny wins over any allow. A
+// resource no entry allows is refused. setting says where the entries were
+// set, for Refusal's messages.
+func ParsePolicyOf(setting string, entries []string) (Policy, error) {
+	p := Policy{setting: setting}
 	for _, e := range entries {
 		e = strings.TrimSpace(e)
 		if e == "" {
@@ -52,7 +68,7 @@ func ParsePolicy(entries []string) (Policy, error) {
 		}
 		group, resource, ok := strings.Cut(body, "/")
 		if !ok || resource == "" || strings.Contains(resource, "/") || strings.ContainsAny(body, " \t") {
-			return Policy{}, fmt.Errorf("related resources entry %q: want <group>/<resource> (core/secrets, apps/*, *), optionally prefixed with - to deny", e)
+			return Policy{}, fmt.Errorf("entry %q: want <group>/<resource> (core/secrets, apps/*, *), optionally prefixed with - to deny", e)
 		}
 		if group == "core" {
 			group = ""
@@ -65,6 +81,20 @@ func ParsePolicy(entries []string) (Policy, error) {
 		}
 	}
 	return p, nil
+}
+
+// AppendEntries is the parser of a repeatable policy flag (flag.Func): it
+// checks a comma-separated value, so a typo stops the service at start,
+// and appends its entries to *entries.
+func AppendEntries(setting string, entries *[]string) func(string) error {
+	return func(v string) error {
+		e := strings.Split(v, ",")
+		if _, err := ParsePolicyOf(setting, e); err != nil {
+			return err
+		}
+		*entries = append(*entries, e...)
+		return nil
+	}
 }
 
 // Allows reports whether related rules may name resource of group ("" is
@@ -89,8 +119,8 @@ func (p Policy) Refusal(group, resource string) string {
 	gr := groupResource{group: group, resource: resource}
 	for _, d := range p.deny {
 		if d.matches(group, resource) {
-			return fmt.Sprintf("%s is denied by -%s in the dispatcher's --related-resources (Helm value dispatcher.relatedResources); an admin may allow it", gr, d)
+			return fmt.Sprintf("%s is denied by -%s in %s; an admin may allow it", gr, d, p.setting)
 		}
 	}
-	return fmt.Sprintf("%s is not listed in the dispatcher's --related-resources (Helm value dispatcher.relatedResources); an admin may add it", gr)
+	return fmt.Sprintf("%s is not listed in %s; an admin may add it", gr, p.setting)
 }

@@ -87,6 +87,10 @@ func TestPolicyRefusal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	c, err := ParsePolicyOf(ControllerSetting, DefaultPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		reason          string
 		p               Policy
@@ -101,11 +105,44 @@ func TestPolicyRefusal(t *testing.T) {
 			reason: "not listed", p: q, group: "batch", resource: "jobs",
 			want: "batch/jobs is not listed in the dispatcher's --related-resources (Helm value dispatcher.relatedResources); an admin may add it",
 		},
+		{
+			reason: "the watcher's policy names the watcher's flag and value", p: c, resource: "secrets",
+			want: "core/secrets is denied by -core/secrets in the watcher's --controller-resources (Helm value watcher.controllerResources); an admin may allow it",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.reason, func(t *testing.T) {
 			if diff := cmp.Diff(tt.want, tt.p.Refusal(tt.group, tt.resource)); diff != "" {
 				t.Errorf("Refusal (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestAppendEntries(t *testing.T) {
+	type result struct {
+		Entries []string
+		Err     bool
+	}
+	tests := []struct {
+		reason string
+		values []string // one per flag occurrence
+		want   result
+	}{
+		{reason: "a comma-separated list", values: []string{"core/configmaps,apps/*"}, want: result{Entries: []string{"core/configmaps", "apps/*"}}},
+		{reason: "repeated flags add up", values: []string{"*", "-core/events"}, want: result{Entries: []string{"*", "-core/events"}}},
+		{reason: "an empty value: nothing allowed (not the default)", values: []string{""}, want: result{Entries: []string{""}}},
+		{reason: "a malformed entry is rejected and not kept", values: []string{"secrets"}, want: result{Err: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.reason, func(t *testing.T) {
+			var got result
+			parse := AppendEntries(ControllerSetting, &got.Entries)
+			for _, v := range tt.values {
+				got.Err = got.Err || parse(v) != nil
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -25,12 +25,5 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Func("related-resources", "comma-separated <group>/<resource> (core/configmaps, apps/*, * for all) that customize hooks' "+
 		"related rules may name; -<group>/<resource> denies and wins over any allow. A refused rule fails the sync with a SyncError. "+
 		"Repeatable (default "+strings.Join(related.DefaultPolicy, ",")+")",
-		func(v string) error {
-			entries := strings.Split(v, ",")
-			if _, err := related.ParsePolicy(entries); err != nil {
-				return err
-			}
-			c.RelatedResources = append(c.RelatedResources, entries...)
-			return nil
-		})
+		related.AppendEntries(related.RelatedSetting, &c.RelatedResources))
 }

@@ -62,6 +62,10 @@ func (w *Watcher) syncDecoratorController(ctx context.Context, id, name string) 
 		w.invalidController(id, dc, fmt.Errorf("invalid spec: %w", err))
 		return nil
 	}
+	if err := refuse(w.resources, decoratorResources(spec)); err != nil {
+		w.refusedController(id, dc, err)
+		return nil
+	}
 	wr, err := w.newDecoratorWiring(ctx, dc, spec, string(specJSON))
 	if err != nil {
 		w.invalidController(id, dc, err)

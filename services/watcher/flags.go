@@ -2,7 +2,10 @@ package watcher
 
 import (
 	"flag"
+	"strings"
 	"time"
+
+	"github.com/metabus/metabus/pkg/related"
 )
 
 // RegisterFlags adds the watcher's own flags (upstream names where they
@@ -20,5 +23,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LeaderElectionID, "leader-election-id", "metabus-watcher", "name of the leader-election Lease")
 	fs.BoolVar(&c.EnsureStreams, "ensure-streams", true, "create or update the JetStream streams and consumers at start")
 	fs.IntVar(&c.Bus.Replicas, "stream-replicas", 1, "replicas of each JetStream stream (3 in a production cluster)")
+	fs.Func("controller-resources", "comma-separated <group>/<resource> (core/configmaps, apps/*, * for all) that controllers may "+
+		"name as parent, child, decorator target or attachment, and in customize hooks' related rules: what metabus watches and "+
+		"sends to their hooks; -<group>/<resource> denies and wins over any allow. A controller naming another is not started "+
+		"(CreateError Event). Repeatable (default "+strings.Join(related.DefaultPolicy, ",")+")",
+		related.AppendEntries(related.ControllerSetting, &c.ControllerResources))
 	fs.IntVar(&c.Bus.Partitions, "partitions", 0, "change the partition count of MC_WORK and MC_DESIRED to this (1-1024; the replicas of each stage that get work are at most this many); 0 keeps the current count (64 on a new install); the change is a live cut-over, see README \"The bus\"")
 }

@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -100,6 +101,9 @@ func (wr *wiring) relatedSnapshot(rules []relatedRule) ([]snapshot.Group, bool) 
 // register records a parent's rules (replacing earlier ones) and
 // subscribes to the resources they name.
 func (ix *relatedIndex) register(rr *bus.RelatedRules) ([]relatedRule, error) {
+	if err := refuse(ix.w.resources, relatedResources(rr.Rules)); err != nil {
+		return nil, fmt.Errorf("refused, nothing watched: %w", err)
+	}
 	version := v1alpha1.HookVersion(rr.HookVersion)
 	var rules []relatedRule
 	for i, r := range rr.Rules {
@@ -285,6 +289,13 @@ func (w *Watcher) subscribeRelated() (*nats.Subscription, error) {
 			return
 		}
 		if _, err := wr.relatedIx().register(&rr); err != nil {
+			// A refusal means the dispatchers allow what this watcher
+			// does not (or someone else published the rules): worth an
+			// admin's look. The sync itself fails on the snapshot.
+			if errors.As(err, new(*refusedError)) {
+				w.log.Warn("related rules refused", zap.String("controller", rr.Controller.ID()), zap.String("parentUID", rr.ParentUID), zap.Error(err))
+				return
+			}
 			w.log.Debug("register related rules", zap.Error(err))
 		}
 	})

@@ -41,6 +41,7 @@ import (
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/obs"
+	"github.com/metabus/metabus/pkg/related"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 
@@ -78,6 +79,14 @@ type Config struct {
 	Bus bus.Options
 	// EnsureStreams creates/updates the streams and consumers at start.
 	EnsureStreams bool
+	// ControllerResources says which resources controllers may make the
+	// watcher watch and send to their hooks: parents, children, decorator
+	// targets and attachments, and customize hooks' related rules
+	// (related.ParsePolicyOf entries); nil means related.DefaultPolicy,
+	// everything but Secrets. A controller naming another resource is not
+	// wired (a CreateError Event on it says why); a related rule naming one
+	// starts no informer, whatever the dispatcher allowed.
+	ControllerResources []string
 }
 
 // Defaults fills unset fields.
@@ -136,6 +145,8 @@ type Watcher struct {
 	health     *obs.Health
 	metrics    *metrics
 	targets    labels.Selector
+	// resources is what controllers may watch (Config.ControllerResources).
+	resources related.Policy
 
 	leader atomic.Bool
 
@@ -190,6 +201,14 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 			return nil, fmt.Errorf("--target-label-selector: %w", err)
 		}
 	}
+	entries := cfg.ControllerResources
+	if entries == nil {
+		entries = related.DefaultPolicy
+	}
+	resources, err := related.ParsePolicyOf(related.ControllerSetting, entries)
+	if err != nil {
+		return nil, fmt.Errorf("--controller-resources: %w", err)
+	}
 	health := deps.Health
 	if health == nil {
 		health = &obs.Health{}
@@ -206,6 +225,7 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 		js:          deps.JS,
 		health:      health,
 		targets:     targets,
+		resources:   resources,
 		wirings:     map[string]controllerWiring{},
 		ctrlHandles: map[string]*informers.Handle{},
 		pending:     map[string]*bus.WorkItem{},

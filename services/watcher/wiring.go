@@ -137,6 +137,14 @@ func (w *Watcher) invalidController(id string, obj *unstructured.Unstructured, e
 	w.unwire(id, "cannot wire: "+err.Error(), false)
 }
 
+// refusedController reports a controller naming resources the admin's
+// policy (--controller-resources) refuses, and unwires it. The caller does
+// not retry: the policy only changes with a restart, and a change of the
+// controller enqueues it again.
+func (w *Watcher) refusedController(id string, obj *unstructured.Unstructured, err error) {
+	w.invalidController(id, obj, fmt.Errorf("controller not started, nothing watched or sent to its hooks: %w", err))
+}
+
 // install starts wr and puts it in place of the controller's previous
 // wiring, which it returns (stopped) so the caller can release what the
 // change took away. The new wiring subscribes before the old one releases,
@@ -169,6 +177,10 @@ func (w *Watcher) syncCompositeController(ctx context.Context, id, name string) 
 	if err := json.Unmarshal(specJSON, &spec); err != nil {
 		w.invalidController(id, cc, fmt.Errorf("invalid spec: %w", err))
 		return nil // nothing to retry until the spec changes
+	}
+	if err := refuse(w.resources, compositeResources(spec)); err != nil {
+		w.refusedController(id, cc, err)
+		return nil
 	}
 	wr, err := w.newWiring(ctx, cc, spec, string(specJSON))
 	if err != nil {
