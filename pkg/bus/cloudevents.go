@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -50,46 +49,61 @@ func ObjectPath(o ObjectRef) string {
 func WorkSeqString(seq uint64) string { return fmt.Sprintf("%020d", seq) }
 
 // NewMsg builds a NATS message carrying a CloudEvent in binary mode: the
-// attributes and extensions as ce-* headers, the JSON body untouched. The
-// attributes are printable ASCII by construction (UIDs, paths of DNS names,
-// fixed types), which the NATS binding requires.
-func NewMsg(ctx context.Context, subject, ceType, id string, ctrl ControllerRef, parent ObjectRef, body any, ext map[string]string) (*nats.Msg, error) {
+// attributes and extensions as ce-* headers, the JSON body untouched, as
+// the CloudEvents NATS binding writes them (TestNewMsgMatchesSDK holds it
+// to the sdk's encoding). The headers are written directly: going through
+// the sdk's event and binding cost about half of this function and 3-4%
+// of an all-in-one process's CPU. The attributes are printable ASCII by
+// construction (UIDs, paths of DNS names, fixed types), which NATS headers
+// require.
+func NewMsg(_ context.Context, subject, ceType, id string, ctrl ControllerRef, parent ObjectRef, body any, ext map[string]string) (*nats.Msg, error) {
 	data, err := json.Marshal(body)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s body: %w", ceType, err)
 	}
-	ev := cloudevents.NewEvent()
 	if id == "" {
 		id = uuid.NewString()
 	}
-	ev.SetID(id)
-	ev.SetType(ceType)
-	ev.SetSource(ControllerSource(ctrl))
-	ev.SetSubject(ObjectPath(parent))
-	ev.SetTime(time.Now())
-	if err := ev.SetData(cloudevents.ApplicationJSON, data); err != nil {
-		return nil, fmt.Errorf("set %s data: %w", ceType, err)
+	if ceType == "" {
+		return nil, fmt.Errorf("invalid event on %s: no type", subject)
 	}
-	ev.SetExtension(ExtPartitionKey, ctrl.ID()+"/"+parent.UID)
-	ev.SetExtension(ExtParentUID, parent.UID)
+	h := make(nats.Header, 11+len(ext))
+	h["ce-specversion"] = []string{event.CloudEventsVersionV1}
+	h["ce-id"] = []string{id}
+	h["ce-type"] = []string{ceType}
+	h["ce-source"] = []string{ControllerSource(ctrl)}
+	h["ce-subject"] = []string{ObjectPath(parent)}
+	h["ce-time"] = []string{time.Now().UTC().Format(time.RFC3339Nano)}
+	h["ce-datacontenttype"] = []string{cloudevents.ApplicationJSON}
+	h["ce-"+ExtPartitionKey] = []string{ctrl.ID() + "/" + parent.UID}
+	h["ce-"+ExtParentUID] = []string{parent.UID}
 	if parent.ResourceVersion != "" {
-		ev.SetExtension(ExtParentRV, parent.ResourceVersion)
+		h["ce-"+ExtParentRV] = []string{parent.ResourceVersion}
 	}
 	if ctrl.Weight > 1 {
-		ev.SetExtension(ExtWeight, strconv.Itoa(ctrl.Weight))
+		h["ce-"+ExtWeight] = []string{strconv.Itoa(ctrl.Weight)}
 	}
 	for k, v := range ext {
-		ev.SetExtension(k, v)
+		if !validExtensionName(k) {
+			return nil, fmt.Errorf("invalid %s event: extension name %q is not lower-case letters and digits", ceType, k)
+		}
+		h["ce-"+k] = []string{v}
 	}
-	if err := ev.Validate(); err != nil {
-		return nil, fmt.Errorf("invalid %s event: %w", ceType, err)
+	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
+}
+
+// validExtensionName: CloudEvents attribute names are lower-case ASCII
+// letters and digits.
+func validExtensionName(n string) bool {
+	if n == "" {
+		return false
 	}
-	var buf bytes.Buffer
-	hdr, err := cejs.WriteMsg(ctx, binding.ToMessage(&ev), &buf)
-	if err != nil {
-		return nil, fmt.Errorf("write %s event: %w", ceType, err)
+	for _, r := range n {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') {
+			return false
+		}
 	}
-	return &nats.Msg{Subject: subject, Header: hdr, Data: buf.Bytes()}, nil
+	return true
 }
 
 // ToEvent decodes any bus message (binary or structured mode) with the
