@@ -18,7 +18,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
-	"github.com/nats-io/nkeys"
 	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/pkg/bus"
@@ -536,23 +535,9 @@ func startProductionNATS(t *testing.T) *permEnv {
 	dir := t.TempDir()
 	env := &permEnv{seeds: map[string]string{}}
 	for _, user := range []string{"watcher", "dispatcher", "applier", "revisions"} {
-		kp, err := nkeys.CreateUser()
-		if err != nil {
-			t.Fatal(err)
-		}
-		pub, err := kp.PublicKey()
-		if err != nil {
-			t.Fatal(err)
-		}
-		seed, err := kp.Seed()
-		if err != nil {
-			t.Fatal(err)
-		}
+		pub, seedFile := newNkeyUser(t, dir, user)
 		t.Setenv(strings.ToUpper(user)+"_NKEY", pub)
-		env.seeds[user] = filepath.Join(dir, user+".nk")
-		if err := os.WriteFile(env.seeds[user], seed, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		env.seeds[user] = seedFile
 	}
 	t.Setenv("POD_NAME", "nats-0")
 

@@ -14,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nkeys"
 
 	"github.com/metabus/metabus/pkg/cli"
 	"github.com/metabus/metabus/pkg/natsx"
@@ -70,20 +69,7 @@ func TestNATSTLS(t *testing.T) {
 	if opts.TLSConfig == nil || opts.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert {
 		t.Fatalf("nats/tls.conf: TLS %v, client certificates required: %v; want both", opts.TLSConfig != nil, opts.TLSConfig != nil && opts.TLSConfig.ClientAuth == tls.RequireAndVerifyClientCert)
 	}
-	user, err := nkeys.CreateUser()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := user.PublicKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed, err := user.Seed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	seedFile := filepath.Join(dir, "watcher.nk")
-	writeTestFile(t, seedFile, seed)
+	pub, seedFile := newNkeyUser(t, dir, "watcher")
 	addr := startTLSServer(t, confPath, func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: pub}} })
 	nkey, err := nats.NkeyOptionFromSeed(seedFile)
 	if err != nil {

@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/examples/helloworld"
+	"github.com/metabus/metabus/pkg/allinone"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/services/applier"
@@ -36,7 +36,9 @@ func TestWatcherLeaderElection(t *testing.T) {
 	}
 	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	rc := rest.CopyConfig(env.Config)
+	// Each service under its production RBAC, the watchers' Lease in the
+	// namespace its Role covers.
+	rc := asServiceAccounts(env.Config)
 	const label = "leader-election"
 	type replica struct {
 		cancel context.CancelFunc
@@ -76,9 +78,9 @@ func TestWatcherLeaderElection(t *testing.T) {
 			defer nc.Close()
 			w, err := watcher.New(watcher.Config{
 				TargetLabelSelector: "metabus.dev/e2e=" + label, LeaderElect: true,
-				LeaderElectionNamespace: ns, LeaderElectionID: "watcher-" + label,
+				LeaderElectionNamespace: "metabus", LeaderElectionID: "watcher-" + label,
 				ServeSnapshots: true, EnsureStreams: true, DiscoveryInterval: 5 * time.Second,
-			}, watcher.Deps{REST: rc, NC: nc, JS: js, Log: log.Named(name), Metrics: reg})
+			}, watcher.Deps{REST: rc[allinone.ServiceWatcher], NC: nc, JS: js, Log: log.Named(name), Metrics: reg})
 			if err != nil {
 				return err
 			}
@@ -93,7 +95,7 @@ func TestWatcherLeaderElection(t *testing.T) {
 			return err
 		}
 		defer nc.Close()
-		d, err := dispatcher.New(dispatcher.Config{RunRelay: true}, dispatcher.Deps{REST: rc, NC: nc, JS: js, Log: log, Metrics: reg})
+		d, err := dispatcher.New(dispatcher.Config{RunRelay: true}, dispatcher.Deps{REST: rc[allinone.ServiceDispatcher], NC: nc, JS: js, Log: log, Metrics: reg})
 		if err != nil {
 			return err
 		}
@@ -105,7 +107,7 @@ func TestWatcherLeaderElection(t *testing.T) {
 			return err
 		}
 		defer nc.Close()
-		ap, err := applier.New(applier.Config{}, applier.Deps{REST: rc, NC: nc, JS: js, Log: log, Metrics: reg})
+		ap, err := applier.New(applier.Config{}, applier.Deps{REST: rc[allinone.ServiceApplier], NC: nc, JS: js, Log: log, Metrics: reg})
 		if err != nil {
 			return err
 		}
