@@ -41,7 +41,7 @@ func TestSeparateProcesses(t *testing.T) {
 	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	label := "separate-processes"
 	common := []string{
-		"--kubeconfig=" + env.Kubeconfig, "--nats-url=" + srv.ClientURL(),
+		"--nats-url=" + srv.ClientURL(),
 		"--metrics-address=0", "--health-probe-bind-address=0", "--zap-log-level=info",
 	}
 	logs := t.TempDir()
@@ -57,7 +57,9 @@ func TestSeparateProcesses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(filepath.Join(bin, svc.name), append(common, svc.args...)...)
+		// Each under its production RBAC, as deployed.
+		args := append([]string{"--kubeconfig=" + serviceKubeconfig(t, svc.name)}, common...)
+		cmd := exec.Command(filepath.Join(bin, svc.name), append(args, svc.args...)...)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/metabus/metabus/pkg/allinone"
 )
@@ -73,6 +75,25 @@ func asServiceAccounts(rc *rest.Config) map[string]*rest.Config {
 		out[s] = c
 	}
 	return out
+}
+
+// serviceKubeconfig writes the test cluster's kubeconfig impersonating
+// service's ServiceAccount (the kubeconfig's "as"), for the tests that run
+// the service binaries.
+func serviceKubeconfig(t *testing.T, service string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(env.Kubeconfig)
+	if err != nil {
+		t.Fatalf("read the test kubeconfig: %v", err)
+	}
+	for _, a := range cfg.AuthInfos {
+		a.Impersonate = serviceAccount(service)
+	}
+	path := filepath.Join(t.TempDir(), service+".kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatalf("write %s: %v", path, err)
+	}
+	return path
 }
 
 // grantDispatcherSecrets does in ns what an admin does for each

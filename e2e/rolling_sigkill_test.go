@@ -131,12 +131,14 @@ func TestRollingSurvivesSIGKILL(t *testing.T) {
 	h := recordPods(t, ns)
 	const label = "rolling-sigkill"
 	common := []string{
-		"--kubeconfig=" + env.Kubeconfig, "--nats-url=" + srv.ClientURL(),
+		"--nats-url=" + srv.ClientURL(),
 		"--metrics-address=0", "--health-probe-bind-address=0", "--zap-log-level=info",
 	}
 	logs := t.TempDir()
 	run := func(name string, args ...string) *svcProcess {
-		return newService(t, bin, logs, name, append(append([]string{}, common...), args...))
+		// Each under its production RBAC, as deployed.
+		kc := "--kubeconfig=" + serviceKubeconfig(t, name)
+		return newService(t, bin, logs, name, append(append([]string{kc}, common...), args...))
 	}
 	run("watcher", "--target-label-selector=metabus.dev/e2e="+label, "--discovery-interval=5s", "--ensure-streams=false")
 	run("dispatcher")
