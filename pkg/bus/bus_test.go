@@ -60,7 +60,7 @@ func TestStreamsAsDesigned(t *testing.T) {
 	if c.Metadata[PartitionsMetadata] != "64" {
 		t.Errorf("MC_WORK metadata %v, want %s=64", c.Metadata, PartitionsMetadata)
 	}
-	if c.SubjectTransform == nil || c.SubjectTransform.Destination != "mc.work.{{partition(1024,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}" {
+	if c.SubjectTransform == nil || c.SubjectTransform.Destination != "mc.work.{{partition(64,1,2)}}.{{partition(1024,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}" {
 		t.Errorf("MC_WORK transform = %+v", c.SubjectTransform)
 	}
 	d, err := js.Stream(ctx, DesiredStream)

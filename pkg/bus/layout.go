@@ -12,8 +12,9 @@ import (
 
 // Partition layout: MC_WORK and MC_DESIRED store every message under one of
 // Slots slots (subjects.go); a partition is the set of slots s with
-// s mod N == p, consumed by the durable consumer <prefix><N>-pNN through
-// one filter subject per slot, and owned by one replica at a time through
+// s mod N == p (N a power of two), consumed by the durable consumer
+// <prefix><N>-pNN through wildcard filters on the slot tokens (one for the
+// default 64, at most 8 for any N but 1), and owned by one replica at a time through
 // the lease lease.<stage>.<N>-pNN (owners.go). N, the partition count, is a
 // setting stored in the stream's metadata (PartitionsMetadata).
 //
@@ -46,21 +47,23 @@ const DefaultPartitions = 64
 
 // LegacyPartitions is the partition count of releases before slots, whose
 // consumers were named <prefix>pNN and whose streams stored messages under
-// slot hash mod 64. Because Slots is a multiple of it, such a message's
-// slot token and its parent's slot agree modulo any partition count that
-// divides 64, so an upgrade keeping 64 partitions (the default) serializes
-// old and new messages of a parent in the same partition. Change the
-// count only after the upgrade's cut-over has finished.
+// slot hash mod 64 (<root>.<slot mod 64>.<ctrl>.<uid>). The filters of a
+// partition count that divides 64 match those subjects too, in the
+// partition of the parent's slot, so an upgrade keeping 64 partitions
+// (the default) serializes old and new messages of a parent in the same
+// partition. Raise the count above 64 only after the upgrade's cut-over
+// has delivered the old messages: its filters name whole slots.
 const LegacyPartitions = 64
 
 // PartitionsMetadata is the stream metadata key holding the partition
 // count of MC_WORK and MC_DESIRED.
 const PartitionsMetadata = "metabus.dev/partitions"
 
-// ValidPartitions reports whether n is a usable partition count.
+// ValidPartitions reports whether n is a usable partition count: a power
+// of two from 1 to Slots, so that partitions are unions of slot tokens.
 func ValidPartitions(n int) error {
-	if n < 1 || n > Slots {
-		return fmt.Errorf("partitions must be between 1 and %d, not %d", Slots, n)
+	if n < 1 || n > Slots || n&(n-1) != 0 {
+		return fmt.Errorf("partitions must be a power of two from 1 to %d, not %d", Slots, n)
 	}
 	return nil
 }
@@ -82,11 +85,20 @@ func LeaseKey(stage string, n, p int) string {
 // prefix (legacy consumers pNN had leases lease.<stage>.pNN).
 func leaseKeyOf(stage, suffix string) string { return "lease." + stage + "." + suffix }
 
-// partitionFilters are the filter subjects of partition p of n: one per slot.
+// partitionFilters are the filter subjects of partition p of n (a power of
+// two): with n up to 64, the groups (first slot token) g ≡ p mod n, any
+// slot; above 64, the slots s ≡ p mod n, in their group.
 func partitionFilters(root string, n, p int) []string {
-	out := make([]string, 0, Slots/n+1)
+	if n <= groups {
+		out := make([]string, 0, groups/n)
+		for g := p; g < groups; g += n {
+			out = append(out, root+"."+strconv.Itoa(g)+".*.>")
+		}
+		return out
+	}
+	out := make([]string, 0, Slots/n)
 	for s := p; s < Slots; s += n {
-		out = append(out, root+"."+strconv.Itoa(s)+".>")
+		out = append(out, root+"."+strconv.Itoa(s%groups)+"."+strconv.Itoa(s)+".>")
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,13 +20,14 @@ func TestPartitionFilters(t *testing.T) {
 	for _, tc := range []struct {
 		reason string
 		n, p   int
-		want   []string // first three filters
+		want   []string // first filters
 		count  int
 	}{
-		{reason: "the default layout: 16 slots per partition", n: 64, p: 7, want: []string{"mc.work.7.>", "mc.work.71.>", "mc.work.135.>"}, count: 16},
-		{reason: "one partition holds every slot", n: 1, p: 0, want: []string{"mc.work.0.>", "mc.work.1.>", "mc.work.2.>"}, count: Slots},
-		{reason: "a count that does not divide the slots: the low partitions get one more", n: 1000, p: 3, want: []string{"mc.work.3.>", "mc.work.1003.>"}, count: 2},
-		{reason: "the same count, a high partition gets one", n: 1000, p: 999, want: []string{"mc.work.999.>"}, count: 1},
+		{reason: "the default layout: one wildcard per partition", n: 64, p: 7, want: []string{"mc.work.7.*.>"}, count: 1},
+		{reason: "fewer partitions: the groups congruent to p", n: 8, p: 3, want: []string{"mc.work.3.*.>", "mc.work.11.*.>", "mc.work.19.*.>"}, count: 8},
+		{reason: "one partition: every group", n: 1, p: 0, want: []string{"mc.work.0.*.>", "mc.work.1.*.>"}, count: 64},
+		{reason: "more partitions: whole slots within the group", n: 128, p: 7, want: []string{"mc.work.7.7.>", "mc.work.7.135.>", "mc.work.7.263.>"}, count: 8},
+		{reason: "one slot per partition", n: 1024, p: 1000, want: []string{"mc.work.40.1000.>"}, count: 1},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			got := partitionFilters(workRoot, tc.n, tc.p)
@@ -37,27 +39,53 @@ func TestPartitionFilters(t *testing.T) {
 			}
 		})
 	}
-	// Every slot belongs to exactly one partition of every layout.
-	for _, n := range []int{1, 7, 64, 100, 1024} {
-		seen := make([]int, Slots)
+	// Every stored subject matches exactly the partition of its slot, in
+	// every layout; a subject stored before slots (<root>.<slot mod
+	// 64>.<ctrl>.<uid>) matches it too when the count divides 64.
+	for n := 1; n <= Slots; n *= 2 {
+		filters := make([][]string, n)
 		for p := range n {
-			for _, f := range partitionFilters(workRoot, n, p) {
-				var s int
-				if _, err := fmt.Sscanf(f, "mc.work.%d.>", &s); err != nil {
-					t.Fatal(err)
-				}
-				seen[s]++
-				if PartitionOf(s, n) != p {
-					t.Errorf("n=%d: slot %d filtered by partition %d, PartitionOf says %d", n, s, p, PartitionOf(s, n))
-				}
-			}
+			filters[p] = partitionFilters(workRoot, n, p)
 		}
-		for s, c := range seen {
-			if c != 1 {
-				t.Fatalf("n=%d: slot %d in %d partitions", n, s, c)
+		for slot := range Slots {
+			subjects := []string{fmt.Sprintf("mc.work.%d.%d.cc-x.uid", slot%groups, slot)}
+			if n <= groups {
+				subjects = append(subjects, fmt.Sprintf("mc.work.%d.cc-x.uid", slot%groups))
+			}
+			for _, subj := range subjects {
+				var in []int
+				for p := range n {
+					if slices.ContainsFunc(filters[p], func(f string) bool { return subjectMatches(f, subj) }) {
+						in = append(in, p)
+					}
+				}
+				if len(in) != 1 || in[0] != PartitionOf(slot, n) {
+					t.Fatalf("n=%d: %s matched by partitions %v, want only %d", n, subj, in, PartitionOf(slot, n))
+				}
 			}
 		}
 	}
+	for _, n := range []int{0, 3, 100, 2048} {
+		if ValidPartitions(n) == nil {
+			t.Errorf("%d partitions accepted", n)
+		}
+	}
+}
+
+// subjectMatches is NATS subject matching with * and > wildcards.
+func subjectMatches(filter, subject string) bool {
+	f, s := strings.Split(filter, "."), strings.Split(subject, ".")
+	for i, tok := range f {
+		switch {
+		case tok == ">":
+			return len(s) > i
+		case i >= len(s):
+			return false
+		case tok != "*" && tok != s[i]:
+			return false
+		}
+	}
+	return len(f) == len(s)
 }
 
 func TestParsePartitionConsumer(t *testing.T) {

@@ -129,7 +129,7 @@ func WorkStreamConfig(o Options) jetstream.StreamConfig {
 		Duplicates:           2 * time.Minute,
 		SubjectTransform: &jetstream.SubjectTransformConfig{
 			Source:      workRoot + ".*.*",
-			Destination: fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", workRoot, Slots),
+			Destination: fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", workRoot, groups, Slots),
 		},
 	}
 }
@@ -163,7 +163,7 @@ func DesiredStreamConfig(o Options) jetstream.StreamConfig {
 		Compression: jetstream.S2Compression,
 		SubjectTransform: &jetstream.SubjectTransformConfig{
 			Source:      desiredRoot + ".*.*",
-			Destination: fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", desiredRoot, Slots),
+			Destination: fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", desiredRoot, groups, Slots),
 		},
 	}
 }

@@ -20,13 +20,18 @@ import (
 )
 
 // Slots is the number of hash slots the streams' subject transform spreads
-// parents over: the stored subject of a message is <root>.<slot>.<ctrl>.<uid>
-// with slot = Slot(ctrl, uid). It is a fixed wire contract; partitions
-// (the unit of ownership, a setting) are sets of slots, so changing the
-// partition count moves no message (layout.go). 1024 is a multiple of the
-// 64 partitions of releases before slots, so a parent's slot maps to the
-// partition its messages were stored under then (see LegacyPartitions).
+// parents over. The stored subject of a message is
+// <root>.<slot mod 64>.<slot>.<ctrl>.<uid> with slot = Slot(ctrl, uid): a
+// fixed wire contract. Partitions (the unit of ownership, a setting) are
+// sets of slots (layout.go), so changing the partition count moves no
+// message. The leading slot mod 64 token lets a partition of the default
+// layout be one wildcard filter: a WorkQueue stream checks every
+// consumer's filters on every acknowledgement, and 16 filters per
+// consumer cost 5% of an all-in-one process's CPU there.
 const Slots = 1024
+
+// groups is the number of values of the first slot token (slot mod groups).
+const groups = 64
 
 // Subject roots. Publishers address a (controller, parent) pair; the streams
 // insert the partition token when storing.
@@ -128,12 +133,17 @@ func DesiredSubject(ctrlID, parentUID string) (string, error) {
 // states under, after the partition transform. The applier reads the last
 // message of this subject to skip superseded desired states.
 func StoredDesiredSubject(ctrlID, parentUID string) string {
-	return fmt.Sprintf("%s.%d.%s.%s", desiredRoot, Slot(ctrlID, parentUID), ctrlID, parentUID)
+	return storedSubject(desiredRoot, ctrlID, parentUID)
 }
 
 // StoredWorkSubject is the subject MC_WORK stores a parent's work items under.
 func StoredWorkSubject(ctrlID, parentUID string) string {
-	return fmt.Sprintf("%s.%d.%s.%s", workRoot, Slot(ctrlID, parentUID), ctrlID, parentUID)
+	return storedSubject(workRoot, ctrlID, parentUID)
+}
+
+func storedSubject(root, ctrlID, parentUID string) string {
+	slot := Slot(ctrlID, parentUID)
+	return fmt.Sprintf("%s.%d.%d.%s.%s", root, slot%groups, slot, ctrlID, parentUID)
 }
 
 // SchedSubject holds the single pending schedule (retry or resync) of a
@@ -154,7 +164,7 @@ func DLQSubject(stage, ctrlID, parentUID string) string {
 }
 
 // Slot computes the slot the server's {{partition(1024,1,2)}} transform
-// assigns to (ctrlID, parentUID): FNV-1a 32 over the two tokens
+// assigns to (ctrlID, parentUID) (its {{partition(64,1,2)}} is slot mod 64): FNV-1a 32 over the two tokens
 // concatenated without a separator, modulo Slots. Clients use it to address
 // stored subjects and to find a parent's partition (PartitionOf).
 func Slot(ctrlID, parentUID string) int {
@@ -164,16 +174,23 @@ func Slot(ctrlID, parentUID string) int {
 	return int(h.Sum32() % Slots)
 }
 
-// ParseStoredSubject splits a stored subject <root>.<slot>.<ctrlID>.<parentUID>.
+// ParseStoredSubject splits a stored subject
+// <root>.<slot mod 64>.<slot>.<ctrlID>.<parentUID>, or
+// <root>.<slot mod 64>.<ctrlID>.<parentUID> as stored before slots.
 func ParseStoredSubject(subject string) (slot int, ctrlID, parentUID string, err error) {
 	parts := strings.Split(subject, ".")
-	if len(parts) != 5 {
+	token := 3
+	switch len(parts) {
+	case 6:
+	case 5:
+		token = 2 // legacy: the slot mod 64 is all there is
+	default:
 		return 0, "", "", fmt.Errorf("unexpected stored subject %q", subject)
 	}
-	if _, err := fmt.Sscanf(parts[2], "%d", &slot); err != nil {
+	if _, err := fmt.Sscanf(parts[token], "%d", &slot); err != nil {
 		return 0, "", "", fmt.Errorf("unexpected slot in %q: %w", subject, err)
 	}
-	return slot, parts[3], parts[4], nil
+	return slot, parts[len(parts)-2], parts[len(parts)-1], nil
 }
 
 // ParseKeySubject splits an unpartitioned subject <a>.<b>.<ctrlID>.<parentUID>
