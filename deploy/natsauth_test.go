@@ -1,13 +1,13 @@
 package deploy
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nkeys"
+
+	"github.com/metabus/metabus/pkg/testnats"
 )
 
 // TestProductionNATSRefusesStrangers (issue #14): the shipped
@@ -16,7 +16,7 @@ import (
 // refused. TestNATSTLS checks the same with TLS on, plus the certificates.
 func TestProductionNATSRefusesStrangers(t *testing.T) {
 	env := startProductionNATS(t)
-	_, stranger := newNkeyUser(t, t.TempDir(), "stranger")
+	_, stranger := testnats.NewUser(t, t.TempDir(), "stranger")
 	strangerKey, err := nats.NkeyOptionFromSeed(stranger)
 	if err != nil {
 		t.Fatal(err)
@@ -50,23 +50,4 @@ func TestProductionNATSRefusesStrangers(t *testing.T) {
 			}
 		})
 	}
-}
-
-// newNkeyUser creates an nkey user and writes its seed to dir/name.nk.
-func newNkeyUser(t *testing.T, dir, name string) (pub, seedFile string) {
-	t.Helper()
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pub, err = kp.PublicKey(); err != nil {
-		t.Fatal(err)
-	}
-	seed, err := kp.Seed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	seedFile = filepath.Join(dir, name+".nk")
-	writeTestFile(t, seedFile, seed)
-	return pub, seedFile
 }

@@ -5,16 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -25,6 +22,7 @@ import (
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/revstore"
 	"github.com/metabus/metabus/pkg/snapshot"
+	"github.com/metabus/metabus/pkg/testnats"
 	"github.com/metabus/metabus/services/revisions"
 )
 
@@ -524,70 +522,12 @@ type permEnv struct {
 	seeds map[string]string // user → seed file
 }
 
-// startProductionNATS starts nats-server in this process from
-// deploy/nats/nats-server.conf, changed only where it names the pod's
-// environment: the included cluster.conf is an empty file (a single node),
-// and the listen address, monitoring port, pid file and store directory are
-// local. The users' public nkeys reach it as in the StatefulSet, through
-// environment variables.
+// startProductionNATS starts nats-server from deploy/nats/nats-server.conf
+// (testnats.StartProduction).
 func startProductionNATS(t *testing.T) *permEnv {
 	t.Helper()
-	dir := t.TempDir()
-	env := &permEnv{seeds: map[string]string{}}
-	for _, user := range []string{"watcher", "dispatcher", "applier", "revisions"} {
-		pub, seedFile := newNkeyUser(t, dir, user)
-		t.Setenv(strings.ToUpper(user)+"_NKEY", pub)
-		env.seeds[user] = seedFile
-	}
-	t.Setenv("POD_NAME", "nats-0")
-
-	conf := readFile(t, filepath.Join("nats", "nats-server.conf"))
-	for _, r := range []struct{ re, repl string }{
-		{`(?m)^listen:.*$`, "listen: 127.0.0.1:-1"},
-		{`(?m)^http_port:.*$`, "# http_port: disabled in the test"},
-		{`(?m)^pid_file:.*$`, fmt.Sprintf("pid_file: %q", filepath.Join(dir, "nats.pid"))},
-		{`(?m)^(\s*)store_dir:.*$`, fmt.Sprintf("${1}store_dir: %q", filepath.Join(dir, "jetstream"))},
-	} {
-		re := regexp.MustCompile(r.re)
-		if n := len(re.FindAllStringIndex(conf, -1)); n != 1 {
-			t.Fatalf("nats-server.conf: %d lines match %s, want 1 (update the test's rewrites)", n, r.re)
-		}
-		conf = re.ReplaceAllString(conf, r.repl)
-	}
-	m := regexp.MustCompile(`(?m)^include\s+(\S+)`).FindStringSubmatch(conf)
-	if m == nil {
-		t.Fatal("nats-server.conf no longer includes cluster.conf")
-	}
-	if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(m[1])), []byte("# single node: no cluster block\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "nats-server.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	opts, err := server.ProcessConfigFile(path)
-	if err != nil {
-		t.Fatalf("load nats-server.conf: %v", err)
-	}
-	if len(opts.Nkeys) != 4 {
-		t.Fatalf("nats-server.conf defines %d nkey users, want 4", len(opts.Nkeys))
-	}
-	opts.NoSigs = true
-	opts.NoLog = true
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not become ready")
-	}
-	if !s.JetStreamEnabled() {
-		t.Fatal("JetStream is not enabled")
-	}
-	env.url = s.ClientURL()
-	return env
+	p := testnats.StartProduction(t, filepath.Join("nats", "nats-server.conf"))
+	return &permEnv{url: p.URL, seeds: p.Seeds}
 }
 
 // ---------------------------------------------------------------------------

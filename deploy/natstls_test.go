@@ -17,6 +17,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/cli"
 	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/pkg/testnats"
 	"github.com/metabus/metabus/pkg/testpki"
 )
 
@@ -69,7 +70,7 @@ func TestNATSTLS(t *testing.T) {
 	if opts.TLSConfig == nil || opts.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert {
 		t.Fatalf("nats/tls.conf: TLS %v, client certificates required: %v; want both", opts.TLSConfig != nil, opts.TLSConfig != nil && opts.TLSConfig.ClientAuth == tls.RequireAndVerifyClientCert)
 	}
-	pub, seedFile := newNkeyUser(t, dir, "watcher")
+	pub, seedFile := testnats.NewUser(t, dir, "watcher")
 	addr := startTLSServer(t, confPath, func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: pub}} })
 	nkey, err := nats.NkeyOptionFromSeed(seedFile)
 	if err != nil {
@@ -157,18 +158,9 @@ func startTLSServer(t *testing.T, conf string, adjust func(*server.Options)) str
 	if err != nil {
 		t.Fatalf("load %s: %v", conf, err)
 	}
-	opts.Host, opts.Port, opts.NoSigs, opts.NoLog = "127.0.0.1", -1, true, true
+	opts.Host, opts.Port = "127.0.0.1", -1
 	if adjust != nil {
 		adjust(opts)
 	}
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not become ready")
-	}
-	return s.Addr().String()
+	return testnats.Serve(t, opts).Addr().String()
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,19 +15,22 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/metabus/metabus/examples/helloworld"
-	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/pkg/testnats"
 )
 
 // TestSeparateProcesses runs each stage as its own process (the real
-// binaries, as deployed) against an external NATS server, and checks that
-// HelloWorld converges through the NATS snapshot service.
+// binaries, as deployed) against a nats-server loaded from the shipped
+// deploy/nats/nats-server.conf, each service connected as its own nkey user
+// and impersonating its ServiceAccount (the shipped RBAC), and checks that
+// HelloWorld converges through the NATS snapshot service and that NATS
+// refused nothing any service did (issue #14).
 func TestSeparateProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the service binaries")
 	}
 	ctx := context.Background()
 	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+"/", "../cmd/watcher", "../cmd/dispatcher", "../cmd/applier")
+	build := exec.Command("go", "build", "-o", bin+"/", "../cmd/watcher", "../cmd/dispatcher", "../cmd/applier", "../cmd/revisions")
 	build.Stderr = os.Stderr
 	start := time.Now()
 	if err := build.Run(); err != nil {
@@ -34,14 +38,10 @@ func TestSeparateProcesses(t *testing.T) {
 	}
 	t.Logf("built the service binaries in %s", time.Since(start).Round(time.Millisecond))
 
-	srv, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	nats := testnats.StartProduction(t, "../deploy/nats/nats-server.conf")
 	label := "separate-processes"
 	common := []string{
-		"--nats-url=" + srv.ClientURL(),
+		"--nats-url=" + nats.URL,
 		"--metrics-address=0", "--health-probe-bind-address=0", "--zap-log-level=info",
 	}
 	logs := t.TempDir()
@@ -52,13 +52,14 @@ func TestSeparateProcesses(t *testing.T) {
 		{"watcher", []string{"--target-label-selector=metabus.dev/e2e=" + label, "--discovery-interval=5s"}},
 		{"dispatcher", nil},
 		{"applier", []string{"--discovery-interval=5s"}},
+		{"revisions", nil},
 	} {
 		logf, err := os.Create(filepath.Join(logs, svc.name+".log"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Each under its production RBAC, as deployed.
-		args := append([]string{"--kubeconfig=" + serviceKubeconfig(t, svc.name)}, common...)
+		// Each under its production RBAC and NATS user, as deployed.
+		args := append([]string{"--kubeconfig=" + serviceKubeconfig(t, svc.name), "--nats-nkey=" + nats.Seeds[svc.name]}, common...)
 		cmd := exec.Command(filepath.Join(bin, svc.name), append(args, svc.args...)...)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -111,6 +112,19 @@ func TestSeparateProcesses(t *testing.T) {
 		}
 		return nil
 	})
+	// natsx logs every asynchronous permission violation (a refused
+	// publish or subscription is otherwise silent for the client).
+	for _, name := range []string{"watcher", "dispatcher", "applier", "revisions"} {
+		data, err := os.ReadFile(filepath.Join(logs, name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if l := strings.ToLower(line); strings.Contains(l, "permission denied") || strings.Contains(l, "permissions violation") {
+				t.Errorf("%s: NATS refused an operation: %s", name, line)
+			}
+		}
+	}
 }
 
 func tail(s string, n int) string {

@@ -1,0 +1,126 @@
+// Package testnats runs, for tests, a nats-server from the shipped
+// deploy/nats/nats-server.conf: the services' nkey users and their
+// publish/subscribe permissions as deployed, on one local node.
+package testnats
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+)
+
+// Services are the nkey users nats-server.conf defines, one per service.
+var Services = []string{"watcher", "dispatcher", "applier", "revisions"}
+
+// Production is a running server and the seed file of each service's user
+// (what --nats-nkey takes).
+type Production struct {
+	URL   string
+	Seeds map[string]string
+}
+
+// StartProduction starts nats-server in this process from conf (the path
+// of deploy/nats/nats-server.conf), changed only where it names the pod's
+// environment: the included cluster.conf is an empty file (a single node),
+// and the listen address, monitoring port, pid file and store directory are
+// local. The users' public nkeys reach it as in the StatefulSet, through
+// environment variables (so tests using it cannot run in parallel).
+func StartProduction(t testing.TB, conf string) *Production {
+	t.Helper()
+	dir := t.TempDir()
+	p := &Production{Seeds: map[string]string{}}
+	for _, user := range Services {
+		pub, seedFile := NewUser(t, dir, user)
+		t.Setenv(strings.ToUpper(user)+"_NKEY", pub)
+		p.Seeds[user] = seedFile
+	}
+	t.Setenv("POD_NAME", "nats-0")
+
+	data, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	for _, r := range []struct{ re, repl string }{
+		{`(?m)^listen:.*$`, "listen: 127.0.0.1:-1"},
+		{`(?m)^http_port:.*$`, "# http_port: disabled in the test"},
+		{`(?m)^pid_file:.*$`, fmt.Sprintf("pid_file: %q", filepath.Join(dir, "nats.pid"))},
+		{`(?m)^(\s*)store_dir:.*$`, fmt.Sprintf("${1}store_dir: %q", filepath.Join(dir, "jetstream"))},
+	} {
+		re := regexp.MustCompile(r.re)
+		if n := len(re.FindAllStringIndex(text, -1)); n != 1 {
+			t.Fatalf("nats-server.conf: %d lines match %s, want 1 (update testnats's rewrites)", n, r.re)
+		}
+		text = re.ReplaceAllString(text, r.repl)
+	}
+	m := regexp.MustCompile(`(?m)^include\s+(\S+)`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatal("nats-server.conf no longer includes cluster.conf")
+	}
+	writeFile(t, filepath.Join(dir, filepath.FromSlash(m[1])), []byte("# single node: no cluster block\n"))
+	path := filepath.Join(dir, "nats-server.conf")
+	writeFile(t, path, []byte(text))
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatalf("load nats-server.conf: %v", err)
+	}
+	if len(opts.Nkeys) != len(Services) {
+		t.Fatalf("nats-server.conf defines %d nkey users, want %d", len(opts.Nkeys), len(Services))
+	}
+	s := Serve(t, opts)
+	if !s.JetStreamEnabled() {
+		t.Fatal("JetStream is not enabled")
+	}
+	p.URL = s.ClientURL()
+	return p
+}
+
+// Serve runs a nats-server with opts (without signal handlers or logs)
+// until the test ends, once it accepts connections.
+func Serve(t testing.TB, opts *server.Options) *server.Server {
+	t.Helper()
+	opts.NoSigs, opts.NoLog = true, true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not become ready")
+	}
+	return s
+}
+
+// NewUser creates an nkey user and writes its seed to dir/name.nk.
+func NewUser(t testing.TB, dir, name string) (pub, seedFile string) {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pub, err = kp.PublicKey(); err != nil {
+		t.Fatal(err)
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seedFile = filepath.Join(dir, name+".nk")
+	writeFile(t, seedFile, seed)
+	return pub, seedFile
+}
+
+func writeFile(t testing.TB, path string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
