@@ -55,9 +55,12 @@ func TestControllerResourcesBounded(t *testing.T) {
 	}
 	const refused = "core/secrets is denied by -core/secrets in the watcher's --controller-resources (Helm value watcher.controllerResources)"
 
-	t.Run("default", func(t *testing.T) {
+	// The policy SECURITY.md recommends where no controller manages Secrets.
+	tightened := watcher.Config{ControllerResources: []string{"*", "-core/secrets"}}
+
+	t.Run("tightened", func(t *testing.T) {
 		var secretCalls secretRequests
-		inst := startMetabusWith(t, allinone.Config{}, nil, secretCalls.wrap)
+		inst := startMetabusWith(t, allinone.Config{Watcher: tightened}, nil, secretCalls.wrap)
 		ns := newNamespace(t)
 		var calls atomic.Int64
 		url := secretChildHook(&calls)
@@ -100,7 +103,7 @@ func TestControllerResourcesBounded(t *testing.T) {
 
 	t.Run("related", func(t *testing.T) {
 		var secretCalls secretRequests
-		inst := startMetabusWith(t, allinone.Config{Dispatcher: dispatcher.Config{RelatedResources: []string{"*"}}}, nil, secretCalls.wrap)
+		inst := startMetabusWith(t, allinone.Config{Watcher: tightened, Dispatcher: dispatcher.Config{RelatedResources: []string{"*"}}}, nil, secretCalls.wrap)
 		ns := newNamespace(t)
 		customizeURL := hookServer(t, jsonHook(func(req map[string]any) (int, any) {
 			return 200, map[string]any{"relatedResources": []any{map[string]any{"apiVersion": "v1", "resource": "secrets"}}}
@@ -134,8 +137,10 @@ func TestControllerResourcesBounded(t *testing.T) {
 		}
 	})
 
-	t.Run("all", func(t *testing.T) {
-		inst := startMetabus(t, allinone.Config{Watcher: watcher.Config{ControllerResources: []string{"*"}}}, nil)
+	// The default allows every resource, as upstream: a controller with a
+	// Secret child (upstream's SecretPropagation example) works unchanged.
+	t.Run("default", func(t *testing.T) {
+		inst := startMetabus(t, allinone.Config{}, nil)
 		ns := newNamespace(t)
 		var calls atomic.Int64
 		createController(t, inst, map[string]any{"metadata": map[string]any{"name": "cres-all"}, "spec": compositeSpec(secretChildHook(&calls))})

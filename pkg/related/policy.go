@@ -5,14 +5,21 @@ import (
 	"strings"
 )
 
-// DefaultPolicy is what controllers may name unless an admin says
-// otherwise (the dispatcher's --related-resources for related rules, the
-// watcher's --controller-resources for every resource): every resource but
-// Secrets. A controller and its hooks are code of whoever may create a
-// controller; a parent, child or related rule on Secrets would make metabus
-// watch every Secret of the cluster and send those it selects to that
-// controller's hooks.
+// DefaultPolicy is what customize hooks' related rules may name unless an
+// admin says otherwise (the dispatcher's --related-resources): every
+// resource but Secrets. A controller and its hooks are code of whoever may
+// create a controller; a related rule on Secrets would make metabus watch
+// every Secret of the cluster and send those it selects to that
+// controller's hooks, and no upstream controller needs one.
 var DefaultPolicy = []string{"*", "-core/secrets"}
+
+// DefaultControllerPolicy is what controllers may name as parent, child,
+// decorator target or attachment unless an admin says otherwise (the
+// watcher's --controller-resources): everything, as upstream Metacontroller
+// allows, so existing controllers that manage Secrets (upstream's
+// SecretPropagation example, say) keep working. SECURITY.md recommends
+// "*,-core/secrets" where no controller needs them.
+var DefaultControllerPolicy = []string{"*"}
 
 // Where an admin sets each policy, for the messages of refusals.
 const (

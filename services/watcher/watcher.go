@@ -82,8 +82,8 @@ type Config struct {
 	// ControllerResources says which resources controllers may make the
 	// watcher watch and send to their hooks: parents, children, decorator
 	// targets and attachments, and customize hooks' related rules
-	// (related.ParsePolicyOf entries); nil means related.DefaultPolicy,
-	// everything but Secrets. A controller naming another resource is not
+	// (related.ParsePolicyOf entries); nil means
+	// related.DefaultControllerPolicy, everything. A controller naming another resource is not
 	// wired (a CreateError Event on it says why); a related rule naming one
 	// starts no informer, whatever the dispatcher allowed.
 	ControllerResources []string
@@ -203,7 +203,7 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 	}
 	entries := cfg.ControllerResources
 	if entries == nil {
-		entries = related.DefaultPolicy
+		entries = related.DefaultControllerPolicy
 	}
 	resources, err := related.ParsePolicyOf(related.ControllerSetting, entries)
 	if err != nil {
