@@ -247,6 +247,7 @@ func (a *Applier) claim(ctx context.Context, ds *bus.DesiredState, owner childre
 func (a *Applier) setControllerRef(ctx context.Context, rule *children.Rule, obj *unstructured.Unstructured, owner children.Owner, adopt bool) (*unstructured.Unstructured, error) {
 	var refs []any
 	previous := false
+	meta := map[string]any{"resourceVersion": obj.GetResourceVersion()}
 	for _, r := range obj.GetOwnerReferences() {
 		if string(r.UID) == owner.UID {
 			continue
@@ -255,8 +256,14 @@ func (a *Applier) setControllerRef(ctx context.Context, rule *children.Rule, obj
 			// The controller reference of an earlier incarnation of
 			// this parent (the snapshot offers such children for
 			// adoption only then): replaced, an object has one
-			// controller.
+			// controller. A generateSelector label naming the old
+			// parent follows it, or the new parent's selector would
+			// release the child again (an OnDelete child is never
+			// rewritten by an apply).
 			previous = true
+			if obj.GetLabels()[composite.ControllerUIDLabel] == string(r.UID) {
+				meta["labels"] = map[string]any{composite.ControllerUIDLabel: owner.UID}
+			}
 			continue
 		}
 		refs = append(refs, r)
@@ -267,10 +274,8 @@ func (a *Applier) setControllerRef(ctx context.Context, rule *children.Rule, obj
 	if refs == nil {
 		refs = []any{}
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"ownerReferences": refs,
-		"resourceVersion": obj.GetResourceVersion(),
-	}})
+	meta["ownerReferences"] = refs
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
 		return nil, err
 	}

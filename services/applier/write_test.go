@@ -134,3 +134,50 @@ func TestAdoptReplacesEarlierIncarnation(t *testing.T) {
 		t.Error("no Event on the parent for the adoption")
 	}
 }
+
+// TestAdoptRewritesGeneratedSelectorLabel: under generateSelector a child
+// of an earlier incarnation carries controller-uid=<old UID>, which the new
+// parent's selector cannot match; the adoption rewrites that label with
+// the controller reference, or the next sync would release the child again.
+func TestAdoptRewritesGeneratedSelectorLabel(t *testing.T) {
+	owner := children.Owner{APIVersion: "example.com/v1", Kind: "Thing", Namespace: "ns", Name: "web", UID: "new-uid", Namespaced: true}
+	rule := &children.Rule{APIVersion: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true}
+	for _, tc := range []struct {
+		reason string
+		labels map[string]string
+		want   map[string]string
+	}{
+		{reason: "the old parent's generated label follows the controller reference",
+			labels: map[string]string{"controller-uid": "old-uid", "app": "web"},
+			want:   map[string]string{"controller-uid": "new-uid", "app": "web"}},
+		{reason: "a controller-uid label naming anything else is the hook's own and stays",
+			labels: map[string]string{"controller-uid": "someone", "app": "web"},
+			want:   map[string]string{"controller-uid": "someone", "app": "web"}},
+		{reason: "no label, none added (a parent with its own selector)",
+			labels: map[string]string{"app": "web"},
+			want:   map[string]string{"app": "web"}},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			earlier := children.ControllerRef(owner)
+			earlier.UID = "old-uid"
+			child := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "v1", "kind": "ConfigMap",
+				"metadata": map[string]any{"name": "web-config", "namespace": "ns"},
+			}}
+			child.SetLabels(tc.labels)
+			child.SetOwnerReferences([]metav1.OwnerReference{earlier})
+			dyn := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), child.DeepCopy())
+			a := &Applier{log: zap.NewNop(), dyn: dyn, metrics: newMetrics(nil), rec: &events.Recorder{EventRecorder: record.NewFakeRecorder(4)}}
+			got, err := a.setControllerRef(context.Background(), rule, child, owner, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got.GetLabels()); diff != "" {
+				t.Errorf("labels after adoption (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff([]metav1.OwnerReference{children.ControllerRef(owner)}, got.GetOwnerReferences()); diff != "" {
+				t.Errorf("owner references after adoption (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -137,7 +137,7 @@ func (wr *wiring) snapshot(ctx context.Context, req snapshot.Request) *snapshot.
 			}
 			owned = append(owned, c)
 		}
-		var orphans []*unstructured.Unstructured
+		var orphans, earlier []*unstructured.Unstructured
 		if owner.Selector != nil && !deleting {
 			if owner.Namespaced {
 				orphans = h.Orphans(owner.Namespace)
@@ -152,13 +152,23 @@ func (wr *wiring) snapshot(ctx context.Context, req snapshot.Request) *snapshot.
 			// Adopt them like any orphan. (A cluster-scoped parent's
 			// namespaced children are not looked for: that would scan
 			// every namespace.)
+			// Under generateSelector their controller-uid label names the
+			// old UID, which the selector cannot match by construction:
+			// they are offered by name and kind alone, and the applier
+			// rewrites the label as it replaces the controller reference.
 			for _, c := range h.ControlledByName(parentGroup, wr.parentRes.Kind, parent.GetNamespace(), parent.GetName()) {
-				if ref := metav1.GetControllerOfNoCopy(c); ref != nil && string(ref.UID) != req.ParentUID {
+				ref := metav1.GetControllerOfNoCopy(c)
+				switch {
+				case ref == nil || string(ref.UID) == req.ParentUID:
+				case composite.GeneratesSelector(wr.spec) && c.GetDeletionTimestamp() == nil:
+					earlier = append(earlier, c)
+				default:
 					orphans = append(orphans, c)
 				}
 			}
 		}
 		keep, adopt, release := children.Claim(owner, deleting, owned, orphans)
+		adopt = append(adopt, earlier...)
 		g.Objects = append(append(g.Objects, keep...), adopt...)
 		g.Adopt, g.Release = adopt, release
 		resp.Children = append(resp.Children, g)
