@@ -123,13 +123,27 @@ func (p Publisher) Schedule(ctx context.Context, item WorkItem, at time.Time) er
 	}
 	// Round up so a schedule never fires before it is due.
 	at = at.Add(time.Second - 1).Truncate(time.Second)
-	if pending, ok := p.scheduledAt(ctx, subject); ok && !pending.After(at) {
+	if pending, ok := p.scheduledAt(ctx, subject); ok && keepPending(pending, at, time.Now()) {
 		return nil
 	}
 	if _, err := p.JS.PublishMsg(ctx, msg, jetstream.WithScheduleAt(at), jetstream.WithScheduleTarget(target)); err != nil {
 		return fmt.Errorf("schedule %s/%s at %s: %w", ctrlID, item.Parent.UID, at.Format(time.RFC3339), err)
 	}
 	return nil
+}
+
+// scheduleGrace is how long past its time a pending schedule may still be
+// about to fire.
+const scheduleGrace = 2 * time.Second
+
+// keepPending reports whether a parent's pending schedule, firing at
+// pending, makes a new one for at unnecessary: it fires no later, and it
+// has not missed its time. A fault run found a schedule the server never
+// fired, minutes past due; trusting it skipped every later retry of its
+// parent, a finalizer stayed forever. A new schedule replaces it (one per
+// subject).
+func keepPending(pending, at, now time.Time) bool {
+	return !pending.After(at) && now.Before(pending.Add(scheduleGrace))
 }
 
 // Backoff is the per-parent retry delay after attempt consecutive failures:

@@ -45,3 +45,24 @@ func TestScheduleKeepsSoonerDeadline(t *testing.T) {
 		})
 	}
 }
+
+func TestKeepPending(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		reason      string
+		pending, at time.Time
+		want        bool
+	}{
+		{reason: "a sooner schedule still ahead wins", pending: now.Add(2 * time.Second), at: now.Add(5 * time.Second), want: true},
+		{reason: "the same time: keep it", pending: now.Add(5 * time.Second), at: now.Add(5 * time.Second), want: true},
+		{reason: "a later pending schedule is replaced by the sooner one", pending: now.Add(10 * time.Second), at: now.Add(5 * time.Second), want: false},
+		{reason: "just due: the server is about to fire it", pending: now.Add(-time.Second), at: now.Add(5 * time.Second), want: true},
+		{reason: "minutes past due: it was never fired, replace it", pending: now.Add(-3 * time.Minute), at: now.Add(time.Second), want: false},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			if got := keepPending(tc.pending, tc.at, now); got != tc.want {
+				t.Errorf("keepPending = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
