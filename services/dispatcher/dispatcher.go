@@ -372,6 +372,14 @@ func (d *Dispatcher) echoed(ctx context.Context, item bus.WorkItem, inputs map[s
 	if item.Reason != bus.ReasonEvent {
 		return false
 	}
+	// The parent's last hook call here failed: its retry may have found
+	// the parent's queue full and been folded into this event item, and
+	// the hook's last answer (what the echo compares with) was not this
+	// one's. A fault run lost a finalize retry that way: the follow-up
+	// event was taken for an echo and the finalizer stayed.
+	if d.failures.get(d.failureKey(item)) > 0 {
+		return false
+	}
 	ctrl := item.Controller.ID()
 	for try := 0; ; try++ {
 		if d.echoes.Echo(ctrl, item.Parent.UID, inputs) {

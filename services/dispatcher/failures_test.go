@@ -1,8 +1,12 @@
 package dispatcher
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/echo"
 )
 
 // TestFailureCountsForgetStaleParents (issue #13, defect 13): a parent
@@ -30,5 +34,37 @@ func TestFailureCountsForgetStaleParents(t *testing.T) {
 	f.forget("still-failing")
 	if f.get("still-failing") != 0 {
 		t.Error("forget kept the count")
+	}
+}
+
+// TestEchoNotSkippedAfterFailure: an event item that would be an echo of
+// the hook's last answer still calls the hook when the parent's latest
+// call failed here: the failure's retry may have been folded into this
+// item (the parent's queue was full), and skipping it lost the retry.
+func TestEchoNotSkippedAfterFailure(t *testing.T) {
+	item := bus.WorkItem{Controller: bus.ControllerRef{Kind: "CompositeController", Name: "c"}, Parent: bus.ObjectRef{UID: "p1"}, Reason: bus.ReasonEvent}
+	inputs := map[string]string{"p1": "10", "child": "11"}
+	for _, tc := range []struct {
+		reason   string
+		failures int
+		itemWhy  string
+		want     bool
+	}{
+		{reason: "nothing failed: the event only echoes the last answer", itemWhy: bus.ReasonEvent, want: true},
+		{reason: "the last call failed: call the hook", failures: 1, itemWhy: bus.ReasonEvent, want: false},
+		{reason: "a retry always calls the hook", itemWhy: bus.ReasonRetry, want: false},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			d := &Dispatcher{echoes: echo.NewBook(0)}
+			d.echoes.Called(item.Controller.ID(), item.Parent.UID, 1, inputs)
+			it := item
+			it.Reason = tc.itemWhy
+			if tc.failures > 0 {
+				d.failures.record(d.failureKey(it), tc.failures, time.Now())
+			}
+			if got := d.echoed(context.Background(), it, inputs); got != tc.want {
+				t.Errorf("echoed = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
