@@ -13,8 +13,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -24,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/kubeenv"
 	"github.com/metabus/metabus/pkg/natsx"
 )
 
@@ -55,30 +52,11 @@ func b8Labels(name string) map[string]any {
 }
 
 func (r *run) b8(ctx context.Context) error {
-	if r.natsURL == "" {
-		return fmt.Errorf("the all-in-one listens for NATS clients only in process")
-	}
-	dispBin := filepath.Join(filepath.Dir(r.cfg.metabusBin), "dispatcher")
-	if err := checkExecutable(dispBin); err != nil {
-		return fmt.Errorf("%w (build it with: go build -o bin/ ./cmd/...)", err)
-	}
-	hook, err := startSlowHook(b7Hook)
+	dispBin, hook, track, done, err := r.slowSetup(ctx, "SlowD", "slowds", slowDGVR)
 	if err != nil {
 		return err
 	}
-	defer hook.close()
-	crdFile := filepath.Join(r.dir, "slowd-crd.yaml")
-	if err := os.WriteFile(crdFile, []byte(parentCRD("SlowD", "slowds")), 0o644); err != nil {
-		return err
-	}
-	if err := kubeenv.ApplyManifests(ctx, r.cl.env.Config, crdFile); err != nil {
-		return err
-	}
-	track, err := startSlowTracker(ctx, r, slowDGVR)
-	if err != nil {
-		return err
-	}
-	defer close(track.stop)
+	defer done()
 	k := r.cfg.b8Controllers
 	t0 := time.Now()
 	ctrls := make([]string, k)

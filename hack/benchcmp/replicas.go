@@ -219,32 +219,41 @@ func (t *slowTracker) wait(ctx context.Context, names []string, timeout time.Dur
 	}
 }
 
-// b7 measures convergence of -b7-parents Slows for each replica count.
-func (r *run) b7(ctx context.Context) error {
+// slowSetup prepares B7 or B8: the dispatcher binary, the 200 ms hook, the
+// parent CRD (kind, plural) and a tracker of its converged parents. done
+// stops the hook and the tracker.
+func (r *run) slowSetup(ctx context.Context, kind, plural string, gvr schema.GroupVersionResource) (dispBin string, hook *slowHook, track *slowTracker, done func(), err error) {
 	if r.natsURL == "" {
-		return fmt.Errorf("the all-in-one listens for NATS clients only in process")
+		return "", nil, nil, nil, fmt.Errorf("the all-in-one listens for NATS clients only in process")
 	}
-	dispBin := filepath.Join(filepath.Dir(r.cfg.metabusBin), "dispatcher")
+	dispBin = filepath.Join(filepath.Dir(r.cfg.metabusBin), "dispatcher")
 	if err := checkExecutable(dispBin); err != nil {
-		return fmt.Errorf("%w (build it with: go build -o bin/ ./cmd/...)", err)
+		return "", nil, nil, nil, fmt.Errorf("%w (build it with: go build -o bin/ ./cmd/...)", err)
 	}
-	hook, err := startSlowHook(b7Hook)
-	if err != nil {
-		return err
-	}
-	defer hook.close()
-	crdFile := filepath.Join(r.dir, "slow-crd.yaml")
-	if err := os.WriteFile(crdFile, []byte(parentCRD("Slow", "slows")), 0o644); err != nil {
-		return err
+	crdFile := filepath.Join(r.dir, plural+"-crd.yaml")
+	if err := os.WriteFile(crdFile, []byte(parentCRD(kind, plural)), 0o644); err != nil {
+		return "", nil, nil, nil, err
 	}
 	if err := kubeenv.ApplyManifests(ctx, r.cl.env.Config, crdFile); err != nil {
-		return err
+		return "", nil, nil, nil, err
 	}
-	track, err := startSlowTracker(ctx, r, slowGVR)
+	if hook, err = startSlowHook(b7Hook); err != nil {
+		return "", nil, nil, nil, err
+	}
+	if track, err = startSlowTracker(ctx, r, gvr); err != nil {
+		hook.close()
+		return "", nil, nil, nil, err
+	}
+	return dispBin, hook, track, func() { close(track.stop); hook.close() }, nil
+}
+
+// b7 measures convergence of -b7-parents Slows for each replica count.
+func (r *run) b7(ctx context.Context) error {
+	dispBin, hook, track, done, err := r.slowSetup(ctx, "Slow", "slows", slowGVR)
 	if err != nil {
 		return err
 	}
-	defer close(track.stop)
+	defer done()
 	cc := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "metacontroller.k8s.io/v1alpha1",
 		"kind":       "CompositeController",
