@@ -52,7 +52,9 @@ e2e:
 # the bus's scaling with replicas, workers and controllers (bench-bus,
 # ~2.5 min), then end-to-end convergence, idle latency and no-op resync cost
 # against the local control plane (~3 min), then the raw-client and
-# bin/metabus columns of hack/benchcmp (~3 min).
+# bin/metabus columns of hack/benchcmp: B1-B6 (~3 min, more when B6 finds
+# a stall), B7 (dispatcher replicas, ~1 min) and B8 (1,000 controllers,
+# ~6 min; BENCH_ARGS=-scenarios B1,B2,B3,B4,B5,B6,B7 leaves it out).
 bench: build
 	$(GO) test -count=1 -run '^$$' -bench . -benchmem ./pkg/... ./services/...
 	@$(MAKE) --no-print-directory bench-bus
