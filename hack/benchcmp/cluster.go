@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,36 +21,7 @@ import (
 // bench.metabus.dev with the status subresource and free-form spec and
 // status (Bench for B1-B5, Stall and Quick for B6, Slow for B7).
 func parentCRD(kind, plural string) string {
-	singular := strings.ToLower(kind)
-	return `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: ` + plural + `.bench.metabus.dev
-spec:
-  group: bench.metabus.dev
-  scope: Namespaced
-  names:
-    plural: ` + plural + `
-    singular: ` + singular + `
-    kind: ` + kind + `
-    listKind: ` + kind + `List
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    subresources:
-      status: {}
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec:
-            type: object
-            x-kubernetes-preserve-unknown-fields: true
-          status:
-            type: object
-            x-kubernetes-preserve-unknown-fields: true
-`
+	return kubeenv.FreeformCRD("bench.metabus.dev", kind, plural)
 }
 
 // cluster is one fresh control plane (etcd + kube-apiserver, no

@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/metabus/metabus/pkg/kubeenv"
 )
 
 const (
@@ -35,35 +37,7 @@ var (
 
 // parentCRD is the parent type: a namespaced Churn with the status
 // subresource.
-const parentCRD = `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: churns.faults.metabus.dev
-spec:
-  group: faults.metabus.dev
-  scope: Namespaced
-  names:
-    plural: churns
-    singular: churn
-    kind: Churn
-    listKind: ChurnList
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    subresources:
-      status: {}
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec:
-            type: object
-            x-kubernetes-preserve-unknown-fields: true
-          status:
-            type: object
-            x-kubernetes-preserve-unknown-fields: true
-`
+var parentCRD = kubeenv.FreeformCRD("faults.metabus.dev", "Churn", "churns")
 
 // compositeController is the controller under test: Churns with one InPlace
 // ConfigMap each, a sync hook and (optionally) a finalize hook, both with a

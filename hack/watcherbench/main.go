@@ -74,35 +74,8 @@ import (
 	"github.com/metabus/metabus/pkg/natsx"
 )
 
-const benchCRD = `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: benches.bench.metabus.dev
-spec:
-  group: bench.metabus.dev
-  scope: Namespaced
-  names:
-    plural: benches
-    singular: bench
-    kind: Bench
-    listKind: BenchList
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    subresources:
-      status: {}
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec:
-            type: object
-            x-kubernetes-preserve-unknown-fields: true
-          status:
-            type: object
-            x-kubernetes-preserve-unknown-fields: true
-`
+// benchCRD is the parent type of the workload.
+var benchCRD = kubeenv.FreeformCRD("bench.metabus.dev", "Bench", "benches")
 
 var (
 	benchGVR = schema.GroupVersionResource{Group: "bench.metabus.dev", Version: "v1", Resource: "benches"}
