@@ -276,19 +276,18 @@ func TestIsAlreadyQueued(t *testing.T) {
 	}
 }
 
-func TestControllerIDRoundTrip(t *testing.T) {
-	for _, tc := range []struct{ kind, name, reason string }{
-		{"CompositeController", "hello-controller", "plain name"},
-		{"DecoratorController", "svc.per.pod", "dots map to underscores, which names cannot contain"},
+func TestControllerID(t *testing.T) {
+	for _, tc := range []struct{ kind, name, want, reason string }{
+		{"CompositeController", "hello-controller", "cc-hello-controller", "the prefix of existing streams' subjects"},
+		{"DecoratorController", "svc.per.pod", "dc-svc_per_pod", "dots map to underscores, which names cannot contain"},
+		{"MapController", "snap", "mc-snap", "a new kind gets its initials"},
 	} {
-		id := ControllerID(tc.kind, tc.name)
-		if !validToken(id) {
-			t.Errorf("%s: id %q is not a subject token", tc.reason, id)
-		}
-		k, n, err := ParseControllerID(id)
-		if err != nil || k != tc.kind || n != tc.name {
-			t.Errorf("%s: round trip of %q gave %q %q %v", tc.reason, id, k, n, err)
-		}
+		t.Run(tc.reason, func(t *testing.T) {
+			id := ControllerID(tc.kind, tc.name)
+			if id != tc.want || !validToken(id) {
+				t.Errorf("ControllerID(%q, %q) = %q, want %q, a subject token", tc.kind, tc.name, id, tc.want)
+			}
+		})
 	}
 }
 

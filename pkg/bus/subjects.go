@@ -61,39 +61,29 @@ const (
 	RevisionsServiceName = "metabus-revisions"
 )
 
-// ControllerID returns the subject token that identifies a controller:
-// "cc-<name>" for CompositeController, "dc-<name>" for DecoratorController,
-// "mc-<name>" for MapController. Kubernetes names may contain ".", the NATS
-// token separator, but never "_", so "." is mapped to "_" reversibly.
+// ControllerID returns the subject token that identifies a controller: the
+// lower-case initials of its kind, "-", and its name: "cc-<name>" for a
+// CompositeController, "dc-<name>" for a DecoratorController, "mc-<name>"
+// for a MapController. The prefix is derived, not looked up, so that the bus
+// needs no list of kinds (package kindtable checks that the kinds it serves
+// have distinct prefixes). Kubernetes names may contain ".", the NATS token
+// separator, but never "_", so "." is mapped to "_" reversibly.
 func ControllerID(kind, name string) string {
-	prefix := "x"
-	switch kind {
-	case "CompositeController":
-		prefix = "cc"
-	case "DecoratorController":
-		prefix = "dc"
-	case "MapController":
-		prefix = "mc"
-	}
-	return prefix + "-" + strings.ReplaceAll(name, ".", "_")
+	return KindIDPrefix(kind) + "-" + strings.ReplaceAll(name, ".", "_")
 }
 
-// ParseControllerID reverses ControllerID.
-func ParseControllerID(id string) (kind, name string, err error) {
-	prefix, rest, ok := strings.Cut(id, "-")
-	if !ok || rest == "" {
-		return "", "", fmt.Errorf("malformed controller id %q", id)
+// KindIDPrefix is the lower-case initials of a kind ("x" if it has none).
+func KindIDPrefix(kind string) string {
+	var b strings.Builder
+	for _, r := range kind {
+		if r >= 'A' && r <= 'Z' {
+			b.WriteRune(r - 'A' + 'a')
+		}
 	}
-	name = strings.ReplaceAll(rest, "_", ".")
-	switch prefix {
-	case "cc":
-		return "CompositeController", name, nil
-	case "dc":
-		return "DecoratorController", name, nil
-	case "mc":
-		return "MapController", name, nil
+	if b.Len() == 0 {
+		return "x"
 	}
-	return "", "", fmt.Errorf("unknown controller id prefix in %q", id)
+	return b.String()
 }
 
 // validToken reports whether s can be used as one NATS subject token.

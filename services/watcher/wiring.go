@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -49,7 +50,7 @@ func (w *Watcher) enqueueController(kind string, obj any) {
 		obj = d.Obj
 	}
 	if m, err := meta.Accessor(obj); err == nil {
-		w.ctrlQueue.Add(bus.ControllerID(kind, m.GetName()))
+		w.ctrlQueue.Add(kind + "/" + m.GetName())
 	}
 }
 
@@ -70,12 +71,14 @@ func (w *Watcher) runControllers(ctx context.Context) {
 	}
 }
 
-// syncController (re)wires or unwires one controller object.
-func (w *Watcher) syncController(ctx context.Context, id string) error {
-	kind, name, err := bus.ParseControllerID(id)
-	if err != nil {
+// syncController (re)wires or unwires one controller object, queued as
+// "<kind>/<name>".
+func (w *Watcher) syncController(ctx context.Context, key string) error {
+	kind, name, ok := strings.Cut(key, "/")
+	if !ok {
 		return nil
 	}
+	id := bus.ControllerID(kind, name)
 	switch kind {
 	case v1alpha1.CompositeControllerKind:
 		return w.syncCompositeController(ctx, id, name)
