@@ -75,7 +75,7 @@ func NewMsg(_ context.Context, subject, ceType, id string, ctrl ControllerRef, p
 	h["ce-subject"] = []string{ObjectPath(parent)}
 	h["ce-time"] = []string{time.Now().UTC().Format(time.RFC3339Nano)}
 	h["ce-datacontenttype"] = []string{cloudevents.ApplicationJSON}
-	h["ce-"+ExtPartitionKey] = []string{ctrl.ID() + "/" + parent.UID}
+	h["ce-"+ExtPartitionKey] = []string{ParentKey(ctrl.ID(), parent.UID)}
 	h["ce-"+ExtParentUID] = []string{parent.UID}
 	if parent.ResourceVersion != "" {
 		h["ce-"+ExtParentRV] = []string{parent.ResourceVersion}

@@ -54,8 +54,31 @@ const (
 	ReasonRelease = "release"
 )
 
-// HookRelease is the DesiredState.Hook of a finalizer release: no hook ran.
-const HookRelease = "release"
+// Hook kinds: DesiredState.Hook names the hook whose answer it carries.
+const (
+	// HookSync is a sync hook's answer.
+	HookSync = "sync"
+	// HookFinalize is a finalize hook's answer.
+	HookFinalize = "finalize"
+	// HookRelease is a finalizer release: no hook ran.
+	HookRelease = "release"
+)
+
+// ParentKey identifies one parent of one controller across the stages
+// ("<controller ID>/<parent UID>"): per-parent state (failure counts,
+// pending items, echo notes, read-your-writes) is kept under it.
+func ParentKey(ctrlID, parentUID string) string { return ctrlID + "/" + parentUID }
+
+// Key is the parent's ParentKey.
+func (w WorkItem) Key() string { return ParentKey(w.Controller.ID(), w.Parent.UID) }
+
+// Key is the parent's ParentKey.
+func (d DesiredState) Key() string { return ParentKey(d.Controller.ID(), d.Parent.UID) }
+
+// FreshnessKey is the key of a resource in MinResourceVersions:
+// "<group>/<resource>" (resourceVersions are comparable within a resource
+// whatever its version).
+func FreshnessKey(group, resource string) string { return group + "/" + resource }
 
 // ControllerRef identifies the controller object a message belongs to.
 type ControllerRef struct {

@@ -248,7 +248,7 @@ func (b *Book) Called(ctrlID, parentUID string, seq uint64, inputs map[string]st
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.refLocked(ctrlID+"/"+parentUID, seq, inputs)
+	b.refLocked(bus.ParentKey(ctrlID, parentUID), seq, inputs)
 }
 
 func (b *Book) refLocked(key string, seq uint64, inputs map[string]string) {
@@ -301,7 +301,7 @@ func (b *Book) Echo(ctrlID, parentUID string, now map[string]string) bool {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	r, _ := b.lookupLocked(ctrlID + "/" + parentUID)
+	r, _ := b.lookupLocked(bus.ParentKey(ctrlID, parentUID))
 	return IsEcho(r.inputs, now, func(uid string) []bus.Write { return b.writesLocked(ctrlID + "/" + uid) })
 }
 
