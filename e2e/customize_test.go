@@ -46,15 +46,12 @@ func TestCustomizeRelated(t *testing.T) {
 			"data":     map[string]any{"value": data["value"]},
 		}}}
 	}))
-	createController(t, inst, map[string]any{
-		"metadata": map[string]any{"name": "widgets-customize"},
-		"spec": map[string]any{
-			"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
-			"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": map[string]any{"method": "InPlace"}}},
-			"hooks": map[string]any{
-				"sync":      map[string]any{"webhook": map[string]any{"url": syncURL}},
-				"customize": map[string]any{"webhook": map[string]any{"url": customizeURL}},
-			},
+	createController(t, inst, compositeKind, "widgets-customize", map[string]any{
+		"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
+		"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": map[string]any{"method": "InPlace"}}},
+		"hooks": map[string]any{
+			"sync":      map[string]any{"webhook": map[string]any{"url": syncURL}},
+			"customize": map[string]any{"webhook": map[string]any{"url": customizeURL}},
 		},
 	})
 	if _, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{

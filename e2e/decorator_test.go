@@ -30,26 +30,6 @@ var gadgetsGVR = schema.GroupVersionResource{Group: "test.metabus.dev", Version:
 
 func decoratorFinalizer(name string) string { return "metacontroller.io/decoratorcontroller-" + name }
 
-// createDecorator creates a DecoratorController served by inst.
-func createDecorator(t *testing.T, inst *instance, name string, spec map[string]any) *unstructured.Unstructured {
-	t.Helper()
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "metacontroller.k8s.io/v1alpha1",
-		"kind":       "DecoratorController",
-		"metadata":   map[string]any{"name": name},
-		"spec":       spec,
-	}}
-	u.SetLabels(inst.label())
-	out, err := dyn.Resource(v1alpha1.DecoratorControllerGVR).Create(context.Background(), u, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create DecoratorController: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = dyn.Resource(v1alpha1.DecoratorControllerGVR).Delete(context.Background(), out.GetName(), metav1.DeleteOptions{})
-	})
-	return out
-}
-
 // attachmentsOf returns the request's attachments of one type: key → object.
 func attachmentsOf(req map[string]any, typ string) (map[string]any, bool) {
 	all, _ := req["attachments"].(map[string]any)
@@ -209,7 +189,7 @@ func TestDecoratorServicePerPod(t *testing.T) {
 	url := hookServer(t, jsonHook(hook.handle))
 	const dcName = "service-per-pod"
 	fin := decoratorFinalizer(dcName)
-	createDecorator(t, inst, dcName, map[string]any{
+	createController(t, inst, decoratorKind, dcName, map[string]any{
 		"resources": []any{map[string]any{
 			"apiVersion": "apps/v1", "resource": "statefulsets",
 			"annotationSelector": map[string]any{"matchExpressions": []any{
@@ -429,7 +409,7 @@ func TestDecoratorPodNameLabel(t *testing.T) {
 		}
 		return 200, resp
 	}))
-	createDecorator(t, inst, "pod-name-label", map[string]any{
+	createController(t, inst, decoratorKind, "pod-name-label", map[string]any{
 		"resources": []any{
 			map[string]any{
 				"apiVersion": "v1", "resource": "pods",
@@ -606,7 +586,7 @@ func TestDecoratorClusterScopedTarget(t *testing.T) {
 			"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": "default", "namespace": ns}},
 		}}}
 	}))
-	createDecorator(t, inst, "cr-binding", map[string]any{
+	createController(t, inst, decoratorKind, "cr-binding", map[string]any{
 		"resources": []any{map[string]any{
 			"apiVersion": "rbac.authorization.k8s.io/v1", "resource": "clusterroles",
 			"labelSelector": map[string]any{"matchLabels": map[string]any{"e2e.metabus.dev/bind-in": ns}},
@@ -724,7 +704,7 @@ func TestDecoratorControllerDeletionReleasesFinalizers(t *testing.T) {
 	const dcName = "dec-release"
 	fin := decoratorFinalizer(dcName)
 	sel := map[string]any{"matchLabels": map[string]any{"e2e.metabus.dev/release": ns}}
-	createDecorator(t, inst, dcName, map[string]any{
+	createController(t, inst, decoratorKind, dcName, map[string]any{
 		"resources": []any{
 			map[string]any{"apiVersion": "v1", "resource": "configmaps", "labelSelector": sel},
 			map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets", "labelSelector": sel},
@@ -859,7 +839,7 @@ func TestDecoratorCustomizeRelated(t *testing.T) {
 		data, _ := src["data"].(map[string]any)
 		return 200, map[string]any{"labels": map[string]any{"source-value": data["value"]}}
 	}))
-	createDecorator(t, inst, "dec-customize", map[string]any{
+	createController(t, inst, decoratorKind, "dec-customize", map[string]any{
 		"resources": []any{map[string]any{
 			"apiVersion": "test.metabus.dev/v1", "resource": "widgets",
 			"labelSelector": map[string]any{"matchLabels": map[string]any{"e2e.metabus.dev/customize": ns}},

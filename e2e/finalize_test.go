@@ -71,15 +71,12 @@ func finalizeController(t *testing.T, inst *instance, name, url string, selector
 	if selector != nil {
 		parent["labelSelector"] = selector
 	}
-	createController(t, inst, map[string]any{
-		"metadata": map[string]any{"name": name},
-		"spec": map[string]any{
-			"parentResource": parent,
-			"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": map[string]any{"method": "InPlace"}}},
-			"hooks": map[string]any{
-				"sync":     map[string]any{"webhook": map[string]any{"url": url}},
-				"finalize": map[string]any{"webhook": map[string]any{"url": url}},
-			},
+	createController(t, inst, compositeKind, name, map[string]any{
+		"parentResource": parent,
+		"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": map[string]any{"method": "InPlace"}}},
+		"hooks": map[string]any{
+			"sync":     map[string]any{"webhook": map[string]any{"url": url}},
+			"finalize": map[string]any{"webhook": map[string]any{"url": url}},
 		},
 	})
 }
@@ -237,13 +234,10 @@ func TestStaleFinalizerReleasedOnDelete(t *testing.T) {
 	ns := newNamespace(t)
 	hook := &teardownHook{}
 	url := hookServer(t, jsonHook(hook.handle))
-	createController(t, inst, map[string]any{
-		"metadata": map[string]any{"name": "widgets-stale"},
-		"spec": map[string]any{
-			"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
-			"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": map[string]any{"method": "InPlace"}}},
-			"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
-		},
+	createController(t, inst, compositeKind, "widgets-stale", map[string]any{
+		"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
+		"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": map[string]any{"method": "InPlace"}}},
+		"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
 	})
 	const fin = "metacontroller.io/compositecontroller-widgets-stale"
 	w := widgetLabels("stale", nil)

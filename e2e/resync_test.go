@@ -28,12 +28,9 @@ func TestResyncAfterSeconds(t *testing.T) {
 		mu.Unlock()
 		return 200, map[string]any{"resyncAfterSeconds": 0.1}
 	}))
-	createController(t, inst, map[string]any{
-		"metadata": map[string]any{"name": "widgets-resync-after"},
-		"spec": map[string]any{
-			"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
-			"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
-		},
+	createController(t, inst, compositeKind, "widgets-resync-after", map[string]any{
+		"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
+		"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
 	})
 	if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, newWidget("ra", nil, 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -67,13 +64,10 @@ func TestResyncPeriodSeconds(t *testing.T) {
 		calls.Add(1)
 		return 200, map[string]any{}
 	}))
-	createController(t, inst, map[string]any{
-		"metadata": map[string]any{"name": "widgets-resync-period"},
-		"spec": map[string]any{
-			"parentResource":      map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
-			"resyncPeriodSeconds": int64(1),
-			"hooks":               map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
-		},
+	createController(t, inst, compositeKind, "widgets-resync-period", map[string]any{
+		"parentResource":      map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
+		"resyncPeriodSeconds": int64(1),
+		"hooks":               map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
 	})
 	if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, newWidget("rp", nil, 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -141,12 +135,9 @@ func runResyncWave(t *testing.T, cfg allinone.Config, check bool) {
 		time.Sleep(50 * time.Millisecond) // a hook with some work to do
 		return 200, map[string]any{}
 	}))
-	createController(t, inst, map[string]any{
-		"metadata": map[string]any{"name": "widgets-wave"},
-		"spec": map[string]any{
-			"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
-			"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
-		},
+	createController(t, inst, compositeKind, "widgets-wave", map[string]any{
+		"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
+		"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
 	})
 	name := func(i int) string {
 		if i < targets {
