@@ -54,40 +54,6 @@ func TestResyncAfterSeconds(t *testing.T) {
 	}
 }
 
-// TestResyncPeriodSeconds: resyncPeriodSeconds re-syncs unchanged parents.
-func TestResyncPeriodSeconds(t *testing.T) {
-	ctx := context.Background()
-	inst := startMetabus(t, allinone.Config{}, nil)
-	ns := newNamespace(t)
-	var calls atomic.Int64
-	url := hookServer(t, jsonHook(func(req map[string]any) (int, any) {
-		calls.Add(1)
-		return 200, map[string]any{}
-	}))
-	createController(t, inst, compositeKind, "widgets-resync-period", map[string]any{
-		"parentResource":      map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
-		"resyncPeriodSeconds": int64(1),
-		"hooks":               map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
-	})
-	if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, newWidget("rp", nil, 1), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 20*time.Second, "the first sync", func() error {
-		if calls.Load() == 0 {
-			return fmt.Errorf("no call")
-		}
-		return nil
-	})
-	time.Sleep(500 * time.Millisecond)
-	before := calls.Load()
-	eventually(t, 10*time.Second, "periodic resyncs of an unchanged parent", func() error {
-		if n := calls.Load() - before; n < 3 {
-			return fmt.Errorf("%d resyncs", n)
-		}
-		return nil
-	})
-}
-
 // TestRealChangeNotDelayedByResyncWave: during a resync wave of many
 // parents, a real change is served after a small fraction of the wave,
 // not behind all of it (upstream #78). The measure is how many other
