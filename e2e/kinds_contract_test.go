@@ -46,9 +46,9 @@ type kindFixture struct {
 	// called for some other object as well (a MapController's inputs)
 	// creates that here too.
 	createParent func(t *testing.T, ns string, w *unstructured.Unstructured)
-	// optOut makes the parent name stop matching the controller's
+	// optOut makes the parent name in ns stop matching the controller's
 	// selector; optIn makes it match again.
-	optOut, optIn func(ctx context.Context, ns, name, labelKey, labelValue string) error
+	optOut, optIn func(ctx context.Context, ns, name string) error
 	// parent is the object a sync or finalize request is about.
 	parent func(req map[string]any) *unstructured.Unstructured
 	// owned is the request's observed ConfigMaps, by key.
@@ -104,15 +104,17 @@ func createWidget(t *testing.T, ns string, w *unstructured.Unstructured) {
 	}
 }
 
-func dropLabel(ctx context.Context, ns, name, key, _ string) error {
+// dropLabel and setLabel opt a Widget out of and back into the
+// contract's selector (contractSelector).
+func dropLabel(ctx context.Context, ns, name string) error {
 	_, err := dyn.Resource(widgetsGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType,
-		[]byte(fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, key)), metav1.PatchOptions{})
+		[]byte(fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, contractLabel)), metav1.PatchOptions{})
 	return err
 }
 
-func setLabel(ctx context.Context, ns, name, key, value string) error {
+func setLabel(ctx context.Context, ns, name string) error {
 	_, err := dyn.Resource(widgetsGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType,
-		[]byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, key, value)), metav1.PatchOptions{})
+		[]byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, contractLabel, ns)), metav1.PatchOptions{})
 	return err
 }
 
@@ -454,7 +456,7 @@ func TestKindsFinalizeOnOptOut(t *testing.T) {
 			const ctrl = "contract-optout"
 			ns, h, converged := finalizeSetup(t, k, ctrl, "ow")
 			fin := k.finalizer(ctrl)
-			if err := k.optOut(ctx, ns, "ow", contractLabel, ns); err != nil {
+			if err := k.optOut(ctx, ns, "ow"); err != nil {
 				t.Fatal(err)
 			}
 			eventually(t, 60*time.Second, "finalize on opt-out", func() error {
@@ -475,7 +477,7 @@ func TestKindsFinalizeOnOptOut(t *testing.T) {
 				t.Errorf("opt-out teardown observed %q, want %q", got, want)
 			}
 
-			if err := k.optIn(ctx, ns, "ow", contractLabel, ns); err != nil {
+			if err := k.optIn(ctx, ns, "ow"); err != nil {
 				t.Fatal(err)
 			}
 			eventually(t, 30*time.Second, "the owned objects and the finalizer back after opting in again", converged)
