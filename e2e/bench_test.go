@@ -38,7 +38,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/metabus/metabus/pkg/allinone"
-	"github.com/metabus/metabus/pkg/api/v1alpha1"
 )
 
 // benchAPICounter counts the API requests of one metabus instance by class
@@ -201,26 +200,13 @@ func (be *benchEnv) createController(b *testing.B) {
 	if len(name) > 50 {
 		name = name[:50]
 	}
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "metacontroller.k8s.io/v1alpha1",
-		"kind":       "CompositeController",
-		"metadata":   map[string]any{"name": strings.Trim(name, "-")},
-		"spec": map[string]any{
-			"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
-			"childResources": []any{map[string]any{
-				"apiVersion": "v1", "resource": "configmaps",
-				"updateStrategy": map[string]any{"method": "InPlace"},
-			}},
-			"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": be.hookURL, "timeout": "5s"}}},
-		},
-	}}
-	u.SetLabels(be.inst.label())
-	out, err := dyn.Resource(v1alpha1.CompositeControllerGVR).Create(context.Background(), u, metav1.CreateOptions{})
-	if err != nil {
-		b.Fatalf("create CompositeController: %v", err)
-	}
-	b.Cleanup(func() {
-		_ = dyn.Resource(v1alpha1.CompositeControllerGVR).Delete(context.Background(), out.GetName(), metav1.DeleteOptions{})
+	createController(b, be.inst, compositeKind, strings.Trim(name, "-"), map[string]any{
+		"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
+		"childResources": []any{map[string]any{
+			"apiVersion": "v1", "resource": "configmaps",
+			"updateStrategy": map[string]any{"method": "InPlace"},
+		}},
+		"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": be.hookURL, "timeout": "5s"}}},
 	})
 }
 

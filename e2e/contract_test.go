@@ -38,15 +38,12 @@ func TestHookVersionV2(t *testing.T) {
 		return 200, resp
 	}))
 	for _, mode := range []string{"strict", "loose"} {
-		createController(t, inst, map[string]any{
-			"metadata": map[string]any{"name": "widgets-v2-" + mode},
-			"spec": map[string]any{
-				"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets",
-					"labelSelector": map[string]any{"matchLabels": map[string]any{"mode": mode}}},
-				"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}},
-				"hooks": map[string]any{"sync": map[string]any{"version": "v2",
-					"webhook": map[string]any{"url": url, "responseUnMarshallMode": mode}}},
-			},
+		createController(t, inst, compositeKind, "widgets-v2-"+mode, map[string]any{
+			"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets",
+				"labelSelector": map[string]any{"matchLabels": map[string]any{"mode": mode}}},
+			"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}},
+			"hooks": map[string]any{"sync": map[string]any{"version": "v2",
+				"webhook": map[string]any{"url": url, "responseUnMarshallMode": mode}}},
 		})
 		w := newWidget("v2-"+mode, []string{"a"}, 1)
 		w.SetLabels(map[string]string{"mode": mode})
@@ -99,7 +96,7 @@ func TestTargetLabelSelector(t *testing.T) {
 			"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
 		}
 	}
-	createController(t, inst, map[string]any{"metadata": map[string]any{"name": "widgets-targeted"}, "spec": spec(servedURL, "a")})
+	createController(t, inst, compositeKind, "widgets-targeted", spec(servedURL, "a"))
 	// Not labelled for this installation: createController adds the label,
 	// so create this one directly without it.
 	other := map[string]any{"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
@@ -134,12 +131,9 @@ func TestParentWithoutStatusSubresource(t *testing.T) {
 	ns := newNamespace(t)
 	var calls atomic.Int64
 	url := hookServer(t, jsonHook(func(req map[string]any) (int, any) { calls.Add(1); return 200, map[string]any{} }))
-	createController(t, inst, map[string]any{
-		"metadata": map[string]any{"name": "gadgets-nostatus"},
-		"spec": map[string]any{
-			"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "gadgets"},
-			"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
-		},
+	createController(t, inst, compositeKind, "gadgets-nostatus", map[string]any{
+		"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "gadgets"},
+		"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
 	})
 	g := map[string]any{"apiVersion": "test.metabus.dev/v1", "kind": "Gadget", "metadata": map[string]any{"name": "g", "namespace": ns}}
 	createRaw(t, g)
@@ -228,13 +222,10 @@ func TestIgnoreStatusChanges(t *testing.T) {
 	ns := newNamespace(t)
 	var calls atomic.Int64
 	url := hookServer(t, jsonHook(func(req map[string]any) (int, any) { calls.Add(1); return widgetHook(nil)(req) }))
-	createController(t, inst, map[string]any{
-		"metadata": map[string]any{"name": "widgets-ignore-status"},
-		"spec": map[string]any{
-			"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets", "ignoreStatusChanges": true},
-			"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}},
-			"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
-		},
+	createController(t, inst, compositeKind, "widgets-ignore-status", map[string]any{
+		"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets", "ignoreStatusChanges": true},
+		"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}},
+		"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
 	})
 	if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, newWidget("is", []string{"a"}, 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -65,8 +65,8 @@ func TestControllerResourcesBounded(t *testing.T) {
 		var calls atomic.Int64
 		url := secretChildHook(&calls)
 		ctrl := "cres-composite"
-		createController(t, inst, map[string]any{"metadata": map[string]any{"name": ctrl}, "spec": compositeSpec(url)})
-		createDecorator(t, inst, "cres-decorator", map[string]any{
+		createController(t, inst, compositeKind, ctrl, compositeSpec(url))
+		createController(t, inst, decoratorKind, "cres-decorator", map[string]any{
 			"resources": []any{map[string]any{"apiVersion": "v1", "resource": "secrets"}},
 			"hooks":     map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
 		})
@@ -113,14 +113,11 @@ func TestControllerResourcesBounded(t *testing.T) {
 			syncCalls.Add(1)
 			return 200, map[string]any{"children": []any{}}
 		}))
-		createController(t, inst, map[string]any{
-			"metadata": map[string]any{"name": "cres-related"},
-			"spec": map[string]any{
-				"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
-				"hooks": map[string]any{
-					"sync":      map[string]any{"webhook": map[string]any{"url": syncURL}},
-					"customize": map[string]any{"webhook": map[string]any{"url": customizeURL}},
-				},
+		createController(t, inst, compositeKind, "cres-related", map[string]any{
+			"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
+			"hooks": map[string]any{
+				"sync":      map[string]any{"webhook": map[string]any{"url": syncURL}},
+				"customize": map[string]any{"webhook": map[string]any{"url": customizeURL}},
 			},
 		})
 		if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, newWidget("rw", nil, 1), metav1.CreateOptions{}); err != nil {
@@ -143,7 +140,7 @@ func TestControllerResourcesBounded(t *testing.T) {
 		inst := startMetabus(t, allinone.Config{}, nil)
 		ns := newNamespace(t)
 		var calls atomic.Int64
-		createController(t, inst, map[string]any{"metadata": map[string]any{"name": "cres-all"}, "spec": compositeSpec(secretChildHook(&calls))})
+		createController(t, inst, compositeKind, "cres-all", compositeSpec(secretChildHook(&calls)))
 		if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, newWidget("w", nil, 1), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -30,26 +30,6 @@ var gadgetsGVR = schema.GroupVersionResource{Group: "test.metabus.dev", Version:
 
 func decoratorFinalizer(name string) string { return "metacontroller.io/decoratorcontroller-" + name }
 
-// createDecorator creates a DecoratorController served by inst.
-func createDecorator(t *testing.T, inst *instance, name string, spec map[string]any) *unstructured.Unstructured {
-	t.Helper()
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "metacontroller.k8s.io/v1alpha1",
-		"kind":       "DecoratorController",
-		"metadata":   map[string]any{"name": name},
-		"spec":       spec,
-	}}
-	u.SetLabels(inst.label())
-	out, err := dyn.Resource(v1alpha1.DecoratorControllerGVR).Create(context.Background(), u, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create DecoratorController: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = dyn.Resource(v1alpha1.DecoratorControllerGVR).Delete(context.Background(), out.GetName(), metav1.DeleteOptions{})
-	})
-	return out
-}
-
 // attachmentsOf returns the request's attachments of one type: key → object.
 func attachmentsOf(req map[string]any, typ string) (map[string]any, bool) {
 	all, _ := req["attachments"].(map[string]any)
@@ -209,7 +189,7 @@ func TestDecoratorServicePerPod(t *testing.T) {
 	url := hookServer(t, jsonHook(hook.handle))
 	const dcName = "service-per-pod"
 	fin := decoratorFinalizer(dcName)
-	createDecorator(t, inst, dcName, map[string]any{
+	createController(t, inst, decoratorKind, dcName, map[string]any{
 		"resources": []any{map[string]any{
 			"apiVersion": "apps/v1", "resource": "statefulsets",
 			"annotationSelector": map[string]any{"matchExpressions": []any{
@@ -429,7 +409,7 @@ func TestDecoratorPodNameLabel(t *testing.T) {
 		}
 		return 200, resp
 	}))
-	createDecorator(t, inst, "pod-name-label", map[string]any{
+	createController(t, inst, decoratorKind, "pod-name-label", map[string]any{
 		"resources": []any{
 			map[string]any{
 				"apiVersion": "v1", "resource": "pods",
@@ -606,7 +586,7 @@ func TestDecoratorClusterScopedTarget(t *testing.T) {
 			"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": "default", "namespace": ns}},
 		}}}
 	}))
-	createDecorator(t, inst, "cr-binding", map[string]any{
+	createController(t, inst, decoratorKind, "cr-binding", map[string]any{
 		"resources": []any{map[string]any{
 			"apiVersion": "rbac.authorization.k8s.io/v1", "resource": "clusterroles",
 			"labelSelector": map[string]any{"matchLabels": map[string]any{"e2e.metabus.dev/bind-in": ns}},
@@ -701,30 +681,25 @@ func TestDecoratorClusterScopedTarget(t *testing.T) {
 	})
 }
 
-// TestDecoratorControllerDeletionReleasesFinalizers: a decorator with a
-// finalize hook puts its finalizer on every target, of every kind it
-// targets (a ConfigMap, a Widget and a cluster-scoped ClusterRole here);
-// dropping a kind from spec.resources releases that kind's targets, and
-// deleting the DecoratorController removes the finalizer from all of them
-// (upstream leaves them stuck, #1062) and stops decorating new objects.
-func TestDecoratorControllerDeletionReleasesFinalizers(t *testing.T) {
+// TestDecoratorReleasesFinalizersOfEveryTargetKind: a decorator, unlike
+// the other kinds, targets several resources; with a finalize hook it puts
+// its finalizer on targets of every one (a ConfigMap, a Widget and a
+// cluster-scoped ClusterRole here); dropping a resource from
+// spec.resources releases that resource's targets only, and deleting the
+// DecoratorController releases the rest. That a deleted controller of any
+// kind releases its parents and stops is TestKindsControllerDeletionReleasesFinalizers.
+func TestDecoratorReleasesFinalizersOfEveryTargetKind(t *testing.T) {
 	ctx := context.Background()
 	inst := startMetabus(t, allinone.Config{}, nil)
 	ns := newNamespace(t)
-	var mu sync.Mutex
-	calls := map[string]int{}
 	url := hookServer(t, jsonHook(func(req map[string]any) (int, any) {
-		obj := &unstructured.Unstructured{Object: req["object"].(map[string]any)}
-		mu.Lock()
-		calls[obj.GetName()]++
-		mu.Unlock()
 		finalizing, _ := req["finalizing"].(bool)
 		return 200, map[string]any{"finalized": finalizing}
 	}))
 	const dcName = "dec-release"
 	fin := decoratorFinalizer(dcName)
 	sel := map[string]any{"matchLabels": map[string]any{"e2e.metabus.dev/release": ns}}
-	createDecorator(t, inst, dcName, map[string]any{
+	createController(t, inst, decoratorKind, dcName, map[string]any{
 		"resources": []any{
 			map[string]any{"apiVersion": "v1", "resource": "configmaps", "labelSelector": sel},
 			map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets", "labelSelector": sel},
@@ -800,107 +775,4 @@ func TestDecoratorControllerDeletionReleasesFinalizers(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "the finalizer released from every target", held(nil))
-
-	// Stopped: a new matching object is not decorated, and deleting a
-	// former target is not held up.
-	if _, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm2", Labels: lbls}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := kube.CoreV1().ConfigMaps(ns).Delete(ctx, "cm1", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "cm1 deleted without waiting for anyone", func() error {
-		_, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, "cm1", metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("still there (err=%v)", err)
-	})
-	time.Sleep(2 * time.Second)
-	cm2, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, "cm2", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(cm2.Finalizers) != 0 || calls["cm2"] != 0 {
-		t.Errorf("a deleted decorator still decorates: cm2 finalizers %v, hook calls %d", cm2.Finalizers, calls["cm2"])
-	}
-}
-
-// TestDecoratorCustomizeRelated: a decorator's customize hook names a
-// related ConfigMap; the sync hook sees it in `related` and copies a value
-// from it into a label of the target; the label follows the ConfigMap's
-// changes (a related-object change resyncs the target), and customize is
-// called once while the target's generation stays the same.
-func TestDecoratorCustomizeRelated(t *testing.T) {
-	ctx := context.Background()
-	inst := startMetabus(t, allinone.Config{}, nil)
-	ns := newNamespace(t)
-	var mu sync.Mutex
-	customizeCalls := 0
-	customizeURL := hookServer(t, jsonHook(func(req map[string]any) (int, any) {
-		mu.Lock()
-		customizeCalls++
-		mu.Unlock()
-		source := req["parent"].(map[string]any)["spec"].(map[string]any)["source"]
-		return 200, map[string]any{"relatedResources": []any{map[string]any{
-			"apiVersion": "v1", "resource": "configmaps", "names": []any{source},
-		}}}
-	}))
-	syncURL := hookServer(t, jsonHook(func(req map[string]any) (int, any) {
-		obj := &unstructured.Unstructured{Object: req["object"].(map[string]any)}
-		source, _, _ := unstructured.NestedString(obj.Object, "spec", "source")
-		rel, _ := req["related"].(map[string]any)["ConfigMap.v1"].(map[string]any)
-		src, ok := rel[source].(map[string]any)
-		if !ok {
-			return 200, map[string]any{"labels": map[string]any{"source-value": nil}}
-		}
-		data, _ := src["data"].(map[string]any)
-		return 200, map[string]any{"labels": map[string]any{"source-value": data["value"]}}
-	}))
-	createDecorator(t, inst, "dec-customize", map[string]any{
-		"resources": []any{map[string]any{
-			"apiVersion": "test.metabus.dev/v1", "resource": "widgets",
-			"labelSelector": map[string]any{"matchLabels": map[string]any{"e2e.metabus.dev/customize": ns}},
-		}},
-		"hooks": map[string]any{
-			"sync":      map[string]any{"webhook": map[string]any{"url": syncURL}},
-			"customize": map[string]any{"webhook": map[string]any{"url": customizeURL}},
-		},
-	})
-	if _, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"value": "one"},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	w := newWidget("cw", nil, 1)
-	w.Object["spec"].(map[string]any)["source"] = "settings"
-	w.SetLabels(map[string]string{"e2e.metabus.dev/customize": ns})
-	if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, w, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	label := func(want string) func() error {
-		return func() error {
-			w, err := dyn.Resource(widgetsGVR).Namespace(ns).Get(ctx, "cw", metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if got := w.GetLabels()["source-value"]; got != want {
-				return fmt.Errorf("source-value label %q, want %q", got, want)
-			}
-			return nil
-		}
-	}
-	eventually(t, 30*time.Second, "the label from the related ConfigMap", label("one"))
-	if _, err := kube.CoreV1().ConfigMaps(ns).Patch(ctx, "settings", types.MergePatchType,
-		[]byte(`{"data":{"value":"two"}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "the label following the related ConfigMap", label("two"))
-	mu.Lock()
-	defer mu.Unlock()
-	if customizeCalls != 1 {
-		t.Errorf("customize called %d times for one generation, want 1", customizeCalls)
-	}
 }

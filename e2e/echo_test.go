@@ -51,16 +51,13 @@ func startEchoController(t *testing.T, name string) (*echoHook, string) {
 	ns := newNamespace(t)
 	h := &echoHook{}
 	url := hookServer(t, jsonHook(h.serve))
-	createController(t, inst, map[string]any{
-		"metadata": map[string]any{"name": name},
-		"spec": map[string]any{
-			"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
-			"childResources": []any{map[string]any{
-				"apiVersion": "v1", "resource": "configmaps",
-				"updateStrategy": map[string]any{"method": "InPlace"},
-			}},
-			"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
-		},
+	createController(t, inst, compositeKind, name, map[string]any{
+		"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
+		"childResources": []any{map[string]any{
+			"apiVersion": "v1", "resource": "configmaps",
+			"updateStrategy": map[string]any{"method": "InPlace"},
+		}},
+		"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
 	})
 	return h, ns
 }

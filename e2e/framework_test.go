@@ -285,26 +285,41 @@ func eventually(t testing.TB, timeout time.Duration, what string, f func() error
 	}
 }
 
-// createController creates a CompositeController served by inst.
-func createController(t testing.TB, inst *instance, obj map[string]any) *unstructured.Unstructured {
+// The controller kinds tests create, by the name their objects carry.
+const (
+	compositeKind = v1alpha1.CompositeControllerKind
+	decoratorKind = v1alpha1.DecoratorControllerKind
+)
+
+// controllerGVRs resolves a controller kind to its resource. It is the
+// tests' own table, not the product's, so that a wrong row there cannot
+// make the tests agree with it.
+var controllerGVRs = map[string]schema.GroupVersionResource{
+	compositeKind: v1alpha1.CompositeControllerGVR,
+	decoratorKind: v1alpha1.DecoratorControllerGVR,
+}
+
+// createController creates a controller of any kind, served by inst (it
+// carries inst's label), and deletes it when the test ends.
+func createController(t testing.TB, inst *instance, kind, name string, spec map[string]any) *unstructured.Unstructured {
 	t.Helper()
-	u := &unstructured.Unstructured{Object: obj}
-	u.SetAPIVersion("metacontroller.k8s.io/v1alpha1")
-	u.SetKind("CompositeController")
-	labels := u.GetLabels()
-	if labels == nil {
-		labels = map[string]string{}
+	gvr, ok := controllerGVRs[kind]
+	if !ok {
+		t.Fatalf("createController: unknown controller kind %q", kind)
 	}
-	for k, v := range inst.label() {
-		labels[k] = v
-	}
-	u.SetLabels(labels)
-	out, err := dyn.Resource(v1alpha1.CompositeControllerGVR).Create(context.Background(), u, metav1.CreateOptions{})
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.GroupVersion.String(),
+		"kind":       kind,
+		"metadata":   map[string]any{"name": name},
+		"spec":       spec,
+	}}
+	u.SetLabels(inst.label())
+	out, err := dyn.Resource(gvr).Create(context.Background(), u, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("create CompositeController: %v", err)
+		t.Fatalf("create %s %s: %v", kind, name, err)
 	}
 	t.Cleanup(func() {
-		_ = dyn.Resource(v1alpha1.CompositeControllerGVR).Delete(context.Background(), out.GetName(), metav1.DeleteOptions{})
+		_ = dyn.Resource(gvr).Delete(context.Background(), out.GetName(), metav1.DeleteOptions{})
 	})
 	return out
 }

@@ -51,7 +51,8 @@ func TestHelloWorld(t *testing.T) {
 
 	cc := manifest(t, "controller.yaml")
 	unstructured.SetNestedField(cc, url+"/sync", "spec", "hooks", "sync", "webhook", "url")
-	createController(t, inst, cc)
+	name, _, _ := unstructured.NestedString(cc, "metadata", "name")
+	createController(t, inst, cc["kind"].(string), name, cc["spec"].(map[string]any))
 
 	hello := &unstructured.Unstructured{Object: manifest(t, "hello.yaml")}
 	parent, err := dyn.Resource(helloGVR).Namespace(ns).Create(ctx, hello, metav1.CreateOptions{})

@@ -27,13 +27,10 @@ func TestDuplicateChildResourceRejected(t *testing.T) {
 		return 200, map[string]any{}
 	}))
 	cm := map[string]any{"apiVersion": "v1", "resource": "configmaps"}
-	createController(t, inst, map[string]any{
-		"metadata": map[string]any{"name": "widgets-duplicate"},
-		"spec": map[string]any{
-			"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
-			"childResources": []any{cm, cm},
-			"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
-		},
+	createController(t, inst, compositeKind, "widgets-duplicate", map[string]any{
+		"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
+		"childResources": []any{cm, cm},
+		"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
 	})
 	if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, newWidget("dup", nil, 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -117,8 +117,7 @@ func TestWatcherLeaderElection(t *testing.T) {
 	url := hookServer(t, helloworld.Handler())
 	cc := manifest(t, "controller.yaml")
 	unstructured.SetNestedField(cc, url+"/sync", "spec", "hooks", "sync", "webhook", "url")
-	unstructured.SetNestedField(cc, "hello-leader", "metadata", "name")
-	createController(t, &instance{selector: label}, cc)
+	createController(t, &instance{selector: label}, cc["kind"].(string), "hello-leader", cc["spec"].(map[string]any))
 	hello := &unstructured.Unstructured{Object: manifest(t, "hello.yaml")}
 	if _, err := dyn.Resource(helloGVR).Namespace(ns).Create(ctx, hello, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -105,17 +105,14 @@ func TestHangingHookDoesNotStallOthers(t *testing.T) {
 	// Registered after the hook server, so it runs before the server's
 	// Close, which waits for the handlers.
 	t.Cleanup(func() { close(hang.release) })
-	createController(t, inst, map[string]any{
-		"metadata": map[string]any{"name": "noisy-stall"},
-		"spec": map[string]any{
-			"generateSelector": true,
-			"parentResource":   map[string]any{"apiVersion": "noisy.metabus.dev/v1", "resource": "stalls"},
-			"childResources": []any{map[string]any{
-				"apiVersion": "v1", "resource": "configmaps",
-				"updateStrategy": map[string]any{"method": "InPlace"},
-			}},
-			"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": urlA, "timeout": stallTimeout}}},
-		},
+	createController(t, inst, compositeKind, "noisy-stall", map[string]any{
+		"generateSelector": true,
+		"parentResource":   map[string]any{"apiVersion": "noisy.metabus.dev/v1", "resource": "stalls"},
+		"childResources": []any{map[string]any{
+			"apiVersion": "v1", "resource": "configmaps",
+			"updateStrategy": map[string]any{"method": "InPlace"},
+		}},
+		"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": urlA, "timeout": stallTimeout}}},
 	})
 	for i := range stallParents {
 		s := &unstructured.Unstructured{Object: map[string]any{
@@ -148,17 +145,14 @@ func TestHangingHookDoesNotStallOthers(t *testing.T) {
 		callsB.Add(1)
 		return quickHook(req)
 	}))
-	createController(t, inst, map[string]any{
-		"metadata": map[string]any{"name": "noisy-quick"},
-		"spec": map[string]any{
-			"generateSelector": true,
-			"parentResource":   map[string]any{"apiVersion": "noisy.metabus.dev/v1", "resource": "quicks"},
-			"childResources": []any{map[string]any{
-				"apiVersion": "v1", "resource": "configmaps",
-				"updateStrategy": map[string]any{"method": "InPlace"},
-			}},
-			"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": urlB, "timeout": "5s"}}},
-		},
+	createController(t, inst, compositeKind, "noisy-quick", map[string]any{
+		"generateSelector": true,
+		"parentResource":   map[string]any{"apiVersion": "noisy.metabus.dev/v1", "resource": "quicks"},
+		"childResources": []any{map[string]any{
+			"apiVersion": "v1", "resource": "configmaps",
+			"updateStrategy": map[string]any{"method": "InPlace"},
+		}},
+		"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": urlB, "timeout": "5s"}}},
 	})
 	quicks := make([]string, quickParents)
 	for i := range quicks {

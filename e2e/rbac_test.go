@@ -200,13 +200,10 @@ func TestApplierNarrowedRBAC(t *testing.T) {
 	ns := newNamespace(t)
 	var calls atomic.Int64
 	url := hookServer(t, jsonHook(widgetHook(&calls)))
-	createController(t, inst, map[string]any{
-		"metadata": map[string]any{"name": "narrowed-" + ns},
-		"spec": map[string]any{
-			"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
-			"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}},
-			"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
-		},
+	createController(t, inst, compositeKind, "narrowed-"+ns, map[string]any{
+		"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
+		"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}},
+		"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
 	})
 	if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, newWidget("w", []string{"a"}, 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

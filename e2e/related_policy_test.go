@@ -76,15 +76,12 @@ func TestRelatedResourcesBounded(t *testing.T) {
 				return 200, map[string]any{"children": []any{}}
 			}))
 			ctrl := "related-secrets-" + tc.name
-			createController(t, inst, map[string]any{
-				"metadata": map[string]any{"name": ctrl},
-				"spec": map[string]any{
-					"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
-					"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}},
-					"hooks": map[string]any{
-						"sync":      map[string]any{"webhook": map[string]any{"url": syncURL}},
-						"customize": map[string]any{"webhook": map[string]any{"url": customizeURL}},
-					},
+			createController(t, inst, compositeKind, ctrl, map[string]any{
+				"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
+				"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}},
+				"hooks": map[string]any{
+					"sync":      map[string]any{"webhook": map[string]any{"url": syncURL}},
+					"customize": map[string]any{"webhook": map[string]any{"url": customizeURL}},
 				},
 			})
 			if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, newWidget("rw", nil, 1), metav1.CreateOptions{}); err != nil {

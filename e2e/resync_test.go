@@ -28,12 +28,9 @@ func TestResyncAfterSeconds(t *testing.T) {
 		mu.Unlock()
 		return 200, map[string]any{"resyncAfterSeconds": 0.1}
 	}))
-	createController(t, inst, map[string]any{
-		"metadata": map[string]any{"name": "widgets-resync-after"},
-		"spec": map[string]any{
-			"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
-			"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
-		},
+	createController(t, inst, compositeKind, "widgets-resync-after", map[string]any{
+		"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
+		"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
 	})
 	if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, newWidget("ra", nil, 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -55,43 +52,6 @@ func TestResyncAfterSeconds(t *testing.T) {
 	if last >= time.Second {
 		t.Errorf("resyncAfterSeconds 0.1 resynced after %s, want under a second", last)
 	}
-}
-
-// TestResyncPeriodSeconds: resyncPeriodSeconds re-syncs unchanged parents.
-func TestResyncPeriodSeconds(t *testing.T) {
-	ctx := context.Background()
-	inst := startMetabus(t, allinone.Config{}, nil)
-	ns := newNamespace(t)
-	var calls atomic.Int64
-	url := hookServer(t, jsonHook(func(req map[string]any) (int, any) {
-		calls.Add(1)
-		return 200, map[string]any{}
-	}))
-	createController(t, inst, map[string]any{
-		"metadata": map[string]any{"name": "widgets-resync-period"},
-		"spec": map[string]any{
-			"parentResource":      map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
-			"resyncPeriodSeconds": int64(1),
-			"hooks":               map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
-		},
-	})
-	if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, newWidget("rp", nil, 1), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 20*time.Second, "the first sync", func() error {
-		if calls.Load() == 0 {
-			return fmt.Errorf("no call")
-		}
-		return nil
-	})
-	time.Sleep(500 * time.Millisecond)
-	before := calls.Load()
-	eventually(t, 10*time.Second, "periodic resyncs of an unchanged parent", func() error {
-		if n := calls.Load() - before; n < 3 {
-			return fmt.Errorf("%d resyncs", n)
-		}
-		return nil
-	})
 }
 
 // TestRealChangeNotDelayedByResyncWave: during a resync wave of many
@@ -141,12 +101,9 @@ func runResyncWave(t *testing.T, cfg allinone.Config, check bool) {
 		time.Sleep(50 * time.Millisecond) // a hook with some work to do
 		return 200, map[string]any{}
 	}))
-	createController(t, inst, map[string]any{
-		"metadata": map[string]any{"name": "widgets-wave"},
-		"spec": map[string]any{
-			"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
-			"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
-		},
+	createController(t, inst, compositeKind, "widgets-wave", map[string]any{
+		"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
+		"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
 	})
 	name := func(i int) string {
 		if i < targets {

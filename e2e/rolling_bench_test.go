@@ -76,11 +76,11 @@ func startRollBench(b *testing.B, resyncPeriodSeconds int64) *rollBench {
 		}
 	})
 	autoReady(b, rb.h, rb.ns, 0, nil)
-	obj := rollsetControllerObject(rb.inst.selector, rb.hookURL, "RollingRecreate")
+	spec := rollsetControllerSpec(rb.hookURL, "RollingRecreate")
 	if resyncPeriodSeconds > 0 {
-		obj["spec"].(map[string]any)["resyncPeriodSeconds"] = resyncPeriodSeconds
+		spec["resyncPeriodSeconds"] = resyncPeriodSeconds
 	}
-	createController(b, rb.inst, obj)
+	createController(b, rb.inst, compositeKind, rb.inst.selector, spec)
 	createRollSet(b, rb.ns, rb.name, benchRollPods, 1)
 	rb.waitRolledOut(b, 1, 2*time.Minute)
 	return rb

@@ -85,30 +85,27 @@ func rollsetHook(req map[string]any) (int, any) {
 // gradually (spec.replicas applies at once).
 func rollsetController(t testing.TB, inst *instance, name, url, method string) {
 	t.Helper()
-	createController(t, inst, rollsetControllerObject(name, url, method))
+	createController(t, inst, compositeKind, name, rollsetControllerSpec(url, method))
 }
 
-// rollsetControllerObject is the RollSet controller object that
+// rollsetControllerSpec is the spec of the RollSet controller that
 // rollsetController creates.
-func rollsetControllerObject(name, url, method string) map[string]any {
+func rollsetControllerSpec(url, method string) map[string]any {
 	return map[string]any{
-		"metadata": map[string]any{"name": name},
-		"spec": map[string]any{
-			"parentResource": map[string]any{
-				"apiVersion": "test.metabus.dev/v1", "resource": "rollsets",
-				"revisionHistory": map[string]any{"fieldPaths": []any{"spec.template"}},
-			},
-			"childResources": []any{map[string]any{
-				"apiVersion": "v1", "resource": "pods",
-				"updateStrategy": map[string]any{
-					"method": method,
-					"statusChecks": map[string]any{"conditions": []any{
-						map[string]any{"type": "Ready", "status": "True"},
-					}},
-				},
-			}},
-			"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url, "timeout": "5s"}}},
+		"parentResource": map[string]any{
+			"apiVersion": "test.metabus.dev/v1", "resource": "rollsets",
+			"revisionHistory": map[string]any{"fieldPaths": []any{"spec.template"}},
 		},
+		"childResources": []any{map[string]any{
+			"apiVersion": "v1", "resource": "pods",
+			"updateStrategy": map[string]any{
+				"method": method,
+				"statusChecks": map[string]any{"conditions": []any{
+					map[string]any{"type": "Ready", "status": "True"},
+				}},
+			},
+		}},
+		"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url, "timeout": "5s"}}},
 	}
 }
 

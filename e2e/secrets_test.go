@@ -67,14 +67,11 @@ func TestWebhookCredentialsGuarded(t *testing.T) {
 		if c.allowInsecure {
 			webhook["allowInsecureCredentials"] = true
 		}
-		createController(t, inst, map[string]any{
-			"metadata": map[string]any{"name": "secrets-" + c.mode},
-			"spec": map[string]any{
-				"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets",
-					"labelSelector": map[string]any{"matchLabels": map[string]any{"mode": c.mode}}},
-				"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}},
-				"hooks":          map[string]any{"sync": map[string]any{"webhook": webhook}},
-			},
+		createController(t, inst, compositeKind, "secrets-"+c.mode, map[string]any{
+			"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets",
+				"labelSelector": map[string]any{"matchLabels": map[string]any{"mode": c.mode}}},
+			"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}},
+			"hooks":          map[string]any{"sync": map[string]any{"webhook": webhook}},
 		})
 		w := newWidget(c.mode, []string{"a"}, 1)
 		w.SetLabels(map[string]string{"mode": c.mode})

@@ -53,16 +53,13 @@ func widgetHook(calls *atomic.Int64) func(req map[string]any) (int, any) {
 
 func widgetController(t *testing.T, inst *instance, name, url, method string) {
 	t.Helper()
-	createController(t, inst, map[string]any{
-		"metadata": map[string]any{"name": name},
-		"spec": map[string]any{
-			"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
-			"childResources": []any{map[string]any{
-				"apiVersion": "v1", "resource": "configmaps",
-				"updateStrategy": map[string]any{"method": method},
-			}},
-			"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url, "timeout": "5s"}}},
-		},
+	createController(t, inst, compositeKind, name, map[string]any{
+		"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
+		"childResources": []any{map[string]any{
+			"apiVersion": "v1", "resource": "configmaps",
+			"updateStrategy": map[string]any{"method": method},
+		}},
+		"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url, "timeout": "5s"}}},
 	})
 }
 
@@ -346,14 +343,11 @@ func TestHookFailures(t *testing.T) {
 			return 200, []byte(`{"status": {"oops": `)
 		}
 	}))
-	createController(t, inst, map[string]any{
-		"metadata": map[string]any{"name": "widgets-broken"},
-		"spec": map[string]any{
-			"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets",
-				"labelSelector": map[string]any{"matchExpressions": []any{map[string]any{"key": "health", "operator": "DoesNotExist"}}}},
-			"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}},
-			"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": bad, "timeout": "1s"}}},
-		},
+	createController(t, inst, compositeKind, "widgets-broken", map[string]any{
+		"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets",
+			"labelSelector": map[string]any{"matchExpressions": []any{map[string]any{"key": "health", "operator": "DoesNotExist"}}}},
+		"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}},
+		"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": bad, "timeout": "1s"}}},
 	})
 	for _, name := range []string{"fails", "slow", "malformed"} {
 		if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, newWidget(name, nil, 1), metav1.CreateOptions{}); err != nil {
@@ -363,14 +357,11 @@ func TestHookFailures(t *testing.T) {
 	// A healthy controller for the widgets labelled health=good.
 	good := hookServer(t, jsonHook(widgetHook(nil)))
 	goodNS := newNamespace(t)
-	createController(t, inst, map[string]any{
-		"metadata": map[string]any{"name": "widgets-good"},
-		"spec": map[string]any{
-			"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets",
-				"labelSelector": map[string]any{"matchLabels": map[string]any{"health": "good"}}},
-			"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}},
-			"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": good}}},
-		},
+	createController(t, inst, compositeKind, "widgets-good", map[string]any{
+		"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets",
+			"labelSelector": map[string]any{"matchLabels": map[string]any{"health": "good"}}},
+		"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}},
+		"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": good}}},
 	})
 	eventually(t, 30*time.Second, "SyncError events for each failing parent", func() error {
 		evs, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
