@@ -198,7 +198,8 @@ func (a *Applier) applyParent(ctx context.Context, ds *bus.DesiredState, snap *s
 		}
 		return done(resultFinalized)
 	}
-	if len(actions) == 0 && plan.Patch == nil && plan.Status == nil {
+	if len(actions) == 0 && plan.Patch == nil && plan.Status == nil && !claims.writes() {
+		// Nothing written at all, which is what a no-op sync must cost.
 		return done(resultNoop)
 	}
 	return nil
