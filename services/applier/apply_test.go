@@ -332,7 +332,7 @@ func TestApplyParent(t *testing.T) {
 			children: group(configMap("a", true, func(o *unstructured.Unstructured) {
 				o.SetAnnotations(map[string]string{"metacontroller.k8s.io/decorator-controller": "deco"})
 			})),
-			ds: bus.DesiredState{Hook: "sync", Labels: map[string]*string{"team": ptr("a")}, Children: []*unstructured.Unstructured{desiredCM("a")}},
+			ds:   bus.DesiredState{Hook: "sync", Labels: map[string]*string{"team": ptr("a")}, Children: []*unstructured.Unstructured{desiredCM("a")}},
 			want: resultNoop,
 		},
 		{
