@@ -22,6 +22,7 @@ import (
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/kinds"
+	"github.com/metabus/metabus/pkg/revstore"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 
@@ -488,6 +489,74 @@ func TestPatchWriteVerb(t *testing.T) {
 		t.Run(tt.reason, func(t *testing.T) {
 			if got := patchWrite(tt.plan).verb; got != tt.want {
 				t.Errorf("verb %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// revisions is a revstore.Store that answers loads with no revision and
+// records the requests.
+type revisions struct {
+	ops    []string
+	result string
+	err    error
+}
+
+func (r *revisions) Revisions(_ context.Context, req revstore.Request) (*revstore.Response, error) {
+	r.ops = append(r.ops, req.Op)
+	if r.err != nil {
+		return nil, r.err
+	}
+	return &revstore.Response{Result: r.result}, nil
+}
+
+// The rolling path ends through the same typed outcomes: a desired state
+// rendered for another revision syncs again at once (a few times, then
+// with backoff), and a revisions service that fails retries without an
+// Event; no child is touched either way.
+func TestApplyRollingOutcomes(t *testing.T) {
+	rollingCC := compositeController(false)
+	rollingCC.Object["spec"].(map[string]any)["childResources"] = []any{map[string]any{
+		"apiVersion": "v1", "resource": "configmaps", "updateStrategy": map[string]any{"method": "RollingRecreate"},
+	}}
+	tests := []struct {
+		reason  string
+		attempt int
+		store   *revisions
+		want    string
+		wantOps []string
+	}{
+		{reason: "rendered for another revision: sync again now, counting the attempt",
+			store: &revisions{result: revstore.OK}, want: "conflict (attempt 1)", wantOps: []string{revstore.OpLoad}},
+		{reason: "still another revision after a few tries: back off",
+			attempt: 3, store: &revisions{result: revstore.OK}, want: "error ", wantOps: []string{revstore.OpLoad}},
+		{reason: "the revisions service failed: retry without an Event",
+			store: &revisions{err: errors.New("no responders")}, want: "error ", wantOps: []string{revstore.OpLoad}},
+		{reason: "the revisions service refused the load: retry without an Event",
+			store: &revisions{result: "error"}, want: "error ", wantOps: []string{revstore.OpLoad}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.reason, func(t *testing.T) {
+			parent := thing()
+			a, dyn := testApplier(t, parent.DeepCopy(), configMap("a", true))
+			a.revs = tt.store
+			ds := &bus.DesiredState{
+				Hook: "sync", Attempt: tt.attempt, LatestRevision: "web-0123456789",
+				Children:   []*unstructured.Unstructured{desiredCM("a")},
+				Controller: bus.ControllerRef{Kind: "CompositeController", Name: "things", UID: "cc-rolling"},
+				Parent:     bus.ObjectRef{APIVersion: "example.com/v1", Kind: "Thing", Resource: "things", Namespace: "ns", Name: "web", UID: "p-uid", Generation: 2},
+			}
+			snap := &snapshot.Response{Result: snapshot.OK, Controller: rollingCC, Parent: parent, ParentResource: "things", ParentHasStatus: true,
+				Children: []snapshot.Group{{APIVersion: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true,
+					Objects: []*unstructured.Unstructured{configMap("a", true)}}}}
+			if diff := cmp.Diff(tt.want, outcome(a.applyParent(context.Background(), ds, snap))); diff != "" {
+				t.Errorf("outcome (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantOps, tt.store.ops); diff != "" {
+				t.Errorf("revisions requests (-want +got):\n%s", diff)
+			}
+			if got := calls(dyn); len(got) != 0 {
+				t.Errorf("API calls %v, want none", got)
 			}
 		})
 	}
