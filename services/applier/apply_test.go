@@ -516,6 +516,9 @@ func (r *revisions) Revisions(_ context.Context, req revstore.Request) (*revstor
 // Event; no child is touched either way.
 func TestApplyRollingOutcomes(t *testing.T) {
 	rollingCC := compositeController(false)
+	// Another object than compositeController's: kindtable.Decode caches
+	// decoded controllers by UID and resourceVersion.
+	rollingCC.SetUID("cc-uid-rolling")
 	rollingCC.Object["spec"].(map[string]any)["childResources"] = []any{map[string]any{
 		"apiVersion": "v1", "resource": "configmaps", "updateStrategy": map[string]any{"method": "RollingRecreate"},
 	}}
