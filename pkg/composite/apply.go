@@ -1,1 +1,179 @@
 package composite
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/children"
+	"github.com/metabus/metabus/pkg/kinds"
+	"github.com/metabus/metabus/pkg/revision"
+)
+
+// The hook kinds of a CompositeController desired state, as the applier
+// reads them.
+const (
+	applyHookSync     = "sync"
+	applyHookFinalize = "finalize"
+)
+
+// ApplyChildRules are spec.childResources.
+func (c *Controller) ApplyChildRules() kinds.ApplyChildRules {
+	rules := make([]kinds.ApplyChildRule, len(c.CC.Spec.ChildResources))
+	for i, cr := range c.CC.Spec.ChildResources {
+		rules[i].ResourceRule = cr.ResourceRule
+		if s := cr.UpdateStrategy; s != nil {
+			rules[i].Method = s.Method
+			rules[i].Checks = s.StatusChecks.Conditions
+		}
+	}
+	return kinds.ApplyChildRules{
+		Field: "spec.childResources", Noun: "children", Rules: rules,
+		OwnerUIDLabels: []string{ControllerUIDLabel},
+	}
+}
+
+// ApplyOwner is the parent with its selector (spec.selector, or
+// controller-uid=<uid> under generateSelector) and, under
+// generateSelector, the controller-uid label every child gets.
+func (c *Controller) ApplyOwner(parent *unstructured.Unstructured, _ *bus.DesiredState) (children.Owner, error) {
+	sel, err := ParentSelector(c.CC.Spec, parent)
+	if err != nil {
+		return children.Owner{}, err
+	}
+	return children.Owner{
+		APIVersion:  parent.GetAPIVersion(),
+		Kind:        parent.GetKind(),
+		Namespace:   parent.GetNamespace(),
+		Name:        parent.GetName(),
+		UID:         string(parent.GetUID()),
+		Namespaced:  parent.GetNamespace() != "",
+		Selector:    sel,
+		ExtraLabels: ExtraLabels(c.CC.Spec, parent),
+	}, nil
+}
+
+// ApplyClaims is true: a CompositeController parent adopts the orphans
+// its selector matches and releases the children it stopped matching.
+func (c *Controller) ApplyClaims() bool { return true }
+
+// ApplyRollout reports whether a child resource has a rolling update
+// strategy: only then does the parent have ControllerRevisions.
+func (c *Controller) ApplyRollout(parent *unstructured.Unstructured, resource string) (kinds.ApplyRolloutSpec, bool) {
+	if !applyRolls(c.CC) {
+		return kinds.ApplyRolloutSpec{}, false
+	}
+	var paths []string
+	if h := c.CC.Spec.ParentResource.RevisionHistory; h != nil {
+		paths = h.FieldPaths
+	}
+	return kinds.ApplyRolloutSpec{FieldPaths: paths, History: applyHistoryParent(c.CC, parent, resource)}, true
+}
+
+// applyRolls is rollout.HasRolling (package rollout imports this one).
+func applyRolls(cc *v1alpha1.CompositeController) bool {
+	for _, cr := range cc.Spec.ChildResources {
+		if cr.UpdateStrategy == nil {
+			continue
+		}
+		switch cr.UpdateStrategy.Method {
+		case v1alpha1.ChildUpdateRollingRecreate, v1alpha1.ChildUpdateRollingInPlace:
+			return true
+		}
+	}
+	return false
+}
+
+// applyHistoryParent is rollout.HistoryParent (package rollout imports this
+// one): the labels and controller reference upstream puts on the revisions
+// it creates, i.e. the parent's spec.template.metadata.labels (only
+// controller-uid=<parent UID> under generateSelector), plus the parent's
+// API group and resource. The dispatcher and the applier must agree on it.
+func applyHistoryParent(cc *v1alpha1.CompositeController, parent *unstructured.Unstructured, resource string) revision.Parent {
+	group, _, found := strings.Cut(parent.GetAPIVersion(), "/")
+	if !found {
+		group = ""
+	}
+	var controllerUID string
+	if GeneratesSelector(cc.Spec) {
+		controllerUID = string(parent.GetUID())
+	}
+	templateLabels, _, _ := unstructured.NestedStringMap(parent.Object, "spec", "template", "metadata", "labels")
+	yes := true
+	return revision.Parent{
+		Resource:  resource,
+		Group:     group,
+		UID:       string(parent.GetUID()),
+		Namespace: parent.GetNamespace(),
+		Labels:    revision.Labels(templateLabels, controllerUID, group, resource),
+		OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: parent.GetAPIVersion(), Kind: parent.GetKind(), Name: parent.GetName(),
+			UID: parent.GetUID(), Controller: &yes, BlockOwnerDeletion: &yes,
+		}},
+	}
+}
+
+// ApplyParent plans a CompositeController parent's own writes: the
+// finalizer added before the first child of a sync (with a finalize hook),
+// the hook's status plus observedGeneration when it differs from the
+// observed one, and the finalizer removed after a finalize hook's final
+// answer. A parent being deleted without the finalizer is left to the
+// garbage collector.
+func (c *Controller) ApplyParent(in kinds.ApplyInput) (kinds.ApplyParentPlan, error) {
+	parent, ds := in.Parent, in.Desired
+	finalizer := c.Finalizer()
+	holds := HasFinalizer(parent, finalizer)
+	deleting := parent.GetDeletionTimestamp() != nil
+	if deleting && !holds {
+		return kinds.ApplyParentPlan{Gate: kinds.ApplyParentDeleting}, nil
+	}
+	var plan kinds.ApplyParentPlan
+	if ds.Hook == applyHookSync && finalizer != "" && !holds && !deleting {
+		plan.Patch = map[string]any{"metadata": map[string]any{
+			"finalizers":      append(slices.Clone(parent.GetFinalizers()), finalizer),
+			"resourceVersion": parent.GetResourceVersion(),
+		}}
+		plan.AddsFinalizer = finalizer
+	}
+	status, err := applyStatus(parent, ds)
+	if err != nil {
+		return kinds.ApplyParentPlan{}, err
+	}
+	plan.Status = status
+	if ds.Hook == applyHookFinalize && ds.Finalized && holds {
+		plan.RemoveFinalizer = finalizer
+	}
+	return plan, nil
+}
+
+// applyStatus is the hook's status plus observedGeneration, or nil when
+// the parent already has exactly that status.
+func applyStatus(parent *unstructured.Unstructured, ds *bus.DesiredState) (map[string]any, error) {
+	status := make(map[string]any, len(ds.Status)+1)
+	for k, v := range ds.Status {
+		status[k] = v
+	}
+	status["observedGeneration"] = ds.Parent.Generation
+	current, _, _ := unstructured.NestedFieldNoCopy(parent.Object, "status")
+	// Compared by canonical JSON, so int64(1) from the API server equals
+	// float64(1) from a hook.
+	cur, err := json.Marshal(current)
+	if err != nil {
+		return nil, fmt.Errorf("compare status: %w", err)
+	}
+	want, err := json.Marshal(status)
+	if err != nil {
+		return nil, fmt.Errorf("compare status: %w", err)
+	}
+	if bytes.Equal(cur, want) {
+		return nil, nil
+	}
+	return status, nil
+}

@@ -80,7 +80,7 @@ type Applier struct {
 	cfg     Config
 	log     *zap.Logger
 	js      jetstream.JetStream
-	pub     bus.Publisher
+	sched   scheduler
 	dyn     dynamic.Interface
 	disc    *discovery.Map
 	snaps   snapshot.Source
@@ -136,7 +136,7 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 		cfg:     cfg,
 		log:     log.Named("applier"),
 		js:      deps.JS,
-		pub:     bus.Publisher{JS: deps.JS},
+		sched:   bus.Publisher{JS: deps.JS},
 		dyn:     dyn,
 		disc:    discovery.New(kube.Discovery()),
 		snaps:   snaps,
@@ -214,37 +214,76 @@ func (a *Applier) handle(ctx context.Context, m jetstream.Msg) {
 	// same parent need not release it (a stale sync from before the
 	// finalize hook was removed), and the release is idempotent.
 	if ds.Hook != bus.HookRelease && (bus.NewerQueued(ctx) || (md.NumPending > 0 && a.superseded(ctx, &ds, seq))) {
-		a.metrics.applies.WithLabelValues("superseded").Inc()
-		_ = m.Ack()
+		a.settle(ctx, m, &ds, nil, time.Time{}, done(resultSuperseded))
 		return
 	}
 	start := time.Now()
 	wl := a.newWriteLog(&ds)
-	res := a.traced(withWriteLog(ctx, wl), &ds)
-	a.metrics.applies.WithLabelValues(res.result).Inc()
-	a.metrics.applySeconds.WithLabelValues(res.result).Observe(time.Since(start).Seconds())
-	if res.infra {
-		_ = m.NakWithDelay(time.Second)
-		return
-	}
-	if res.result == "ok" || res.result == "noop" {
-		a.noteApplied(&ds, wl)
-	}
-	_ = m.Ack()
+	err = a.traced(withWriteLog(ctx, wl), &ds)
+	a.settle(ctx, m, &ds, wl, start, err)
 }
 
 // traced runs the apply inside the tracer's begin/end, closed before the
 // message is settled (the ack releases the partition to other replicas).
-func (a *Applier) traced(ctx context.Context, ds *bus.DesiredState) result {
+func (a *Applier) traced(ctx context.Context, ds *bus.DesiredState) error {
 	if a.trace != nil {
 		defer a.trace("applier", ds.Parent.UID)()
 	}
 	return a.apply(ctx, ds)
 }
 
-type result struct {
-	result string
-	infra  bool
+// Results of an apply, the values of the result label of
+// metabus_applier_applies_total and metabus_applier_apply_duration_seconds.
+const (
+	resultOK             = "ok"
+	resultNoop           = "noop"
+	resultSuperseded     = "superseded"
+	resultNotFound       = "notfound"
+	resultInvalid        = "invalid"
+	resultUnsupported    = "unsupported"
+	resultParentDeleting = "parent_deleting"
+	resultFinalized      = "finalized"
+	resultReleased       = "released"
+	resultConflict       = "conflict"
+	resultError          = "error"
+	resultCancelled      = "cancelled"
+)
+
+// done ends an apply without a failure; its value is the result label
+// (noop, notfound, parent_deleting, finalized...). A nil error is "ok".
+type done string
+
+func (d done) Error() string { return "apply ended: " + string(d) }
+
+// applyError is an apply that failed: the parent is synced again with
+// backoff, since a fresh sync (new observed state, a new hook answer) is
+// what a changed world calls for. reason, if set, is the Warning Event
+// reason on the parent; "" is a transient failure not worth an Event.
+type applyError struct {
+	reason string
+	err    error
+}
+
+func (e *applyError) Error() string { return e.err.Error() }
+func (e *applyError) Unwrap() error { return e.err }
+
+// retryAfter fails an apply with the Event reason ("" for none).
+func retryAfter(reason string, err error) error { return &applyError{reason: reason, err: err} }
+
+// requeueError re-runs the parent's sync at once: the cluster changed
+// under the apply (a 409), or the desired state was computed from a view
+// that has moved on. attempt is the work item's retry count.
+type requeueError struct{ attempt int }
+
+func (e *requeueError) Error() string { return "the parent changed under the apply; syncing again" }
+
+// requeue asks for another sync at once, with the desired state's attempt.
+func requeue(ds *bus.DesiredState) error { return &requeueError{attempt: ds.Attempt} }
+
+// scheduler is where settle schedules a parent's next sync (MC_SCHED
+// through bus.Publisher).
+type scheduler interface {
+	Schedule(ctx context.Context, item bus.WorkItem, at time.Time) error
 }
 
 // workItem is the work item that re-runs this parent's sync.
@@ -252,47 +291,79 @@ func workItem(ds *bus.DesiredState, reason string, attempt int) bus.WorkItem {
 	return bus.WorkItem{Controller: ds.Controller, Parent: ds.Parent, Reason: reason, Attempt: attempt}
 }
 
-// retry schedules another sync of the parent with backoff, after an apply
-// failure. The sync reads fresh state and calls the hook again, which is
-// what a changed world calls for.
-func (a *Applier) retry(ctx context.Context, ds *bus.DesiredState, reason string, err error) result {
-	if ctx.Err() != nil {
+// settle is the one place an apply's outcome becomes its effects: the
+// Event on the parent, the parent's next sync (backoff or at once), the
+// result metric, the applied note and the ack or nak.
+//
+//   - nil is "ok", a done its own result: ack (ok and noop also note that
+//     the desired state was applied, so watchers and dispatchers can drop
+//     the echoes of its writes);
+//   - a requeueError ("conflict") schedules the sync now. It goes through
+//     the parent's schedule rather than straight to MC_WORK so that a
+//     parent changed in a burst, whose applies keep conflicting, costs at
+//     most one extra sync a second instead of one per conflict; the change
+//     that caused the conflict normally has an event of its own, and this
+//     is the safety net for one the watcher dropped as our own write;
+//   - any other error ("error") schedules the sync with per-parent
+//     exponential backoff, and records the Event of an applyError with a
+//     reason. Writes refused by RBAC become ApplyForbidden, with what to
+//     grant and a longer backoff: only an admin can fix them.
+//
+// A failure to schedule, or a shutdown during a failed apply, naks the
+// message instead, so that it is redelivered (here or to another replica).
+func (a *Applier) settle(ctx context.Context, m jetstream.Msg, ds *bus.DesiredState, wl *writeLog, start time.Time, err error) {
+	result, nak := resultOK, false
+	var (
+		finished done
+		requeued *requeueError
+	)
+	switch {
+	case err == nil:
+	case errors.As(err, &finished):
+		result = string(finished)
+	case errors.As(err, &requeued):
+		result = resultConflict
+		if serr := a.sched.Schedule(ctx, workItem(ds, bus.ReasonConflict, requeued.attempt), time.Now()); serr != nil {
+			a.log.Warn("requeue after conflict", zap.Error(serr))
+			nak = true
+		}
+	case ctx.Err() != nil:
 		// Shutting down: leave the message unacked for another replica.
-		return result{result: "cancelled", infra: true}
+		result, nak = resultCancelled, true
+	default:
+		result = resultError
+		n := ds.Attempt + 1
+		delay := bus.Backoff(n)
+		reason, msg := "", err.Error()
+		var failed *applyError
+		if errors.As(err, &failed) {
+			reason = failed.reason
+		}
+		if denied := denials(err); len(denied) > 0 {
+			reason, delay = events.ReasonApplyForbidden, forbiddenBackoff(n)
+			msg = forbiddenMessage(denied, delay)
+		}
+		a.log.Warn("apply failed; retrying with backoff", zap.String("controller", ds.Controller.Name),
+			zap.String("parent", ds.Parent.Namespace+"/"+ds.Parent.Name), zap.Int("attempt", n),
+			zap.Duration("retryIn", delay), zap.String("reason", reason), zap.Error(err))
+		if reason != "" {
+			a.rec.Warning(ds.Parent.Stub(), reason, msg)
+		}
+		if serr := a.sched.Schedule(ctx, workItem(ds, bus.ReasonRetry, n), time.Now().Add(delay)); serr != nil {
+			a.log.Error("schedule retry", zap.Error(serr))
+			nak = true
+		}
 	}
-	n := ds.Attempt + 1
-	delay := bus.Backoff(n)
-	msg := err.Error()
-	if denied := denials(err); len(denied) > 0 {
-		// Missing RBAC: only an admin can fix it. Say what to grant, and
-		// wait long enough not to hammer the API server meanwhile.
-		reason, delay = events.ReasonApplyForbidden, forbiddenBackoff(n)
-		msg = forbiddenMessage(denied, delay)
+	a.metrics.applies.WithLabelValues(result).Inc()
+	if !start.IsZero() {
+		a.metrics.applySeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
 	}
-	a.log.Warn("apply failed; retrying with backoff", zap.String("controller", ds.Controller.Name),
-		zap.String("parent", ds.Parent.Namespace+"/"+ds.Parent.Name), zap.Int("attempt", n),
-		zap.Duration("retryIn", delay), zap.String("reason", reason), zap.Error(err))
-	if reason != "" {
-		a.rec.Warning(ds.Parent.Stub(), reason, msg)
+	if nak {
+		_ = m.NakWithDelay(time.Second)
+		return
 	}
-	if serr := a.pub.Schedule(ctx, workItem(ds, bus.ReasonRetry, n), time.Now().Add(delay)); serr != nil {
-		a.log.Error("schedule retry", zap.Error(serr))
-		return result{result: "error", infra: true}
+	if result == resultOK || result == resultNoop {
+		a.noteApplied(ds, wl)
 	}
-	return result{result: "error"}
-}
-
-// requeue re-runs the sync within a second: the cluster changed under us
-// (409). The change that caused the conflict has an event of its own, which
-// normally syncs the parent at once; this is the safety net for a change the
-// watcher drops as our own write (a cache that lagged it). It goes through
-// the parent's schedule rather than straight to MC_WORK so that a parent
-// being changed in a burst, whose applies keep conflicting, costs at most
-// one extra sync a second instead of one per conflict.
-func (a *Applier) requeue(ctx context.Context, ds *bus.DesiredState) result {
-	if err := a.pub.Schedule(ctx, workItem(ds, bus.ReasonConflict, ds.Attempt), time.Now()); err != nil {
-		a.log.Warn("requeue after conflict", zap.Error(err))
-		return result{result: "conflict", infra: true}
-	}
-	return result{result: "conflict"}
+	_ = m.Ack()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/children"
 	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/revision"
 	"github.com/metabus/metabus/pkg/revstore"
 	"github.com/metabus/metabus/pkg/rollout"
@@ -32,14 +33,14 @@ import (
 //     (it is decided again) or recorded (the child is updated at the next try),
 //     and never updates a child twice or skips one.
 //
-// ok=false means the outcome res is final and nothing was written.
-func (a *Applier) rolling(ctx context.Context, ds *bus.DesiredState, cc *v1alpha1.CompositeController, parent *unstructured.Unstructured,
-	owner children.Owner, rules []children.Rule, desired []children.Desired, observed map[int][]*unstructured.Unstructured,
-) (actions []children.Action, cond rollout.Condition, res result, ok bool) {
-	paths := rollout.FieldPaths(cc)
-	patch, err := revision.ParentPatch(parent.Object, paths)
+// An error ends the apply (see settle) before any child action.
+func (a *Applier) rolling(ctx context.Context, ds *bus.DesiredState, roll kinds.ApplyRolloutSpec, parent *unstructured.Unstructured,
+	owner children.Owner, rules []children.Rule, decl kinds.ApplyChildRules, desired []children.Desired, observed map[int][]*unstructured.Unstructured,
+) ([]children.Action, rollout.Condition, error) {
+	var none rollout.Condition
+	patch, err := revision.ParentPatch(parent.Object, roll.FieldPaths)
 	if err != nil {
-		return nil, cond, a.retry(ctx, ds, events.ReasonSyncError, fmt.Errorf("revisionHistory.fieldPaths: %w", err)), false
+		return nil, none, retryAfter(events.ReasonSyncError, fmt.Errorf("revisionHistory.fieldPaths: %w", err))
 	}
 	selector := ""
 	if owner.Selector != nil {
@@ -53,33 +54,31 @@ func (a *Applier) rolling(ctx context.Context, ds *bus.DesiredState, cc *v1alpha
 		err = fmt.Errorf("%s: %s", loaded.Result, loaded.Message)
 	}
 	if err != nil {
-		return nil, cond, a.retry(ctx, ds, "", fmt.Errorf("load ControllerRevisions: %w", err)), false
+		return nil, none, retryAfter("", fmt.Errorf("load ControllerRevisions: %w", err))
 	}
-	h, err := revision.NewHistory(rollout.HistoryParent(cc, parent, ds.Parent.Resource), loaded.Revisions, patch)
+	h, err := revision.NewHistory(roll.History, loaded.Revisions, patch)
 	if err != nil {
-		return nil, cond, a.retry(ctx, ds, events.ReasonApplyError, err), false
+		return nil, none, retryAfter(events.ReasonApplyError, err)
 	}
 	if ds.LatestRevision != h.Latest() {
 		// The parent's rolling fields changed since the hook ran (or the
 		// controller just turned rolling): its children would be recorded
 		// on the wrong revision. The change has queued a newer sync.
-		return nil, cond, a.requeueStale(ctx, ds, fmt.Sprintf("desired state renders revision %q, the parent is at %q", ds.LatestRevision, h.Latest())), false
+		return nil, none, a.requeueStale(ds, fmt.Sprintf("desired state renders revision %q, the parent is at %q", ds.LatestRevision, h.Latest()))
 	}
 	older := make(map[string][]children.Desired, len(ds.Revisions))
 	for _, rc := range ds.Revisions {
 		d, err := children.Normalize(owner, rules, rc.Children)
 		if err != nil {
 			a.metrics.rejected.Inc()
-			return nil, cond, a.retry(ctx, ds, events.ReasonInvalidDesired,
-				fmt.Errorf("%s hook response for revision %s rejected, nothing applied: %w", ds.Hook, rc.Name, err)), false
+			return nil, none, retryAfter(events.ReasonInvalidDesired,
+				fmt.Errorf("%s hook response for revision %s rejected, nothing applied: %w", ds.Hook, rc.Name, err))
 		}
 		older[rc.Name] = d
 	}
-	checks := make([][]v1alpha1.StatusConditionCheck, len(cc.Spec.ChildResources))
-	for i, c := range cc.Spec.ChildResources {
-		if c.UpdateStrategy != nil {
-			checks[i] = c.UpdateStrategy.StatusChecks.Conditions
-		}
+	checks := make([][]v1alpha1.StatusConditionCheck, len(decl.Rules))
+	for i, r := range decl.Rules {
+		checks[i] = r.Checks
 	}
 	step, err := rollout.Step(rollout.StepInput{
 		Owner: owner, Rules: rules, Checks: checks, History: h,
@@ -88,11 +87,11 @@ func (a *Applier) rolling(ctx context.Context, ds *bus.DesiredState, cc *v1alpha
 	var missing *rollout.MissingRevisionsError
 	switch {
 	case errors.As(err, &missing):
-		return nil, cond, a.requeueStale(ctx, ds, err.Error()), false
+		return nil, none, a.requeueStale(ds, err.Error())
 	case err != nil:
-		return nil, cond, a.retry(ctx, ds, events.ReasonApplyError, fmt.Errorf("plan rolling update: %w", err)), false
+		return nil, none, retryAfter(events.ReasonApplyError, fmt.Errorf("plan rolling update: %w", err))
 	case step.ChildErrors != nil:
-		return nil, cond, a.retry(ctx, ds, events.ReasonApplyError, fmt.Errorf("plan children: %w", step.ChildErrors)), false
+		return nil, none, retryAfter(events.ReasonApplyError, fmt.Errorf("plan %s: %w", decl.Noun, step.ChildErrors))
 	}
 
 	creates, updates, deletes := h.Changes()
@@ -104,19 +103,19 @@ func (a *Applier) rolling(ctx context.Context, ds *bus.DesiredState, cc *v1alpha
 		})
 		switch {
 		case err != nil:
-			return nil, cond, a.retry(ctx, ds, "", fmt.Errorf("commit ControllerRevisions: %w", err)), false
+			return nil, none, retryAfter("", fmt.Errorf("commit ControllerRevisions: %w", err))
 		case committed.Result == revstore.Conflict:
-			return nil, cond, a.requeue(ctx, ds), false
+			return nil, none, requeue(ds)
 		case committed.Result != revstore.OK:
-			return nil, cond, a.retry(ctx, ds, events.ReasonApplyError,
-				fmt.Errorf("commit ControllerRevisions: %s: %s", committed.Result, committed.Message)), false
+			return nil, none, retryAfter(events.ReasonApplyError,
+				fmt.Errorf("commit ControllerRevisions: %s: %s", committed.Result, committed.Message))
 		}
 	}
 	if step.Plan.Move != nil {
-		a.log.Info("rolling update: child moved to the latest revision", zap.String("controller", cc.Name),
+		a.log.Info("rolling update: child moved to the latest revision", zap.String("controller", ds.Controller.Name),
 			zap.String("parent", key(parent)), zap.Stringer("child", step.Plan.Move), zap.String("revision", h.Latest()))
 	}
-	return step.Actions, step.Plan.Condition, result{}, true
+	return step.Actions, step.Plan.Condition, nil
 }
 
 // withUpdatedCondition sets the rollout's Updated condition in the status the
@@ -136,12 +135,10 @@ func storeParent(ds *bus.DesiredState, parent *unstructured.Unstructured, select
 // requeueStale syncs again now when the desired state was computed from a
 // view that has moved on; after a few immediate tries it backs off, so a
 // view that never settles cannot spin.
-func (a *Applier) requeueStale(ctx context.Context, ds *bus.DesiredState, why string) result {
+func (a *Applier) requeueStale(ds *bus.DesiredState, why string) error {
 	a.log.Debug("desired state is stale; syncing again", zap.String("parent", ds.Parent.Namespace+"/"+ds.Parent.Name), zap.String("why", why))
 	if ds.Attempt < 3 {
-		next := *ds
-		next.Attempt++
-		return a.requeue(ctx, &next)
+		return &requeueError{attempt: ds.Attempt + 1}
 	}
-	return a.retry(ctx, ds, "", errors.New(why))
+	return retryAfter("", errors.New(why))
 }

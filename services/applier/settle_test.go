@@ -1,0 +1,180 @@
+package applier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/echo"
+	"github.com/metabus/metabus/pkg/events"
+)
+
+// settledMsg records how a message was settled.
+type settledMsg struct {
+	jetstream.Msg
+	how string
+}
+
+func (m *settledMsg) Ack() error { m.how = "ack"; return nil }
+func (m *settledMsg) NakWithDelay(d time.Duration) error {
+	m.how = fmt.Sprintf("nak %s", d)
+	return nil
+}
+
+// schedules records the work items scheduled, as "reason attempt in".
+type schedules struct {
+	items []string
+	err   error
+}
+
+func (s *schedules) Schedule(_ context.Context, item bus.WorkItem, at time.Time) error {
+	if s.err != nil {
+		return s.err
+	}
+	in := time.Until(at).Round(time.Second)
+	s.items = append(s.items, fmt.Sprintf("%s attempt=%d in=%s", item.Reason, item.Attempt, in))
+	return nil
+}
+
+func TestSettle(t *testing.T) {
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "a",
+		errors.New(`User "system:serviceaccount:metabus:applier" cannot create resource "configmaps" in API group "" in the namespace "ns"`))
+	forbidden.ErrStatus.Message = `configmaps "a" is forbidden: User "system:serviceaccount:metabus:applier" cannot create resource "configmaps" in API group "" in the namespace "ns"`
+	tests := []struct {
+		reason    string
+		err       error
+		cancelled bool
+		schedErr  error
+		inputs    bool
+		want      string // result label
+		wantMsg   string
+		wantSched []string
+		wantEvent string // reason of the Event, "" none
+		wantNote  bool
+	}{
+		{reason: "applied: ack, and the applied note", err: nil, inputs: true, want: "ok", wantMsg: "ack", wantNote: true},
+		{reason: "no-op: ack, and the applied note", err: done(resultNoop), inputs: true, want: "noop", wantMsg: "ack", wantNote: true},
+		{reason: "finalized: ack without a note", err: done(resultFinalized), inputs: true, want: "finalized", wantMsg: "ack"},
+		{reason: "parent gone: ack", err: done(resultNotFound), want: "notfound", wantMsg: "ack"},
+		{reason: "superseded: ack", err: done(resultSuperseded), inputs: true, want: "superseded", wantMsg: "ack"},
+		{
+			reason: "conflict: sync again now through the schedule, keeping the attempt",
+			err:    &requeueError{attempt: 2}, want: "conflict", wantMsg: "ack",
+			wantSched: []string{"conflict attempt=2 in=0s"},
+		},
+		{
+			reason: "apply error with a reason: Event, and backoff from the attempt",
+			err:    retryAfter(events.ReasonApplyError, errors.New("boom")), want: "error", wantMsg: "ack",
+			wantSched: []string{"retry attempt=2 in=2s"}, wantEvent: events.ReasonApplyError,
+		},
+		{
+			reason: "transient failure without a reason: no Event, still the backoff",
+			err:    retryAfter("", errors.New("not fresh")), want: "error", wantMsg: "ack",
+			wantSched: []string{"retry attempt=2 in=2s"},
+		},
+		{
+			reason: "RBAC refused a write: ApplyForbidden, with the longer backoff",
+			err:    retryAfter(events.ReasonApplyError, fmt.Errorf("create ConfigMap ns/a: %w", forbidden)), want: "error", wantMsg: "ack",
+			wantSched: []string{"retry attempt=2 in=2m0s"}, wantEvent: events.ReasonApplyForbidden,
+		},
+		{
+			reason: "failure while shutting down: nak for another replica, nothing scheduled",
+			err:    retryAfter(events.ReasonApplyError, errors.New("boom")), cancelled: true, want: "cancelled", wantMsg: "nak 1s",
+		},
+		{
+			reason: "the retry cannot be scheduled: nak, so the message comes back",
+			err:    retryAfter("", errors.New("boom")), schedErr: errors.New("nats down"), want: "error", wantMsg: "nak 1s",
+			wantSched: nil,
+		},
+		{
+			reason: "the requeue cannot be scheduled: nak",
+			err:    &requeueError{attempt: 1}, schedErr: errors.New("nats down"), want: "conflict", wantMsg: "nak 1s",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.reason, func(t *testing.T) {
+			fake := record.NewFakeRecorder(4)
+			sched := &schedules{err: tt.schedErr}
+			reg := prometheus.NewRegistry()
+			book := echo.NewBook(16)
+			a := &Applier{log: zap.NewNop(), metrics: newMetrics(reg), sched: sched,
+				rec: &events.Recorder{EventRecorder: fake}, echoes: book}
+			ds := &bus.DesiredState{
+				Controller: bus.ControllerRef{Kind: "CompositeController", Name: "things", UID: "cc-uid"},
+				Parent:     bus.ObjectRef{APIVersion: "example.com/v1", Kind: "Thing", Resource: "things", Namespace: "ns", Name: "web", UID: "p-uid"},
+				Attempt:    1, WorkSeq: 7,
+			}
+			if tt.inputs {
+				ds.Inputs = map[string]string{"p-uid": "41"}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tt.cancelled {
+				cancel()
+			}
+			m := &settledMsg{}
+			a.settle(ctx, m, ds, &writeLog{}, time.Now(), tt.err)
+
+			if diff := cmp.Diff(tt.wantMsg, m.how); diff != "" {
+				t.Errorf("message settled (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantSched, sched.items); diff != "" {
+				t.Errorf("schedules (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(map[string]float64{tt.want: 1}, results(t, reg)); diff != "" {
+				t.Errorf("applies by result (-want +got):\n%s", diff)
+			}
+			var event string
+			select {
+			case e := <-fake.Events:
+				event = e
+			default:
+			}
+			if tt.wantEvent == "" && event != "" {
+				t.Errorf("unexpected Event %q", event)
+			}
+			if tt.wantEvent != "" && !strings.Contains(event, tt.wantEvent) {
+				t.Errorf("Event %q, want reason %s", event, tt.wantEvent)
+			}
+			noted := book.Echo(ds.Controller.ID(), ds.Parent.UID, map[string]string{"p-uid": "41"})
+			if noted != tt.wantNote {
+				t.Errorf("applied note recorded: %v, want %v", noted, tt.wantNote)
+			}
+		})
+	}
+}
+
+// results reads metabus_applier_applies_total by result.
+func results(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "metabus_applier_applies_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
