@@ -513,23 +513,29 @@ func TestSyncParent(t *testing.T) {
 			},
 		},
 		{
-			reason:   "the parent is gone",
-			kind:     v1alpha1.CompositeControllerKind,
-			snapshot: func(*testing.T, string) func(snapshot.Request) (*snapshot.Response, error) { return result(snapshot.NotFound) },
-			want:     func(string) syncResult { return syncResult{Result: "notfound"} },
+			reason: "the parent is gone",
+			kind:   v1alpha1.CompositeControllerKind,
+			snapshot: func(*testing.T, string) func(snapshot.Request) (*snapshot.Response, error) {
+				return result(snapshot.NotFound)
+			},
+			want: func(string) syncResult { return syncResult{Result: "notfound"} },
 		},
 		{
-			reason:   "the controller is gone: its finalizer is released",
-			kind:     v1alpha1.DecoratorControllerKind,
-			snapshot: func(*testing.T, string) func(snapshot.Request) (*snapshot.Response, error) { return result(snapshot.ControllerGone) },
+			reason: "the controller is gone: its finalizer is released",
+			kind:   v1alpha1.DecoratorControllerKind,
+			snapshot: func(*testing.T, string) func(snapshot.Request) (*snapshot.Response, error) {
+				return result(snapshot.ControllerGone)
+			},
 			want: func(uid string) syncResult {
 				return syncResult{Result: "release", Desired: &desired{Hook: bus.HookRelease, Parent: "p-" + uid, Finalizer: "metacontroller.io/decoratorcontroller-ctrl"}}
 			},
 		},
 		{
-			reason:   "a snapshot that is not fresh yet is retried quietly",
-			kind:     v1alpha1.CompositeControllerKind,
-			snapshot: func(*testing.T, string) func(snapshot.Request) (*snapshot.Response, error) { return result(snapshot.Retry) },
+			reason: "a snapshot that is not fresh yet is retried quietly",
+			kind:   v1alpha1.CompositeControllerKind,
+			snapshot: func(*testing.T, string) func(snapshot.Request) (*snapshot.Response, error) {
+				return result(snapshot.Retry)
+			},
 			want: func(string) syncResult {
 				return syncResult{Result: "error", Retry: &scheduled{Reason: bus.ReasonRetry, Attempt: 1}, Failures: 1}
 			},
@@ -552,10 +558,12 @@ func TestSyncParent(t *testing.T) {
 			want: func(string) syncResult { return syncResult{Result: "invalid"} },
 		},
 		{
-			reason:   "an unknown kind is dropped",
-			kind:     "FooController",
-			snapshot: func(*testing.T, string) func(snapshot.Request) (*snapshot.Response, error) { return result(snapshot.OK) },
-			want:     func(string) syncResult { return syncResult{Result: "unsupported"} },
+			reason: "an unknown kind is dropped",
+			kind:   "FooController",
+			snapshot: func(*testing.T, string) func(snapshot.Request) (*snapshot.Response, error) {
+				return result(snapshot.OK)
+			},
+			want: func(string) syncResult { return syncResult{Result: "unsupported"} },
 		},
 		{
 			reason:   "a release item is forwarded without a snapshot or hook",
