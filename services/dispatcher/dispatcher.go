@@ -339,9 +339,19 @@ func (e *throttled) Unwrap() error    { return e.err }
 func (e *infraFailure) Error() string { return fmt.Sprintf("%s: %v", e.result, e.err) }
 func (e *infraFailure) Unwrap() error { return e.err }
 func (e settled) Error() string       { return "settled: " + e.result }
-func failure(err error) error         { return &syncFailure{reason: events.ReasonSyncError, err: err} }
-func quietFailure(err error) error    { return &syncFailure{err: err} }
-func cancelled() error                { return &infraFailure{result: "cancelled", err: context.Canceled} }
+
+// failure is a failed sync reported on the parent (a SyncError Event).
+func failure(err error) error { return &syncFailure{reason: events.ReasonSyncError, err: err} }
+
+// quietFailure is a failed sync the parent is not to blame for: retried
+// with backoff, no Event.
+func quietFailure(err error) error { return &syncFailure{err: err} }
+
+// cancelled is the dispatcher shutting down mid-sync: another replica
+// takes the item.
+func cancelled() error { return &infraFailure{result: "cancelled", err: context.Canceled} }
+
+// published is a failed publish of a desired state (msg says which).
 func published(msg string, err error) error {
 	return &infraFailure{result: "error", msg: msg, err: err}
 }
