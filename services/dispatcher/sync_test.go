@@ -27,6 +27,7 @@ import (
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/hooks"
+	"github.com/metabus/metabus/pkg/kindtable"
 	"github.com/metabus/metabus/pkg/natsx/natstest"
 	"github.com/metabus/metabus/pkg/related"
 	"github.com/metabus/metabus/pkg/revstore"
@@ -657,6 +658,26 @@ func TestSyncParent(t *testing.T) {
 			got.Failures = d.failures.get(d.failureKey(item))
 			if diff := cmp.Diff(tc.want(uid), got); diff != "" {
 				t.Errorf("sync (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestFinalizerOfDeletedController: every kind's core names the finalizer
+// of a deleted controller from its kind and name alone (a stub object).
+func TestFinalizerOfDeletedController(t *testing.T) {
+	want := map[string]string{
+		v1alpha1.CompositeControllerKind: "metacontroller.io/compositecontroller-gone.example",
+		v1alpha1.DecoratorControllerKind: "metacontroller.io/decoratorcontroller-gone.example",
+	}
+	for _, k := range kindtable.Kinds {
+		t.Run(k.Name, func(t *testing.T) {
+			got, err := finalizerOf(k, "gone.example")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w, known := want[k.Name]; (known && got != w) || !strings.Contains(got, "gone.example") {
+				t.Errorf("finalizer %q, want %q (upstream's name, which existing parents carry)", got, w)
 			}
 		})
 	}
