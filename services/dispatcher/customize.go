@@ -12,9 +12,9 @@ import (
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/hookapi"
 	"github.com/metabus/metabus/pkg/hooks"
+	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/related"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
@@ -47,26 +47,14 @@ func (d *Dispatcher) forgetRelated(item bus.WorkItem) {
 	d.cmu.Unlock()
 }
 
-// relatedRules returns the parent's related-resource rules, calling the
-// customize hook only when the parent's generation changed since the last
-// call (as upstream caches by UID and generation).
-func (d *Dispatcher) relatedRules(ctx context.Context, item bus.WorkItem, cc *v1alpha1.CompositeController, ctrlObj any, parent *unstructured.Unstructured) (*bus.RelatedRules, error) {
-	return d.customizeRules(ctx, item, customizer{
-		hook: cc.Spec.Hooks.Customize, endpoints: cc.Spec.EndpointConfigs,
-		controllerType: v1alpha1.CompositeControllerKind, controllerName: cc.Name,
-	}, ctrlObj, parent)
-}
+// hookCustomize is the customize hook's kind (CloudEvent type, metrics).
+const hookCustomize = "customize"
 
-// customizer is the customize hook of one controller, whatever its kind.
-type customizer struct {
-	hook           *v1alpha1.Hook
-	endpoints      []v1alpha1.EndpointConfig
-	controllerType string
-	controllerName string
-}
-
-// customizeRules is relatedRules for any controller kind.
-func (d *Dispatcher) customizeRules(ctx context.Context, item bus.WorkItem, c customizer, ctrlObj any, parent *unstructured.Unstructured) (*bus.RelatedRules, error) {
+// customizeRules returns the parent's related-resource rules from the
+// controller's customize hook, calling it only when the parent's
+// generation changed since the last call (as upstream caches by UID and
+// generation).
+func (d *Dispatcher) customizeRules(ctx context.Context, item bus.WorkItem, c kinds.Controller, hook *v1alpha1.Hook, ctrlObj any, parent *unstructured.Unstructured) (*bus.RelatedRules, error) {
 	key := d.failureKey(item)
 	d.cmu.Lock()
 	e, ok := d.customize[key]
@@ -74,18 +62,14 @@ func (d *Dispatcher) customizeRules(ctx context.Context, item bus.WorkItem, c cu
 	if ok && e.generation == parent.GetGeneration() {
 		return e.rules, nil
 	}
-	hook := c.hook
-	version := v1alpha1.HookVersionV1
-	if hook.Version != nil && *hook.Version != "" {
-		version = *hook.Version
-	}
+	version := kinds.HookVersion(hook)
 	var resp hookapi.CustomizeResponse
 	err := d.hooks.Do(ctx, hooks.Call{
 		Hook:            hook,
-		EndpointConfigs: c.endpoints,
-		Kind:            "customize",
-		ControllerType:  c.controllerType,
-		ControllerName:  c.controllerName,
+		EndpointConfigs: c.SyncEndpoints(),
+		Kind:            hookCustomize,
+		ControllerType:  item.Controller.Kind,
+		ControllerName:  c.Object().GetName(),
 		Source:          bus.ControllerSource(item.Controller),
 		Subject:         bus.ObjectPath(item.Parent),
 		Extensions:      map[string]string{bus.ExtParentUID: item.Parent.UID},
@@ -154,12 +138,11 @@ func checkRelated(policy related.Policy, i int, r hookapi.RelatedResourceRule) e
 }
 
 // withRelated broadcasts the parent's rules and, if the snapshot was taken
-// with other (or no) rules, takes it again with these. A nil snapshot means
-// the sync is settled with out.
-func (d *Dispatcher) withRelated(ctx context.Context, item bus.WorkItem, sreq snapshot.Request, snap *snapshot.Response, rules *bus.RelatedRules) (*snapshot.Response, outcome) {
+// with other (or no) rules, takes it again with these.
+func (d *Dispatcher) withRelated(ctx context.Context, item bus.WorkItem, sreq snapshot.Request, snap *snapshot.Response, rules *bus.RelatedRules) (*snapshot.Response, error) {
 	d.broadcastRelated(rules)
 	if sameRules(rules, sreq.Related) {
-		return snap, outcome{}
+		return snap, nil
 	}
 	sreq.Related = rules
 	snap, err := snapshot.Fetch(ctx, d.snaps, sreq, d.cfg.SnapshotWait)
@@ -168,15 +151,15 @@ func (d *Dispatcher) withRelated(ctx context.Context, item bus.WorkItem, sreq sn
 		// watched: the user's to fix, so say so on the parent, and ask
 		// the hook again on the retry.
 		d.forgetRelated(item)
-		return nil, d.failed(ctx, item, events.ReasonSyncError, fmt.Errorf("related resources cannot be observed: %s", snap.Message))
+		return nil, failure(fmt.Errorf("related resources cannot be observed: %s", snap.Message))
 	}
 	if err == nil && snap.Result != snapshot.OK {
 		err = fmt.Errorf("%s: %s", snap.Result, snap.Message)
 	}
 	if err != nil {
-		return nil, d.failedQuietly(ctx, item, fmt.Errorf("observed state with related objects: %w", err))
+		return nil, quietFailure(fmt.Errorf("observed state with related objects: %w", err))
 	}
-	return snap, outcome{}
+	return snap, nil
 }
 
 // sameRules reports whether two rule sets are equal.

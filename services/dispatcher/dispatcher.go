@@ -289,10 +289,85 @@ func (d *Dispatcher) handle(ctx context.Context, m jetstream.Msg) {
 	}
 	start := time.Now()
 	d.metrics.queueLatency.Observe(start.Sub(item.EnqueuedAt).Seconds())
-	outcome := d.traced(ctx, item, seq)
-	d.metrics.syncs.WithLabelValues(item.Controller.Kind, outcome.result).Inc()
-	d.metrics.syncSeconds.WithLabelValues(outcome.result).Observe(time.Since(start).Seconds())
-	if outcome.infra {
+	var endTrace func()
+	if d.trace != nil {
+		endTrace = d.trace("dispatcher", item.Parent.UID)
+	}
+	d.settle(ctx, m, item, start, d.syncParent(ctx, item, seq), endTrace)
+}
+
+// The errors a sync ends with. syncParent and its helpers never settle a
+// work item themselves: they return one of these (or nil, a published
+// desired state), and settle decides the item's fate in one place.
+type (
+	// syncFailure is a failed sync: it counts as a failure of the parent
+	// and is retried with exponential backoff through MC_SCHED. A reason
+	// reports it with an Event on the parent; "" keeps it quiet, for
+	// failures that are not the parent's (the snapshot is not fresh yet).
+	syncFailure struct {
+		reason string
+		err    error
+	}
+	// throttled is a hook's 429: retried after its Retry-After, without
+	// counting as a failure.
+	throttled struct {
+		after time.Duration
+		err   error
+	}
+	// infraFailure is the bus or the snapshot service being unreachable,
+	// or the dispatcher shutting down: the item is left to redelivery
+	// (nak with delay), which is all that can be done. msg, if set, is
+	// logged with err.
+	infraFailure struct {
+		result string
+		msg    string
+		err    error
+	}
+	// settled ends a sync without a desired state from a hook (skipped,
+	// an echo, the parent gone, a finalizer release...). result is the
+	// syncs metric's label; forget ends the parent's run of failures.
+	settled struct {
+		result string
+		forget bool
+	}
+)
+
+func (e *syncFailure) Error() string  { return e.err.Error() }
+func (e *syncFailure) Unwrap() error  { return e.err }
+func (e *throttled) Error() string    { return e.err.Error() }
+func (e *throttled) Unwrap() error    { return e.err }
+func (e *infraFailure) Error() string { return fmt.Sprintf("%s: %v", e.result, e.err) }
+func (e *infraFailure) Unwrap() error { return e.err }
+func (e settled) Error() string       { return "settled: " + e.result }
+
+// failure is a failed sync reported on the parent (a SyncError Event).
+func failure(err error) error { return &syncFailure{reason: events.ReasonSyncError, err: err} }
+
+// quietFailure is a failed sync the parent is not to blame for: retried
+// with backoff, no Event.
+func quietFailure(err error) error { return &syncFailure{err: err} }
+
+// cancelled is the dispatcher shutting down mid-sync: another replica
+// takes the item.
+func cancelled() error { return &infraFailure{result: "cancelled", err: context.Canceled} }
+
+// published is a failed publish of a desired state (msg says which).
+func published(msg string, err error) error {
+	return &infraFailure{result: "error", msg: msg, err: err}
+}
+
+// settle is the one place a sync's end becomes the work item's fate: the
+// Event, the retry schedule, the metric label and the ack or nak. The
+// tracer's span (endTrace) closes before the item is acked: the ack lets
+// the partition's next message go to another replica.
+func (d *Dispatcher) settle(ctx context.Context, m jetstream.Msg, item bus.WorkItem, start time.Time, err error, endTrace func()) {
+	result, nak := d.resolve(ctx, item, err)
+	if endTrace != nil {
+		endTrace()
+	}
+	d.metrics.syncs.WithLabelValues(item.Controller.Kind, result).Inc()
+	d.metrics.syncSeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
+	if nak {
 		// The bus or the snapshot service is unreachable: retrying soon
 		// on this partition is all we can do.
 		_ = m.NakWithDelay(time.Second)
@@ -303,128 +378,51 @@ func (d *Dispatcher) handle(ctx context.Context, m jetstream.Msg) {
 	}
 }
 
-// traced runs the sync inside the tracer's begin/end, which must close
-// before the message is settled: the ack lets the next message of the
-// partition go to another replica.
-func (d *Dispatcher) traced(ctx context.Context, item bus.WorkItem, seq uint64) outcome {
-	if d.trace != nil {
-		defer d.trace("dispatcher", item.Parent.UID)()
-	}
-	return d.sync(ctx, item, seq)
-}
-
-// shortResync is the delay below which a resyncAfterSeconds request is
-// timed in this process instead of through MC_SCHED, whose schedules have
-// one-second granularity. A lost timer (this replica dying) costs at most
-// the next resync, like any lost message.
-const shortResync = 2 * time.Second
-
-// resyncAfter arranges the hook's one-time resync request. A parent has at
-// most one pending resync per replica: a newer request replaces the older
-// one, as a newer schedule replaces the older in MC_SCHED, so a hook that
-// always asks for a resync keeps one chain going, not one per sync.
-func (d *Dispatcher) resyncAfter(ctx context.Context, item bus.WorkItem, delay time.Duration) {
-	if delay < shortResync {
-		key := d.failureKey(item)
-		d.tmu.Lock()
-		defer d.tmu.Unlock()
-		if old := d.timers[key]; old != nil {
-			old.Stop()
-		}
-		var t *time.Timer
-		t = time.AfterFunc(delay, func() {
-			d.tmu.Lock()
-			if d.timers[key] == t {
-				delete(d.timers, key)
-			}
-			d.tmu.Unlock()
-			if ctx.Err() != nil {
-				return
-			}
-			item.EnqueuedAt = time.Now()
-			if _, err := d.pub.PublishWork(ctx, item); err != nil && ctx.Err() == nil {
-				d.log.Warn("publish resyncAfterSeconds", zap.Error(err))
-			}
-		})
-		d.timers[key] = t
-		return
-	}
-	if err := d.pub.Schedule(ctx, item, time.Now().Add(delay)); err != nil {
-		d.log.Warn("schedule resyncAfterSeconds", zap.Error(err))
-	}
-}
-
-type outcome struct {
-	result string
-	infra  bool
-}
-
-// echoed reports whether a work item only echoes metabus's own writes: it
-// was caused by an event, and the hook would be shown what it was shown
-// last time plus what the applier wrote from its answer. Such a sync is
-// settled without a hook call. Retries, resyncs and requeues always call
-// the hook (a failed write, or time, may have changed the answer).
-//
-// A write of this process still in flight on one of the objects may be what
-// the item echoes (its watch event can outrun the writer): the check waits
-// for it, a few milliseconds, rather than call the hook.
-func (d *Dispatcher) echoed(ctx context.Context, item bus.WorkItem, inputs map[string]string) bool {
-	if item.Reason != bus.ReasonEvent {
-		return false
-	}
-	// The parent's last hook call here failed: its retry may have found
-	// the parent's queue full and been folded into this event item, and
-	// the hook's last answer (what the echo compares with) was not this
-	// one's. A fault run lost a finalize retry that way: the follow-up
-	// event was taken for an echo and the finalizer stayed.
-	if d.failures.get(d.failureKey(item)) > 0 {
-		return false
-	}
-	ctrl := item.Controller.ID()
-	for try := 0; ; try++ {
-		if d.echoes.Echo(ctrl, item.Parent.UID, inputs) {
+// resolve does what err asks for (report, schedule a retry, forget the
+// parent's failures) and returns the metric label and whether the item
+// must be redelivered rather than acked.
+func (d *Dispatcher) resolve(ctx context.Context, item bus.WorkItem, err error) (result string, nak bool) {
+	var (
+		done  settled
+		infra *infraFailure
+		later *throttled
+		fail  *syncFailure
+	)
+	switch {
+	case err == nil:
+		d.succeeded(item)
+		return "ok", false
+	case errors.As(err, &done):
+		if done.forget {
 			d.succeeded(item)
-			return true
 		}
-		wait := d.echoes.Await(ctrl, inputs)
-		if wait == nil || try == 3 {
-			return false
+		return done.result, false
+	case errors.As(err, &infra):
+		if infra.msg != "" {
+			d.log.Warn(infra.msg, zap.Error(infra.err))
 		}
-		select {
-		case <-wait:
-		case <-time.After(time.Second):
-			return false
-		case <-ctx.Done():
-			return false
+		return infra.result, true
+	case errors.As(err, &later):
+		// The hook asked us to come back later: not a failure.
+		d.log.Info("hook throttled; retrying after Retry-After", zap.String("controller", item.Controller.Name),
+			zap.String("parent", item.Parent.Namespace+"/"+item.Parent.Name), zap.Duration("retryAfter", later.after))
+		if serr := d.retry(ctx, item, time.Now().Add(later.after)); serr != nil {
+			return "throttled", true
 		}
+		return "throttled", false
+	case errors.As(err, &fail):
+		return d.failed(ctx, item, fail.reason, fail.err)
+	default:
+		// Not expected: anything untyped is the sync failing.
+		return d.failed(ctx, item, events.ReasonSyncError, err)
 	}
-}
-
-func (d *Dispatcher) failureKey(item bus.WorkItem) string {
-	return item.Controller.ID() + "/" + item.Parent.UID
-}
-
-// retry schedules the next attempt with exponential backoff.
-func (d *Dispatcher) retry(ctx context.Context, item bus.WorkItem, at time.Time) error {
-	next := item
-	next.Reason = bus.ReasonRetry
-	next.EnqueuedAt = time.Time{}
-	return d.pub.Schedule(ctx, next, at)
-}
-
-func (d *Dispatcher) attempt(item bus.WorkItem) int {
-	return max(item.Attempt, d.failures.get(d.failureKey(item)))
-}
-
-func (d *Dispatcher) succeeded(item bus.WorkItem) {
-	d.failures.forget(d.failureKey(item))
 }
 
 // failed records a failure, reports it, and schedules the retry.
-func (d *Dispatcher) failed(ctx context.Context, item bus.WorkItem, reason string, err error) outcome {
+func (d *Dispatcher) failed(ctx context.Context, item bus.WorkItem, reason string, err error) (result string, nak bool) {
 	if ctx.Err() != nil {
 		// Shutting down: leave the item unacked for another replica.
-		return outcome{result: "cancelled", infra: true}
+		return "cancelled", true
 	}
 	n := d.attempt(item) + 1
 	d.failures.record(d.failureKey(item), n, time.Now())
@@ -447,9 +445,35 @@ func (d *Dispatcher) failed(ctx context.Context, item bus.WorkItem, reason strin
 	next.Attempt = n
 	if serr := d.retry(ctx, next, time.Now().Add(delay)); serr != nil {
 		d.log.Error("schedule retry", zap.Error(serr))
-		return outcome{result: "error", infra: true}
+		return "error", true
 	}
-	return outcome{result: "error"}
+	return "error", false
+}
+
+// parentKey keys per-parent state of a controller (failures, customize
+// cache, resync timers) and is the CloudEvent partition key.
+func parentKey(ctrl bus.ControllerRef, parentUID string) string {
+	return ctrl.ID() + "/" + parentUID
+}
+
+func (d *Dispatcher) failureKey(item bus.WorkItem) string {
+	return parentKey(item.Controller, item.Parent.UID)
+}
+
+// retry schedules the next attempt.
+func (d *Dispatcher) retry(ctx context.Context, item bus.WorkItem, at time.Time) error {
+	next := item
+	next.Reason = bus.ReasonRetry
+	next.EnqueuedAt = time.Time{}
+	return d.pub.Schedule(ctx, next, at)
+}
+
+func (d *Dispatcher) attempt(item bus.WorkItem) int {
+	return max(item.Attempt, d.failures.get(d.failureKey(item)))
+}
+
+func (d *Dispatcher) succeeded(item bus.WorkItem) {
+	d.failures.forget(d.failureKey(item))
 }
 
 // controllerFault reports whether err is the controller's configuration's

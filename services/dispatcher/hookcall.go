@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -13,80 +14,75 @@ import (
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/events"
-	"github.com/metabus/metabus/pkg/hookapi"
 	"github.com/metabus/metabus/pkg/hooks"
+	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 
-// hookVersion is the hook's request encoding (v1 unless it says v2).
-func hookVersion(h *v1alpha1.Hook) v1alpha1.HookVersion {
-	if h != nil && h.Version != nil && *h.Version != "" {
-		return *h.Version
-	}
-	return v1alpha1.HookVersionV1
-}
-
-// objectMap encodes snapshot groups the way the hook version keys them;
-// every group appears, even when empty.
-func objectMap(version v1alpha1.HookVersion, parentNamespaced bool, groups []snapshot.Group) (hookapi.ObjectMap, error) {
-	b := hookapi.NewObjectMap(version, parentNamespaced)
-	for _, g := range groups {
-		b.Ensure(g.APIVersion, g.Kind)
-		for _, o := range g.Objects {
-			if err := b.Add(o, g.Namespaced); err != nil {
-				return nil, fmt.Errorf("build hook request: %w", err)
-			}
-		}
-	}
-	return b.Map(), nil
-}
-
-// hookMaps encodes a snapshot's children (attachments) and related objects
-// for a hook request of the given version.
-func hookMaps(version v1alpha1.HookVersion, namespaced bool, snap *snapshot.Response) (children, related hookapi.ObjectMap, err error) {
-	if children, err = objectMap(version, namespaced, snap.Children); err != nil {
-		return nil, nil, err
-	}
-	if related, err = objectMap(version, namespaced, snap.Related); err != nil {
-		return nil, nil, err
-	}
-	return children, related, nil
-}
-
-// syncCall is one sync or finalize hook call for a parent.
+// syncCall is what every sync or finalize hook call of one sync shares.
 type syncCall struct {
 	item      bus.WorkItem
 	seq       uint64
 	parent    bus.ObjectRef
 	hook      *v1alpha1.Hook
-	kind      string // sync or finalize
+	kind      string // the hook kind: sync or finalize
 	ctrlType  string
 	ctrlName  string
 	endpoints []v1alpha1.EndpointConfig
-	request   any
 	// inputs are the objects the hook is shown, by UID (echo.Inputs); nil
 	// for syncs that must never count as echoes.
 	inputs map[string]string
-	// revision is the older revision the parent is rendered as of ("" for
-	// the parent as it is); it keeps hook response caches apart.
-	revision string
 }
 
-// callHook calls the hook and decodes into resp. When it returns ok=false
-// the outcome is final: a 429 was rescheduled after its Retry-After
-// without counting as a failure, or the failure was reported and retried
-// with backoff.
-func (d *Dispatcher) callHook(ctx context.Context, c syncCall, resp any) (outcome, bool) {
-	if err := d.doHook(ctx, c, resp); err != nil {
-		return d.hookFailed(ctx, c, err), false
+// callHooks makes the kind's calls (one at once; several, say one per
+// input object, all at the same time, so a sync costs one hook latency)
+// and turns the answers into the desired state.
+func (d *Dispatcher) callHooks(ctx context.Context, c syncCall, k kinds.Syncing, calls []kinds.HookCall) (bus.DesiredState, error) {
+	if err := d.doHooks(ctx, c, calls, nil); err != nil {
+		return bus.DesiredState{}, err
 	}
-	return outcome{}, true
+	ds, err := k.SyncDesired(calls)
+	if err != nil {
+		return bus.DesiredState{}, failure(err)
+	}
+	return ds, nil
 }
 
-// doHook calls the hook and decodes into resp, recording its latency.
-func (d *Dispatcher) doHook(ctx context.Context, c syncCall, resp any) error {
+// doHooks calls the hook with every request of calls, decoding each answer
+// into its call. revisions[i], when given, is the older revision call i
+// renders the parent as of ("" for the parent as it is).
+func (d *Dispatcher) doHooks(ctx context.Context, c syncCall, calls []kinds.HookCall, revisions []string) error {
+	revision := func(i int) string {
+		if revisions == nil {
+			return ""
+		}
+		return revisions[i]
+	}
+	if len(calls) == 1 {
+		if err := d.doHook(ctx, c, calls[0], revision(0)); err != nil {
+			return hookError(c.kind, err)
+		}
+		return nil
+	}
+	errs := make([]error, len(calls))
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() { errs[i] = d.doHook(ctx, c, calls[i], revision(i)) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return hookError(c.kind, err)
+		}
+	}
+	return nil
+}
+
+// doHook makes one call, recording its latency. revision keeps the hook
+// response caches of a parent's revisions apart.
+func (d *Dispatcher) doHook(ctx context.Context, c syncCall, call kinds.HookCall, revision string) error {
 	start := time.Now()
+	key := parentKey(c.item.Controller, c.parent.UID)
 	err := d.hooks.Do(ctx, hooks.Call{
 		Hook:            c.hook,
 		EndpointConfigs: c.endpoints,
@@ -99,40 +95,34 @@ func (d *Dispatcher) doHook(ctx context.Context, c syncCall, resp any) error {
 		Extensions: map[string]string{
 			bus.ExtParentUID:    c.parent.UID,
 			bus.ExtWorkSeq:      bus.WorkSeqString(c.seq),
-			bus.ExtPartitionKey: c.item.Controller.ID() + "/" + c.parent.UID,
+			bus.ExtPartitionKey: key,
 		},
-		CacheKey: cacheKey(c),
-		Request:  c.request,
-	}, resp)
+		CacheKey: cacheKey(c.parent.UID, revision),
+		Request:  call.Request,
+	}, call.Response)
 	d.metrics.hookSeconds.WithLabelValues(c.kind).Observe(time.Since(start).Seconds())
 	return err
 }
 
-// hookFailed settles a failed hook call: a 429 is rescheduled after its
-// Retry-After without counting as a failure; anything else is reported and
-// retried with backoff.
-func (d *Dispatcher) hookFailed(ctx context.Context, c syncCall, err error) outcome {
+// hookError is how a failed hook call ends the sync: a 429 is retried
+// after its Retry-After without counting as a failure; anything else is
+// reported and retried with backoff.
+func hookError(kind string, err error) error {
 	var tooMany *hooks.TooManyRequestsError
 	if errors.As(err, &tooMany) {
-		// The hook asked us to come back later: not a failure.
-		d.log.Info("hook throttled; retrying after Retry-After", zap.String("controller", c.ctrlName),
-			zap.String("parent", c.parent.Namespace+"/"+c.parent.Name), zap.Duration("retryAfter", tooMany.RetryAfter))
-		if serr := d.retry(ctx, c.item, time.Now().Add(tooMany.RetryAfter)); serr != nil {
-			return outcome{result: "throttled", infra: true}
-		}
-		return outcome{result: "throttled"}
+		return &throttled{after: tooMany.RetryAfter, err: err}
 	}
 	var refused *hooks.RefusedError
 	if errors.As(err, &refused) {
-		return d.failed(ctx, c.item, events.ReasonSyncError, fmt.Errorf("%s hook not called: %w", c.kind, err))
+		return failure(fmt.Errorf("%s hook not called: %w", kind, err))
 	}
-	return d.failed(ctx, c.item, events.ReasonSyncError, fmt.Errorf("%s hook failed: %w", c.kind, err))
+	return failure(fmt.Errorf("%s hook failed: %w", kind, err))
 }
 
 // publishDesired completes ds (freshness floor, attempt, timestamps),
 // publishes it before the work item is acked, and arranges the hook's
 // resyncAfterSeconds.
-func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.DesiredState, observed []snapshot.Group) outcome {
+func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.DesiredState, observed []snapshot.Group) error {
 	minRVs := map[string]string{}
 	for k, v := range c.item.MinResourceVersions {
 		minRVs[k] = v
@@ -151,12 +141,10 @@ func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.Desi
 		if errors.Is(err, nats.ErrMaxPayload) {
 			// Retrying cannot help until the hook answers with less; tell
 			// the user rather than redelivering into the dead-letter queue.
-			return d.failed(ctx, c.item, events.ReasonSyncError, fmt.Errorf("the %s hook's desired state is larger than the bus allows (max_payload): %w", c.kind, err))
+			return failure(fmt.Errorf("the %s hook's desired state is larger than the bus allows (max_payload): %w", c.kind, err))
 		}
-		d.log.Warn("publish desired state", zap.Error(err))
-		return outcome{result: "error", infra: true}
+		return published("publish desired state", err)
 	}
-	d.succeeded(c.item)
 	// The answer is on its way: until the world changes beyond our own
 	// writes, syncing again would show the hook what it has answered.
 	d.echoes.Called(c.item.Controller.ID(), c.parent.UID, c.seq, c.inputs)
@@ -166,7 +154,48 @@ func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.Desi
 		next.MinResourceVersions = nil
 		d.resyncAfter(ctx, next, delay)
 	}
-	return outcome{result: "ok"}
+	return nil
+}
+
+// shortResync is the delay below which a resyncAfterSeconds request is
+// timed in this process instead of through MC_SCHED, whose schedules have
+// one-second granularity. A lost timer (this replica dying) costs at most
+// the next resync, like any lost message.
+const shortResync = 2 * time.Second
+
+// resyncAfter arranges the hook's one-time resync request. A parent has at
+// most one pending resync per replica: a newer request replaces the older
+// one, as a newer schedule replaces the older in MC_SCHED, so a hook that
+// always asks for a resync keeps one chain going, not one per sync.
+func (d *Dispatcher) resyncAfter(ctx context.Context, item bus.WorkItem, delay time.Duration) {
+	if delay < shortResync {
+		key := d.failureKey(item)
+		d.tmu.Lock()
+		defer d.tmu.Unlock()
+		if old := d.timers[key]; old != nil {
+			old.Stop()
+		}
+		var t *time.Timer
+		t = time.AfterFunc(delay, func() {
+			d.tmu.Lock()
+			if d.timers[key] == t {
+				delete(d.timers, key)
+			}
+			d.tmu.Unlock()
+			if ctx.Err() != nil {
+				return
+			}
+			item.EnqueuedAt = time.Now()
+			if _, err := d.pub.PublishWork(ctx, item); err != nil && ctx.Err() == nil {
+				d.log.Warn("publish resyncAfterSeconds", zap.Error(err))
+			}
+		})
+		d.timers[key] = t
+		return
+	}
+	if err := d.pub.Schedule(ctx, item, time.Now().Add(delay)); err != nil {
+		d.log.Warn("schedule resyncAfterSeconds", zap.Error(err))
+	}
 }
 
 // maxResyncAfter bounds a hook's resyncAfterSeconds. Longer delays gain nothing over the
@@ -186,9 +215,11 @@ func resyncDelay(seconds float64) (delay time.Duration, ok bool) {
 	return time.Duration(seconds * float64(time.Second)), true
 }
 
-func cacheKey(c syncCall) string {
-	if c.revision == "" {
-		return c.parent.UID
+// cacheKey keys a parent's hook response cache (ETags): per revision, since
+// each older revision is its own request.
+func cacheKey(parentUID, revision string) string {
+	if revision == "" {
+		return parentUID
 	}
-	return c.parent.UID + "/" + c.revision
+	return parentUID + "/" + revision
 }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/natsx/natstest"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
@@ -50,12 +51,12 @@ func TestUnservableCachedRelatedRules(t *testing.T) {
 	}
 	d.customize[d.failureKey(item)] = customizeEntry{generation: 1, rules: &bus.RelatedRules{Controller: item.Controller, ParentUID: "u1"}}
 
-	_, _, out, ok := d.observe(ctx, item, 7, "")
-	if ok {
+	_, _, err = d.observe(ctx, item, 7, kinds.Kind{})
+	if err == nil {
 		t.Fatal("observe succeeded with related rules the watcher cannot serve")
 	}
-	if out.result != "error" || out.infra {
-		t.Errorf("outcome %+v, want a failed sync with a retry scheduled", out)
+	if result, nak := d.resolve(ctx, item, err); result != "error" || nak {
+		t.Errorf("settled as %q (nak %v), want a failed sync with a retry scheduled", result, nak)
 	}
 	if _, cached := d.customize[d.failureKey(item)]; cached {
 		t.Error("the unservable rules are still cached: every retry would fail the same way")

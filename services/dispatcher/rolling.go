@@ -3,39 +3,82 @@ package dispatcher
 import (
 	"context"
 	"fmt"
-	"sync"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/events"
-	"github.com/metabus/metabus/pkg/hookapi"
+	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/revision"
 	"github.com/metabus/metabus/pkg/revstore"
 	"github.com/metabus/metabus/pkg/rollout"
 )
 
-// history loads the revision history of a parent with rolling children,
-// before any hook call: the hook is called once per live revision.
-// ok=false means the outcome is final (the failure is reported).
-func (d *Dispatcher) history(ctx context.Context, call syncCall, cc *v1alpha1.CompositeController, parent *unstructured.Unstructured) (*revision.History, outcome, bool) {
-	if parent.GetNamespace() == "" {
-		// ControllerRevisions are namespaced, so a cluster-scoped parent has
-		// nowhere to keep its rollout (upstream fails here too, obscurely).
-		return nil, d.failed(ctx, call.item, events.ReasonSyncError,
-			fmt.Errorf("CompositeController %s: RollingRecreate and RollingInPlace need a namespaced parent resource (ControllerRevisions are namespaced); use Recreate or InPlace", cc.Name)), false
-	}
-	patch, err := revision.ParentPatch(parent.Object, rollout.FieldPaths(cc))
+// syncRevisions calls the hook for a parent that keeps revisions (rolling
+// children): once for the parent as it is (the latest revision) and once
+// for every older revision that still holds children, with the parent as
+// of that revision, all at once (as upstream), so a rollout costs one hook
+// latency per sync, not one per revision. The answers are aggregated as
+// upstream does. base are the kind's calls for the parent as it is (one).
+func (d *Dispatcher) syncRevisions(ctx context.Context, c syncCall, k kinds.Syncing, base []kinds.HookCall, parent *unstructured.Unstructured, revs *kinds.Revisions) (bus.DesiredState, error) {
+	latest, err := kinds.OneCall(base)
 	if err != nil {
-		return nil, d.failed(ctx, call.item, events.ReasonSyncError, fmt.Errorf("revisionHistory.fieldPaths: %w", err)), false
+		return bus.DesiredState{}, failure(fmt.Errorf("%s %s keeps revisions: %w", c.ctrlType, c.ctrlName, err))
 	}
+	h, err := d.history(ctx, c, parent, revs)
+	if err != nil {
+		return bus.DesiredState{}, err
+	}
+	rs := h.Revisions() // the latest first
+	calls := make([]kinds.HookCall, len(rs))
+	names := make([]string, len(rs))
+	for i, r := range rs {
+		if r.Latest {
+			calls[i] = latest
+			continue
+		}
+		asOf, err := revision.ApplyPatch(parent.Object, r.Patch, revs.FieldPaths)
+		if err != nil {
+			return bus.DesiredState{}, failure(fmt.Errorf("render %s as of revision %s: %w", parent.GetName(), r.Name, err))
+		}
+		if calls[i], err = k.SyncAsOf(latest, &unstructured.Unstructured{Object: asOf}); err != nil {
+			return bus.DesiredState{}, failure(err)
+		}
+		names[i] = r.Name
+	}
+	if err := d.doHooks(ctx, c, calls, names); err != nil {
+		return bus.DesiredState{}, err
+	}
+
+	var ds bus.DesiredState
+	results := make([]rollout.RevisionResult, len(rs))
+	for i, r := range rs {
+		one, err := k.SyncDesired(calls[i : i+1])
+		if err != nil {
+			return bus.DesiredState{}, failure(err)
+		}
+		results[i] = rollout.RevisionResult{Revision: r.Name, Latest: r.Latest, Status: one.Status,
+			ResyncAfterSeconds: one.ResyncAfterSeconds, Finalized: one.Finalized}
+		if i == 0 {
+			ds = one
+			ds.LatestRevision = h.Latest()
+		}
+		if !r.Latest {
+			ds.Revisions = append(ds.Revisions, bus.RevisionChildren{Name: r.Name, Children: nonNilChildren(one.Children)})
+		}
+	}
+	ds.Status, ds.ResyncAfterSeconds, ds.Finalized = rollout.Aggregate(results)
+	return ds, nil
+}
+
+// history loads the revision history of a parent, before any hook call.
+func (d *Dispatcher) history(ctx context.Context, c syncCall, parent *unstructured.Unstructured, revs *kinds.Revisions) (*revision.History, error) {
 	res, err := d.revs.Revisions(ctx, revstore.Request{
 		// A stale view only costs a resync: the applier loads consistently
 		// and rejects a desired state missing a revision's rendering.
-		Op: revstore.OpLoad, Controller: call.item.Controller, AllowStale: true,
+		Op: revstore.OpLoad, Controller: c.item.Controller, AllowStale: true,
 		Parent: revstore.Parent{
-			APIVersion: parent.GetAPIVersion(), Kind: parent.GetKind(), Resource: call.parent.Resource,
+			APIVersion: parent.GetAPIVersion(), Kind: parent.GetKind(), Resource: c.parent.Resource,
 			Namespace: parent.GetNamespace(), Name: parent.GetName(), UID: string(parent.GetUID()),
 		},
 	})
@@ -43,66 +86,26 @@ func (d *Dispatcher) history(ctx context.Context, call syncCall, cc *v1alpha1.Co
 		err = fmt.Errorf("%s: %s", res.Result, res.Message)
 	}
 	if err != nil {
-		return nil, d.failedQuietly(ctx, call.item, fmt.Errorf("load ControllerRevisions: %w", err)), false
+		return nil, quietFailure(fmt.Errorf("load ControllerRevisions: %w", err))
 	}
-	h, err := revision.NewHistory(rollout.HistoryParent(cc, parent, call.parent.Resource), res.Revisions, patch)
+	h, err := revision.NewHistory(historyParent(parent, c.parent.Resource), res.Revisions, revs.Patch)
 	if err != nil {
-		return nil, d.failed(ctx, call.item, events.ReasonSyncError, err), false
+		return nil, failure(err)
 	}
-	return h, outcome{}, true
+	return h, nil
 }
 
-// syncRevisions calls the hook for a parent with rolling children: once for
-// the parent as it is (the latest revision) and once for every older
-// revision that still holds children, with the parent as of that revision,
-// all at once (as upstream), so a rollout costs one hook latency per sync,
-// not one per revision. The answers are aggregated as upstream does.
-// ok=false means the outcome is final (the failure is reported).
-func (d *Dispatcher) syncRevisions(ctx context.Context, call syncCall, cc *v1alpha1.CompositeController, parent *unstructured.Unstructured, h *revision.History) (bus.DesiredState, outcome, bool) {
-	req, isComposite := call.request.(hookapi.CompositeSyncRequest)
-	if !isComposite {
-		return bus.DesiredState{}, outcome{result: "invalid"}, false
+// historyParent describes the parent to package revision. The dispatcher
+// only reads a history (which revision is the latest, which hold
+// children), and those depend only on the parent's resource, group and UID
+// (revision names); the labels and owner of revisions the applier creates
+// are none of its business.
+func historyParent(parent *unstructured.Unstructured, resource string) revision.Parent {
+	group, _, found := strings.Cut(parent.GetAPIVersion(), "/")
+	if !found {
+		group = ""
 	}
-	paths := rollout.FieldPaths(cc)
-	revs := h.Revisions() // the latest first
-	calls := make([]syncCall, len(revs))
-	for i, r := range revs {
-		calls[i] = call
-		if r.Latest {
-			continue
-		}
-		asOf, err := revision.ApplyPatch(parent.Object, r.Patch, paths)
-		if err != nil {
-			return bus.DesiredState{}, d.failed(ctx, call.item, events.ReasonSyncError, fmt.Errorf("render %s as of revision %s: %w", parent.GetName(), r.Name, err)), false
-		}
-		old := req
-		old.Parent = &unstructured.Unstructured{Object: asOf}
-		calls[i].request, calls[i].revision = old, r.Name
-	}
-	resps := make([]hookapi.CompositeSyncResponse, len(revs))
-	errs := make([]error, len(revs))
-	var wg sync.WaitGroup
-	for i := range calls {
-		wg.Go(func() { errs[i] = d.doHook(ctx, calls[i], &resps[i]) })
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			return bus.DesiredState{}, d.hookFailed(ctx, calls[i], err), false
-		}
-	}
-
-	ds := bus.DesiredState{Children: resps[0].Children, LatestRevision: h.Latest()}
-	results := make([]rollout.RevisionResult, len(revs))
-	for i, r := range revs {
-		results[i] = rollout.RevisionResult{Revision: r.Name, Latest: r.Latest, Status: resps[i].Status,
-			ResyncAfterSeconds: resps[i].ResyncAfterSeconds, Finalized: resps[i].Finalized}
-		if !r.Latest {
-			ds.Revisions = append(ds.Revisions, bus.RevisionChildren{Name: r.Name, Children: nonNilChildren(resps[i].Children)})
-		}
-	}
-	ds.Status, ds.ResyncAfterSeconds, ds.Finalized = rollout.Aggregate(results)
-	return ds, outcome{}, true
+	return revision.Parent{Resource: resource, Group: group, UID: string(parent.GetUID()), Namespace: parent.GetNamespace()}
 }
 
 func nonNilChildren(c []*unstructured.Unstructured) []*unstructured.Unstructured {

@@ -1,0 +1,279 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/echo"
+	"github.com/metabus/metabus/pkg/kinds"
+	"github.com/metabus/metabus/pkg/kindtable"
+	"github.com/metabus/metabus/pkg/snapshot"
+)
+
+// syncParent syncs one parent of any controller kind, through the kind's
+// Syncing seam: observe the parent, let the kind gate it (stale finalizer,
+// garbage collection), run the customize hook and observe the related
+// objects, skip echoes of metabus's own writes, choose the hook, call it
+// (once, or once per live revision), and publish the answer as one desired
+// state. It settles nothing: its error says how the item ends (settle).
+func (d *Dispatcher) syncParent(ctx context.Context, item bus.WorkItem, seq uint64) error {
+	k, ok := kindtable.Lookup(item.Controller.Kind)
+	if !ok {
+		d.log.Error("dropping work item for an unsupported controller kind", zap.String("kind", item.Controller.Kind))
+		return settled{result: "unsupported"}
+	}
+	if item.Reason == bus.ReasonRelease {
+		return d.release(ctx, item, seq)
+	}
+	sreq, snap, err := d.observe(ctx, item, seq, k)
+	if err != nil {
+		return err
+	}
+	c, err := kindtable.Decode(snap.Controller)
+	if err != nil || c.Ref().Kind != item.Controller.Kind {
+		return settled{result: "invalid"}
+	}
+	parent := snap.Parent
+	resource := snap.ParentResource
+	if resource == "" {
+		resource = item.Parent.Resource
+	}
+	// The parent as first observed is what the desired state answers to
+	// (its resourceVersion is the applier's freshness floor).
+	pref := parentRef(parent, resource)
+	gate, err := c.SyncGate(snap)
+	if err != nil {
+		return failure(err)
+	}
+	if gate.Release != "" {
+		return d.releaseStale(ctx, item, seq, gate.Release)
+	}
+	if gate.Skip {
+		return settled{result: "skipped", forget: true}
+	}
+	if hook := c.SyncCustomizeHook(); hook != nil {
+		rules, err := d.customizeRules(ctx, item, c, hook, snap.Controller, parent)
+		if err != nil {
+			return failure(err)
+		}
+		if snap, err = d.withRelated(ctx, item, sreq, snap, rules); err != nil {
+			return err
+		}
+		parent = snap.Parent
+	}
+	var inputs map[string]string
+	if c.SyncEchoable() {
+		inputs = echo.Inputs(snap)
+		if d.echoed(ctx, item, inputs) {
+			return settled{result: "echo", forget: true}
+		}
+	}
+	choice, err := c.SyncHook(parent, resource)
+	if err != nil {
+		return failure(err)
+	}
+	if choice.Hook == nil {
+		// Deleting or deselected with nothing to finalize: the garbage
+		// collector (or nobody) takes the children.
+		return settled{result: "skipped", forget: true}
+	}
+	calls, err := c.SyncCalls(kinds.SyncInput{Snapshot: snap, Hook: choice})
+	if err != nil {
+		return failure(err)
+	}
+	call := syncCall{
+		item: item, seq: seq, parent: pref, hook: choice.Hook, kind: choice.Kind,
+		ctrlType: item.Controller.Kind, ctrlName: c.Object().GetName(), endpoints: c.SyncEndpoints(),
+		inputs: inputs,
+	}
+	revs, err := c.SyncRevisions(parent)
+	if err != nil {
+		return failure(err)
+	}
+	var ds bus.DesiredState
+	if revs != nil {
+		ds, err = d.syncRevisions(ctx, call, c, calls, parent, revs)
+	} else {
+		ds, err = d.callHooks(ctx, call, c, calls)
+	}
+	if err != nil {
+		return err
+	}
+	return d.publishDesired(ctx, call, ds, snap.Children)
+}
+
+// observe fetches the parent's observed state (with its cached related
+// rules). An error ends the sync: the parent is gone, its controller is
+// gone (its finalizer is released), or the snapshot failed.
+func (d *Dispatcher) observe(ctx context.Context, item bus.WorkItem, seq uint64, k kinds.Kind) (snapshot.Request, *snapshot.Response, error) {
+	sreq := snapshot.Request{
+		Controller: item.Controller, ParentUID: item.Parent.UID, MinResourceVersions: item.MinResourceVersions,
+		Related: d.cachedRelated(item),
+	}
+	snap, err := snapshot.Fetch(ctx, d.snaps, sreq, d.cfg.SnapshotWait)
+	if err != nil {
+		if ctx.Err() != nil {
+			return sreq, nil, cancelled()
+		}
+		if errors.Is(err, bus.ErrTooLarge) {
+			// Retrying cannot help until the parent has fewer or smaller
+			// children: say so on the parent, with backoff.
+			return sreq, nil, failure(fmt.Errorf("observed state too large for the bus (raise the NATS server's max_payload): %w", err))
+		}
+		return sreq, nil, quietFailure(fmt.Errorf("observed state unavailable: %w", err))
+	}
+	switch snap.Result {
+	case snapshot.OK:
+		return sreq, snap, nil
+	case snapshot.NotFound:
+		// The parent is gone; the garbage collector removes its children.
+		return sreq, nil, settled{result: "notfound", forget: true}
+	case snapshot.ControllerGone:
+		// Make sure the deleted controller's finalizer does not outlive it
+		// (the watcher also asks for this; this covers an item that raced
+		// with that request).
+		d.succeeded(item)
+		f, err := finalizerOf(k, item.Controller.Name)
+		if err != nil {
+			return sreq, nil, failure(err)
+		}
+		item.Finalizer = f
+		return sreq, nil, d.release(ctx, item, seq)
+	case snapshot.Retry:
+		return sreq, nil, quietFailure(fmt.Errorf("observed state not fresh yet: %s", snap.Message))
+	case snapshot.Invalid:
+		if sreq.Related != nil {
+			// The cached related rules cannot be served any more (say a
+			// related resource's CRD was removed). Forget them, so that
+			// the retry asks the customize hook again, and say why on the
+			// parent: acking quietly would wedge it until a restart.
+			d.forgetRelated(item)
+			return sreq, nil, failure(fmt.Errorf("related resources cannot be observed: %s", snap.Message))
+		}
+		d.log.Warn("controller cannot be served", zap.String("controller", item.Controller.Name), zap.String("why", snap.Message))
+		return sreq, nil, settled{result: "invalid"}
+	default:
+		d.log.Warn("controller cannot be served", zap.String("controller", item.Controller.Name), zap.String("why", snap.Message))
+		return sreq, nil, settled{result: "invalid"}
+	}
+}
+
+// finalizerOf is the finalizer a controller of kind k named name puts on
+// parents. A deleted controller has no object left to decode, so its
+// kind's core is asked through a stub of it (kind and name only), which
+// keeps the naming rule in the core.
+func finalizerOf(k kinds.Kind, name string) (string, error) {
+	stub := &unstructured.Unstructured{}
+	stub.SetAPIVersion(k.GVR.GroupVersion().String())
+	stub.SetKind(k.Name)
+	stub.SetName(name)
+	c, err := k.Decode(stub)
+	if err != nil {
+		return "", fmt.Errorf("finalizer of deleted %s %s: %w", k.Name, name, err)
+	}
+	return c.FinalizerName(), nil
+}
+
+// release forwards a finalizer release to the applier: there is no
+// controller left to ask, so no snapshot and no hook.
+func (d *Dispatcher) release(ctx context.Context, item bus.WorkItem, seq uint64) error {
+	ds := bus.DesiredState{
+		Controller: item.Controller,
+		Parent:     item.Parent,
+		WorkSeq:    seq,
+		Hook:       bus.HookRelease,
+		Finalizer:  item.Finalizer,
+		Children:   []*unstructured.Unstructured{},
+		ProducedAt: time.Now(),
+	}
+	if err := d.pub.PublishDesired(ctx, ds); err != nil {
+		return published("publish finalizer release", err)
+	}
+	return settled{result: "release"}
+}
+
+// releaseStale releases the finalizer of a controller that no longer has
+// a finalize hook (kinds.Gate.Release). The next sync (the release is a
+// write) is a normal one.
+func (d *Dispatcher) releaseStale(ctx context.Context, item bus.WorkItem, seq uint64, finalizer string) error {
+	d.log.Info("releasing the finalizer of a removed finalize hook", zap.String("controller", item.Controller.Name),
+		zap.String("parent", item.Parent.Namespace+"/"+item.Parent.Name), zap.String("finalizer", finalizer))
+	item.Finalizer = finalizer
+	d.succeeded(item)
+	return d.release(ctx, item, seq)
+}
+
+// echoed reports whether a work item only echoes metabus's own writes: it
+// was caused by an event, and the hook would be shown what it was shown
+// last time plus what the applier wrote from its answer. Such a sync is
+// settled without a hook call. Retries, resyncs and requeues always call
+// the hook (a failed write, or time, may have changed the answer).
+//
+// A write of this process still in flight on one of the objects may be what
+// the item echoes (its watch event can outrun the writer): the check waits
+// for it, a few milliseconds, rather than call the hook.
+func (d *Dispatcher) echoed(ctx context.Context, item bus.WorkItem, inputs map[string]string) bool {
+	if item.Reason != bus.ReasonEvent {
+		return false
+	}
+	// The parent's last hook call here failed: its retry may have found
+	// the parent's queue full and been folded into this event item, and
+	// the hook's last answer (what the echo compares with) was not this
+	// one's. A fault run lost a finalize retry that way: the follow-up
+	// event was taken for an echo and the finalizer stayed.
+	if d.failures.get(d.failureKey(item)) > 0 {
+		return false
+	}
+	ctrl := item.Controller.ID()
+	for try := 0; ; try++ {
+		if d.echoes.Echo(ctrl, item.Parent.UID, inputs) {
+			return true
+		}
+		wait := d.echoes.Await(ctrl, inputs)
+		if wait == nil || try == 3 {
+			return false
+		}
+		select {
+		case <-wait:
+		case <-time.After(time.Second):
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// ObservedRefs lists the identities of the children a hook was shown.
+func ObservedRefs(groups []snapshot.Group) []bus.ObjectRef {
+	var refs []bus.ObjectRef
+	for _, g := range groups {
+		for _, o := range g.Objects {
+			refs = append(refs, bus.ObjectRef{
+				APIVersion: g.APIVersion, Kind: g.Kind, Resource: g.Resource,
+				Namespace: o.GetNamespace(), Name: o.GetName(), UID: string(o.GetUID()),
+				ResourceVersion: o.GetResourceVersion(),
+			})
+		}
+	}
+	return refs
+}
+
+// parentRef describes the parent as observed.
+func parentRef(parent *unstructured.Unstructured, resource string) bus.ObjectRef {
+	return bus.ObjectRef{
+		APIVersion:      parent.GetAPIVersion(),
+		Kind:            parent.GetKind(),
+		Resource:        resource,
+		Namespace:       parent.GetNamespace(),
+		Name:            parent.GetName(),
+		UID:             string(parent.GetUID()),
+		ResourceVersion: parent.GetResourceVersion(),
+		Generation:      parent.GetGeneration(),
+	}
+}
