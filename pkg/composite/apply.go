@@ -5,16 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/children"
 	"github.com/metabus/metabus/pkg/kinds"
-	"github.com/metabus/metabus/pkg/revision"
 )
 
 // The hook kinds of a CompositeController desired state, as the applier
@@ -67,58 +63,12 @@ func (c *Controller) ApplyClaims() bool { return true }
 // ApplyRollout reports whether a child resource has a rolling update
 // strategy: only then does the parent have ControllerRevisions.
 func (c *Controller) ApplyRollout(parent *unstructured.Unstructured, resource string) (kinds.ApplyRolloutSpec, bool) {
-	if !applyRolls(c.CC) {
+	if !Rolls(c.CC) {
 		return kinds.ApplyRolloutSpec{}, false
 	}
-	var paths []string
-	if h := c.CC.Spec.ParentResource.RevisionHistory; h != nil {
-		paths = h.FieldPaths
-	}
-	return kinds.ApplyRolloutSpec{FieldPaths: paths, History: applyHistoryParent(c.CC, parent, resource)}, true
+	return kinds.ApplyRolloutSpec{FieldPaths: RevisionFieldPaths(c.CC), History: HistoryParent(c.CC, parent, resource)}, true
 }
 
-// applyRolls is rollout.HasRolling (package rollout imports this one).
-func applyRolls(cc *v1alpha1.CompositeController) bool {
-	for _, cr := range cc.Spec.ChildResources {
-		if cr.UpdateStrategy == nil {
-			continue
-		}
-		switch cr.UpdateStrategy.Method {
-		case v1alpha1.ChildUpdateRollingRecreate, v1alpha1.ChildUpdateRollingInPlace:
-			return true
-		}
-	}
-	return false
-}
-
-// applyHistoryParent is rollout.HistoryParent (package rollout imports this
-// one): the labels and controller reference upstream puts on the revisions
-// it creates, i.e. the parent's spec.template.metadata.labels (only
-// controller-uid=<parent UID> under generateSelector), plus the parent's
-// API group and resource. The dispatcher and the applier must agree on it.
-func applyHistoryParent(cc *v1alpha1.CompositeController, parent *unstructured.Unstructured, resource string) revision.Parent {
-	group, _, found := strings.Cut(parent.GetAPIVersion(), "/")
-	if !found {
-		group = ""
-	}
-	var controllerUID string
-	if GeneratesSelector(cc.Spec) {
-		controllerUID = string(parent.GetUID())
-	}
-	templateLabels, _, _ := unstructured.NestedStringMap(parent.Object, "spec", "template", "metadata", "labels")
-	yes := true
-	return revision.Parent{
-		Resource:  resource,
-		Group:     group,
-		UID:       string(parent.GetUID()),
-		Namespace: parent.GetNamespace(),
-		Labels:    revision.Labels(templateLabels, controllerUID, group, resource),
-		OwnerReferences: []metav1.OwnerReference{{
-			APIVersion: parent.GetAPIVersion(), Kind: parent.GetKind(), Name: parent.GetName(),
-			UID: parent.GetUID(), Controller: &yes, BlockOwnerDeletion: &yes,
-		}},
-	}
-}
 
 // ApplyParent plans a CompositeController parent's own writes: the
 // finalizer added before the first child of a sync (with a finalize hook),

@@ -11,7 +11,6 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/composite"
 	"github.com/metabus/metabus/pkg/kinds"
-	"github.com/metabus/metabus/pkg/rollout"
 )
 
 // applyController decodes a CompositeController with the given spec.
@@ -246,25 +245,26 @@ func TestApplyRolloutAgreesWithRollout(t *testing.T) {
 	tests := []struct {
 		reason string
 		spec   map[string]any
+		rolls  bool
 	}{
 		{reason: "no rolling child: no rollout", spec: applySpec(false, false)},
-		{reason: "RollingRecreate with statusChecks", spec: rolling("RollingRecreate", false, nil)},
-		{reason: "RollingInPlace under generateSelector, with field paths", spec: rolling("RollingInPlace", true, []any{"spec.template"})},
+		{reason: "RollingRecreate with statusChecks", spec: rolling("RollingRecreate", false, nil), rolls: true},
+		{reason: "RollingInPlace under generateSelector, with field paths", spec: rolling("RollingInPlace", true, []any{"spec.template"}), rolls: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.reason, func(t *testing.T) {
 			c := applyController(t, tt.spec)
 			cc := c.(*composite.Controller).CC
 			got, rolls := c.ApplyRollout(parent, "things")
-			if rolls != rollout.HasRolling(cc) {
-				t.Fatalf("rolls %v, rollout.HasRolling %v", rolls, rollout.HasRolling(cc))
+			if rolls != tt.rolls {
+				t.Fatalf("rolls %v, want %v", rolls, tt.rolls)
 			}
 			if !rolls {
 				return
 			}
-			want := kinds.ApplyRolloutSpec{FieldPaths: rollout.FieldPaths(cc), History: rollout.HistoryParent(cc, parent, "things")}
+			want := kinds.ApplyRolloutSpec{FieldPaths: composite.RevisionFieldPaths(cc), History: composite.HistoryParent(cc, parent, "things")}
 			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("rollout (-rollout's +applier's):\n%s", diff)
+				t.Errorf("rollout (-dispatcher's +applier's):\n%s", diff)
 			}
 			for i, r := range c.ApplyChildRules().Rules {
 				if diff := cmp.Diff(cc.Spec.ChildResources[i].UpdateStrategy.StatusChecks.Conditions, r.Checks); diff != "" {

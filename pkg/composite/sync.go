@@ -58,7 +58,7 @@ func SyncFinalizerGate(c kinds.Controller, parent *unstructured.Unstructured) (g
 // SyncEchoable is false for a controller with rolling children: a rolling
 // parent's sync also depends on its ControllerRevisions, which the echo
 // inputs do not cover.
-func (c *Controller) SyncEchoable() bool { return !syncRolls(c.CC) }
+func (c *Controller) SyncEchoable() bool { return !Rolls(c.CC) }
 
 // SyncHook is ChooseHook: finalize while the parent is deleted or
 // deselected (nothing without a finalize hook), else sync, which the
@@ -100,7 +100,7 @@ func (c *Controller) SyncCalls(in kinds.SyncInput) ([]kinds.HookCall, error) {
 // ControllerRevisions of its revisionHistory.fieldPaths, which need a
 // namespaced parent.
 func (c *Controller) SyncRevisions(parent *unstructured.Unstructured) (*kinds.Revisions, error) {
-	if !syncRolls(c.CC) {
+	if !Rolls(c.CC) {
 		return nil, nil
 	}
 	if parent.GetNamespace() == "" {
@@ -108,7 +108,7 @@ func (c *Controller) SyncRevisions(parent *unstructured.Unstructured) (*kinds.Re
 		// nowhere to keep its rollout (upstream fails here too, obscurely).
 		return nil, fmt.Errorf("CompositeController %s: RollingRecreate and RollingInPlace need a namespaced parent resource (ControllerRevisions are namespaced); use Recreate or InPlace", c.CC.Name)
 	}
-	paths := syncFieldPaths(c.CC)
+	paths := RevisionFieldPaths(c.CC)
 	patch, err := revision.ParentPatch(parent.Object, paths)
 	if err != nil {
 		return nil, fmt.Errorf("revisionHistory.fieldPaths: %w", err)
@@ -146,29 +146,4 @@ func (c *Controller) SyncDesired(calls []kinds.HookCall) (bus.DesiredState, erro
 		ResyncAfterSeconds: resp.ResyncAfterSeconds,
 		Finalized:          resp.Finalized,
 	}, nil
-}
-
-// syncRolls reports whether any child resource rolls out gradually. It is
-// rollout.HasRolling, which this package cannot import (rollout imports
-// it); a test outside the package checks that they agree.
-func syncRolls(cc *v1alpha1.CompositeController) bool {
-	for _, r := range cc.Spec.ChildResources {
-		if r.UpdateStrategy == nil {
-			continue
-		}
-		switch r.UpdateStrategy.Method {
-		case v1alpha1.ChildUpdateRollingRecreate, v1alpha1.ChildUpdateRollingInPlace:
-			return true
-		}
-	}
-	return false
-}
-
-// syncFieldPaths is rollout.FieldPaths (revisionHistory.fieldPaths; nil
-// lets package revision default to ["spec"]), for the same reason.
-func syncFieldPaths(cc *v1alpha1.CompositeController) []string {
-	if h := cc.Spec.ParentResource.RevisionHistory; h != nil {
-		return h.FieldPaths
-	}
-	return nil
 }

@@ -197,14 +197,3 @@ func desiredKey(d children.Desired) children.ChildKey {
 	}
 	return k
 }
-
-// HasRolling reports whether any child rule rolls out gradually: only then does a parent have
-// revisions.
-func HasRolling(cc *v1alpha1.CompositeController) bool {
-	for _, c := range cc.Spec.ChildResources {
-		if c.UpdateStrategy != nil && Rolling(c.UpdateStrategy.Method) {
-			return true
-		}
-	}
-	return false
-}
