@@ -13,13 +13,6 @@ import (
 	"github.com/metabus/metabus/pkg/kinds"
 )
 
-// The hook kinds of a CompositeController desired state, as the applier
-// reads them.
-const (
-	applyHookSync     = "sync"
-	applyHookFinalize = "finalize"
-)
-
 // ApplyChildRules are spec.childResources.
 func (c *Controller) ApplyChildRules() kinds.ApplyChildRules {
 	rules := make([]kinds.ApplyChildRule, len(c.CC.Spec.ChildResources))
@@ -69,7 +62,6 @@ func (c *Controller) ApplyRollout(parent *unstructured.Unstructured, resource st
 	return kinds.ApplyRolloutSpec{FieldPaths: RevisionFieldPaths(c.CC), History: HistoryParent(c.CC, parent, resource)}, true
 }
 
-
 // ApplyParent plans a CompositeController parent's own writes: the
 // finalizer added before the first child of a sync (with a finalize hook),
 // the hook's status plus observedGeneration when it differs from the
@@ -85,7 +77,7 @@ func (c *Controller) ApplyParent(in kinds.ApplyInput) (kinds.ApplyParentPlan, er
 		return kinds.ApplyParentPlan{Gate: kinds.ApplyParentDeleting}, nil
 	}
 	var plan kinds.ApplyParentPlan
-	if ds.Hook == applyHookSync && finalizer != "" && !holds && !deleting {
+	if ds.Hook == bus.HookSync && finalizer != "" && !holds && !deleting {
 		plan.Patch = map[string]any{"metadata": map[string]any{
 			"finalizers":      append(slices.Clone(parent.GetFinalizers()), finalizer),
 			"resourceVersion": parent.GetResourceVersion(),
@@ -97,7 +89,7 @@ func (c *Controller) ApplyParent(in kinds.ApplyInput) (kinds.ApplyParentPlan, er
 		return kinds.ApplyParentPlan{}, err
 	}
 	plan.Status = status
-	if ds.Hook == applyHookFinalize && ds.Finalized && holds {
+	if ds.Hook == bus.HookFinalize && ds.Finalized && holds {
 		plan.RemoveFinalizer = finalizer
 	}
 	return plan, nil

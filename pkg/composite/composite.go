@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/bus"
 )
 
 // ControllerUIDLabel is the label generateSelector puts on children.
@@ -146,9 +147,9 @@ func ChooseHook(cc *v1alpha1.CompositeController, parent *unstructured.Unstructu
 		if hs.Finalize == nil {
 			return nil, "", true
 		}
-		return hs.Finalize, "finalize", true
+		return hs.Finalize, bus.HookFinalize, true
 	}
-	return hs.Sync, "sync", false
+	return hs.Sync, bus.HookSync, false
 }
 
 func name(o *unstructured.Unstructured) string {

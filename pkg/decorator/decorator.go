@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/composite"
 )
 
@@ -57,8 +58,8 @@ func IsAttachment(obj *unstructured.Unstructured, controller string) bool {
 
 // Hook kinds.
 const (
-	HookSync     = "sync"
-	HookFinalize = "finalize"
+	HookSync     = bus.HookSync
+	HookFinalize = bus.HookFinalize
 )
 
 // ChooseHook picks the hook for a target. A target is finalized when it is

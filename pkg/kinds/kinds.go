@@ -29,6 +29,10 @@ type Kind struct {
 	// means the object is invalid (reported on it, never retried until
 	// it changes).
 	Decode func(obj *unstructured.Unstructured) (Controller, error)
+	// Finalizer is the finalizer a controller of this kind with the given
+	// name puts on parents: what must be released when the controller is
+	// gone and there is no object left to decode.
+	Finalizer func(controllerName string) string
 }
 
 // Controller is one controller object, decoded by its kind's core.

@@ -18,8 +18,8 @@ import (
 
 // Kinds are the controller kinds metabus serves.
 var Kinds = []kinds.Kind{
-	{Name: v1alpha1.CompositeControllerKind, GVR: v1alpha1.CompositeControllerGVR, Decode: composite.New},
-	{Name: v1alpha1.DecoratorControllerKind, GVR: v1alpha1.DecoratorControllerGVR, Decode: decorator.New},
+	{Name: v1alpha1.CompositeControllerKind, GVR: v1alpha1.CompositeControllerGVR, Decode: composite.New, Finalizer: composite.Finalizer},
+	{Name: v1alpha1.DecoratorControllerKind, GVR: v1alpha1.DecoratorControllerGVR, Decode: decorator.New, Finalizer: decorator.Finalizer},
 }
 
 // Lookup returns the row of a kind.

@@ -20,8 +20,8 @@ func TestKindsDistinct(t *testing.T) {
 			t.Errorf("kind %s (resource %s, ID prefix %q) collides with an earlier row", k.Name, k.GVR, p)
 		}
 		names[k.Name], resources[k.GVR.String()], prefixes[p] = true, true, true
-		if k.Decode == nil {
-			t.Errorf("kind %s has no decoder", k.Name)
+		if k.Decode == nil || k.Finalizer == nil {
+			t.Errorf("kind %s has no decoder or no finalizer name", k.Name)
 		}
 	}
 }

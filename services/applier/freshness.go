@@ -31,20 +31,20 @@ func (a *Applier) wrote(ds *bus.DesiredState, out *unstructured.Unstructured) {
 	if err != nil {
 		return
 	}
-	key := ds.Controller.ID() + "/" + ds.Parent.UID
+	key := ds.Key()
 	a.wmu.Lock()
 	defer a.wmu.Unlock()
 	if len(a.written) >= maxWritten {
 		a.written = map[string]string{}
 	}
-	a.written[key] = gv.Group + "/" + ds.Parent.Resource + "=" + out.GetResourceVersion()
+	a.written[key] = bus.FreshnessKey(gv.Group, ds.Parent.Resource) + "=" + out.GetResourceVersion()
 }
 
 // freshness is the snapshot floor for applying ds: what the hook saw, and
 // this replica's own last write of the parent.
 func (a *Applier) freshness(ds *bus.DesiredState) map[string]string {
 	a.wmu.Lock()
-	w, ok := a.written[ds.Controller.ID()+"/"+ds.Parent.UID]
+	w, ok := a.written[ds.Key()]
 	a.wmu.Unlock()
 	if !ok {
 		return ds.MinResourceVersions

@@ -450,15 +450,7 @@ func (d *Dispatcher) failed(ctx context.Context, item bus.WorkItem, reason strin
 	return "error", false
 }
 
-// parentKey keys per-parent state of a controller (failures, customize
-// cache, resync timers) and is the CloudEvent partition key.
-func parentKey(ctrl bus.ControllerRef, parentUID string) string {
-	return ctrl.ID() + "/" + parentUID
-}
-
-func (d *Dispatcher) failureKey(item bus.WorkItem) string {
-	return parentKey(item.Controller, item.Parent.UID)
-}
+func (d *Dispatcher) failureKey(item bus.WorkItem) string { return item.Key() }
 
 // retry schedules the next attempt.
 func (d *Dispatcher) retry(ctx context.Context, item bus.WorkItem, at time.Time) error {

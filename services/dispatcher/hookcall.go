@@ -82,7 +82,7 @@ func (d *Dispatcher) doHooks(ctx context.Context, c syncCall, calls []kinds.Hook
 // response caches of a parent's revisions apart.
 func (d *Dispatcher) doHook(ctx context.Context, c syncCall, call kinds.HookCall, revision string) error {
 	start := time.Now()
-	key := parentKey(c.item.Controller, c.parent.UID)
+	key := bus.ParentKey(c.item.Controller.ID(), c.parent.UID)
 	err := d.hooks.Do(ctx, hooks.Call{
 		Hook:            c.hook,
 		EndpointConfigs: c.endpoints,
@@ -128,7 +128,7 @@ func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.Desi
 		minRVs[k] = v
 	}
 	if gv, err := schema.ParseGroupVersion(c.parent.APIVersion); err == nil && c.parent.ResourceVersion != "" {
-		minRVs[gv.Group+"/"+c.parent.Resource] = c.parent.ResourceVersion
+		minRVs[bus.FreshnessKey(gv.Group, c.parent.Resource)] = c.parent.ResourceVersion
 	}
 	ds.Controller, ds.Parent, ds.WorkSeq, ds.Hook = c.item.Controller, c.parent, c.seq, c.kind
 	ds.Observed, ds.MinResourceVersions = ObservedRefs(observed), minRVs

@@ -139,11 +139,7 @@ func (d *Dispatcher) observe(ctx context.Context, item bus.WorkItem, seq uint64,
 		// (the watcher also asks for this; this covers an item that raced
 		// with that request).
 		d.succeeded(item)
-		f, err := finalizerOf(k, item.Controller.Name)
-		if err != nil {
-			return sreq, nil, failure(err)
-		}
-		item.Finalizer = f
+		item.Finalizer = k.Finalizer(item.Controller.Name)
 		return sreq, nil, d.release(ctx, item, seq)
 	case snapshot.Retry:
 		return sreq, nil, quietFailure(fmt.Errorf("observed state not fresh yet: %s", snap.Message))
@@ -162,22 +158,6 @@ func (d *Dispatcher) observe(ctx context.Context, item bus.WorkItem, seq uint64,
 		d.log.Warn("controller cannot be served", zap.String("controller", item.Controller.Name), zap.String("why", snap.Message))
 		return sreq, nil, settled{result: "invalid"}
 	}
-}
-
-// finalizerOf is the finalizer a controller of kind k named name puts on
-// parents. A deleted controller has no object left to decode, so its
-// kind's core is asked through a stub of it (kind and name only), which
-// keeps the naming rule in the core.
-func finalizerOf(k kinds.Kind, name string) (string, error) {
-	stub := &unstructured.Unstructured{}
-	stub.SetAPIVersion(k.GVR.GroupVersion().String())
-	stub.SetKind(k.Name)
-	stub.SetName(name)
-	c, err := k.Decode(stub)
-	if err != nil {
-		return "", fmt.Errorf("finalizer of deleted %s %s: %w", k.Name, name, err)
-	}
-	return c.FinalizerName(), nil
 }
 
 // release forwards a finalizer release to the applier: there is no

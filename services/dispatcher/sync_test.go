@@ -663,8 +663,8 @@ func TestSyncParent(t *testing.T) {
 	}
 }
 
-// TestFinalizerOfDeletedController: every kind's core names the finalizer
-// of a deleted controller from its kind and name alone (a stub object).
+// TestFinalizerOfDeletedController: every kind's row names the finalizer
+// of a deleted controller from its name alone, as upstream names it.
 func TestFinalizerOfDeletedController(t *testing.T) {
 	want := map[string]string{
 		v1alpha1.CompositeControllerKind: "metacontroller.io/compositecontroller-gone.example",
@@ -672,10 +672,7 @@ func TestFinalizerOfDeletedController(t *testing.T) {
 	}
 	for _, k := range kindtable.Kinds {
 		t.Run(k.Name, func(t *testing.T) {
-			got, err := finalizerOf(k, "gone.example")
-			if err != nil {
-				t.Fatal(err)
-			}
+			got := k.Finalizer("gone.example")
 			if w, known := want[k.Name]; (known && got != w) || !strings.Contains(got, "gone.example") {
 				t.Errorf("finalizer %q, want %q (upstream's name, which existing parents carry)", got, w)
 			}
