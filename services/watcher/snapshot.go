@@ -7,14 +7,11 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/zap"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/children"
-	"github.com/metabus/metabus/pkg/composite"
+	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
@@ -73,108 +70,57 @@ func (w *Watcher) waitFresh(ctx context.Context, req snapshot.Request, handleFor
 	return true, ""
 }
 
-// snapshot of a CompositeController parent: the parent and the children
-// it controls, per declared child resource.
+// snapshot of a parent of any kind: the parent, its owned objects per
+// owned resource in spec order (as the kind's core claims them), and the
+// objects its related rules select.
 func (wr *wiring) snapshot(ctx context.Context, req snapshot.Request) *snapshot.Response {
 	w := wr.w
 	w.mu.RLock()
 	ctrl := wr.obj
 	w.mu.RUnlock()
-	if !wr.parent.HasSynced() {
-		return &snapshot.Response{Result: snapshot.Retry, Message: "parent cache not synced"}
-	}
-	for _, h := range wr.children {
+	for _, h := range wr.parents {
 		if !h.HasSynced() {
-			return &snapshot.Response{Result: snapshot.Retry, Message: "child cache " + h.GVR().String() + " not synced"}
+			return &snapshot.Response{Result: snapshot.Retry, Message: "parent cache " + h.GVR().String() + " not synced"}
+		}
+	}
+	for _, h := range wr.owned {
+		if !h.HasSynced() {
+			return &snapshot.Response{Result: snapshot.Retry, Message: "owned cache " + h.GVR().String() + " not synced"}
 		}
 	}
 	var rules []relatedRule
 	if req.Related != nil {
 		var err error
-		if rules, err = wr.registerRelated(req.Related); err != nil {
+		if rules, err = wr.related.register(req.Related); err != nil {
 			return &snapshot.Response{Result: snapshot.Invalid, Message: "related resources: " + err.Error()}
 		}
 	}
 	if ok, msg := w.waitFresh(ctx, req, wr.handleFor); !ok {
 		return &snapshot.Response{Result: snapshot.Retry, Message: msg}
 	}
-	parent, ok := wr.parent.ByUID(req.ParentUID)
-	if !ok {
+	var (
+		parent    *unstructured.Unstructured
+		parentRes *discovery.Resource
+	)
+	for i, h := range wr.parents {
+		if obj, ok := h.ByUID(req.ParentUID); ok {
+			parent, parentRes = obj, wr.plan.Parents[i].Res
+			break
+		}
+	}
+	if parent == nil {
 		return &snapshot.Response{Result: snapshot.NotFound, Message: "parent " + req.ParentUID + " not found"}
 	}
 	resp := &snapshot.Response{
 		Result:          snapshot.OK,
 		Controller:      ctrl,
 		Parent:          parent,
-		ParentResource:  wr.parentRes.GVR.Resource,
-		ParentHasStatus: wr.parentRes.HasStatus,
+		ParentResource:  parentRes.GVR.Resource,
+		ParentHasStatus: parentRes.HasStatus,
 	}
-	parentGroup := wr.parentRes.GVR.Group
-	owner := children.Owner{Namespace: parent.GetNamespace(), Namespaced: wr.parentRes.Namespaced}
-	if sel, err := composite.ParentSelector(wr.spec, parent); err != nil {
-		resp.SelectorError = err.Error()
-	} else {
-		owner.Selector = sel
-	}
-	deleting := parent.GetDeletionTimestamp() != nil
-	for i, h := range wr.children {
-		res := wr.childRes[i]
-		g := snapshot.Group{
-			APIVersion: res.APIVersion(),
-			Resource:   res.GVR.Resource,
-			Kind:       res.Kind,
-			Namespaced: res.Namespaced,
-			Objects:    []*unstructured.Unstructured{},
-		}
-		var owned []*unstructured.Unstructured
-		for _, c := range h.OwnedBy(req.ParentUID) {
-			ref := metav1.GetControllerOfNoCopy(c)
-			if ref == nil || ref.Kind != wr.parentRes.Kind {
-				continue
-			}
-			if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != parentGroup {
-				continue
-			}
-			owned = append(owned, c)
-		}
-		var orphans, earlier []*unstructured.Unstructured
-		if owner.Selector != nil && !deleting {
-			if owner.Namespaced {
-				orphans = h.Orphans(owner.Namespace)
-			} else {
-				orphans = h.AllOrphans()
-			}
-			// Children of an earlier incarnation of this parent (same
-			// kind and name, a UID that no longer exists: names are
-			// unique, so the old parent is gone) are orphans the garbage
-			// collector may never collect, e.g. when it saw the delete
-			// and recreate as one update across an API server restart.
-			// Adopt them like any orphan. (A cluster-scoped parent's
-			// namespaced children are not looked for: that would scan
-			// every namespace.)
-			// Under generateSelector their controller-uid label names the
-			// old UID, which the selector cannot match by construction:
-			// they are offered by name and kind alone, and the applier
-			// rewrites the label as it replaces the controller reference.
-			for _, c := range h.ControlledByName(parentGroup, wr.parentRes.Kind, parent.GetNamespace(), parent.GetName()) {
-				ref := metav1.GetControllerOfNoCopy(c)
-				switch {
-				case ref == nil || string(ref.UID) == req.ParentUID:
-				case composite.GeneratesSelector(wr.spec) && c.GetDeletionTimestamp() == nil:
-					earlier = append(earlier, c)
-				default:
-					orphans = append(orphans, c)
-				}
-			}
-		}
-		keep, adopt, release := children.Claim(owner, deleting, owned, orphans)
-		adopt = append(adopt, earlier...)
-		g.Objects = append(append(g.Objects, keep...), adopt...)
-		g.Adopt, g.Release = adopt, release
-		resp.Children = append(resp.Children, g)
-	}
+	resp.Children, resp.SelectorError = wr.plan.Rules.Observe(parentRes, parent, wr.caches)
 	if len(rules) > 0 {
-		groups, ok := wr.relatedSnapshot(rules)
+		groups, ok := wr.related.snapshot(rules)
 		if !ok {
 			return &snapshot.Response{Result: snapshot.Retry, Message: "related caches not synced yet"}
 		}
