@@ -67,7 +67,7 @@ func (c *Controller) WatchPlan(resolve kinds.WatchResolver) (*kinds.WatchPlan, e
 		rules.owned = append(rules.owned, res)
 		declared[i] = ch.APIVersion
 	}
-	if err := DistinctResources("spec.childResources", declared, rules.owned); err != nil {
+	if err := WatchCheckDistinct("spec.childResources", declared, rules.owned); err != nil {
 		return nil, err
 	}
 	return &kinds.WatchPlan{
@@ -79,11 +79,11 @@ func (c *Controller) WatchPlan(resolve kinds.WatchResolver) (*kinds.WatchPlan, e
 	}, nil
 }
 
-// DistinctResources rejects a list of resolved resources that declares one
+// WatchCheckDistinct rejects a list of resolved resources that declares one
 // resource twice (also in two versions): its objects would be planned under
 // two rules at once and deleted and recreated on every sync. apiVersions
 // are the versions as declared, one per resource.
-func DistinctResources(field string, apiVersions []string, res []*discovery.Resource) error {
+func WatchCheckDistinct(field string, apiVersions []string, res []*discovery.Resource) error {
 	rules := make([]children.Rule, len(res))
 	for i, r := range res {
 		rules[i] = children.Rule{APIVersion: apiVersions[i], Resource: r.GVR.Resource, Kind: r.Kind}

@@ -78,7 +78,7 @@ type watchPlanSummary struct {
 	Finalizer string
 }
 
-func summarize(p *kinds.WatchPlan) watchPlanSummary {
+func watchSummarize(p *kinds.WatchPlan) watchPlanSummary {
 	s := watchPlanSummary{Adopts: p.Adopts, Finalizer: p.Finalizer}
 	for _, pr := range p.Parents {
 		s.Parents = append(s.Parents, pr.Res.GVR.String())
@@ -174,7 +174,7 @@ func TestWatchPlan(t *testing.T) {
 			if err != nil {
 				return
 			}
-			if diff := cmp.Diff(tc.want, summarize(plan)); diff != "" {
+			if diff := cmp.Diff(tc.want, watchSummarize(plan)); diff != "" {
 				t.Errorf("plan (-want +got):\n%s", diff)
 			}
 		})
@@ -204,7 +204,7 @@ func watchObj(kind, ns, name, uid string, lbls map[string]string, owner *metav1.
 	return u
 }
 
-func ctrlRef(apiVersion, kind, name, uid string) *metav1.OwnerReference {
+func watchCtrlRef(apiVersion, kind, name, uid string) *metav1.OwnerReference {
 	return &metav1.OwnerReference{APIVersion: apiVersion, Kind: kind, Name: name, UID: types.UID(uid), Controller: boolPtr(true)}
 }
 
@@ -235,15 +235,15 @@ func TestWatchRules(t *testing.T) {
 		}
 	})
 	t.Run("OwnerRef", func(t *testing.T) {
-		ref := ctrlRef("example.com/v1", "Thing", "p", "u")
+		ref := watchCtrlRef("example.com/v1", "Thing", "p", "u")
 		for _, tc := range []struct {
 			reason string
 			obj    *unstructured.Unstructured
 			want   *metav1.OwnerReference
 		}{
 			{"any controller reference: the watcher checks it names a parent", watchObj("ConfigMap", "ns", "c", "c1", nil, ref), ref},
-			{"another kind's controller is returned too", watchObj("ConfigMap", "ns", "c", "c1", nil, ctrlRef("apps/v1", "Deployment", "d", "d1")),
-				ctrlRef("apps/v1", "Deployment", "d", "d1")},
+			{"another kind's controller is returned too", watchObj("ConfigMap", "ns", "c", "c1", nil, watchCtrlRef("apps/v1", "Deployment", "d", "d1")),
+				watchCtrlRef("apps/v1", "Deployment", "d", "d1")},
 			{"an orphan has none", watchObj("ConfigMap", "ns", "c", "c1", nil, nil), nil},
 		} {
 			if diff := cmp.Diff(tc.want, r.OwnerRef(tc.obj)); diff != "" {
@@ -270,10 +270,10 @@ func TestWatchRules(t *testing.T) {
 	})
 }
 
-// fakeCache is an owned resource's cache for Observe.
-type fakeCache []*unstructured.Unstructured
+// watchFakeCache is an owned resource's cache for Observe.
+type watchFakeCache []*unstructured.Unstructured
 
-func (c fakeCache) OwnedBy(uid string) []*unstructured.Unstructured {
+func (c watchFakeCache) OwnedBy(uid string) []*unstructured.Unstructured {
 	var out []*unstructured.Unstructured
 	for _, o := range c {
 		if ref := metav1.GetControllerOfNoCopy(o); ref != nil && string(ref.UID) == uid {
@@ -283,7 +283,7 @@ func (c fakeCache) OwnedBy(uid string) []*unstructured.Unstructured {
 	return out
 }
 
-func (c fakeCache) Orphans(ns string) []*unstructured.Unstructured {
+func (c watchFakeCache) Orphans(ns string) []*unstructured.Unstructured {
 	var out []*unstructured.Unstructured
 	for _, o := range c {
 		if metav1.GetControllerOfNoCopy(o) == nil && o.GetNamespace() == ns {
@@ -293,7 +293,7 @@ func (c fakeCache) Orphans(ns string) []*unstructured.Unstructured {
 	return out
 }
 
-func (c fakeCache) AllOrphans() []*unstructured.Unstructured {
+func (c watchFakeCache) AllOrphans() []*unstructured.Unstructured {
 	var out []*unstructured.Unstructured
 	for _, o := range c {
 		if metav1.GetControllerOfNoCopy(o) == nil {
@@ -303,7 +303,7 @@ func (c fakeCache) AllOrphans() []*unstructured.Unstructured {
 	return out
 }
 
-func (c fakeCache) ControlledByName(group, kind, ns, name string) []*unstructured.Unstructured {
+func (c watchFakeCache) ControlledByName(group, kind, ns, name string) []*unstructured.Unstructured {
 	var out []*unstructured.Unstructured
 	for _, o := range c {
 		ref := metav1.GetControllerOfNoCopy(o)
@@ -318,7 +318,7 @@ func (c fakeCache) ControlledByName(group, kind, ns, name string) []*unstructure
 }
 
 func TestWatchObserve(t *testing.T) {
-	thingRef := func(uid string) *metav1.OwnerReference { return ctrlRef("example.com/v1", "Thing", "p", uid) }
+	thingRef := func(uid string) *metav1.OwnerReference { return watchCtrlRef("example.com/v1", "Thing", "p", uid) }
 	app := map[string]string{"app": "x"}
 	other := map[string]string{"app": "y"}
 	parentWith := func(sel map[string]any, deleting bool) *unstructured.Unstructured {
@@ -338,9 +338,9 @@ func TestWatchObserve(t *testing.T) {
 		strayed   = watchObj("ConfigMap", "ns", "strayed", "s", other, thingRef("u"))
 		orphan    = watchObj("ConfigMap", "ns", "orphan", "o", app, nil)
 		elsewhere = watchObj("ConfigMap", "other", "elsewhere", "e", app, nil)
-		foreign   = watchObj("ConfigMap", "ns", "foreign", "f", app, ctrlRef("apps/v1", "Thing", "p", "u"))
+		foreign   = watchObj("ConfigMap", "ns", "foreign", "f", app, watchCtrlRef("apps/v1", "Thing", "p", "u"))
 		earlier   = watchObj("ConfigMap", "ns", "earlier", "r", other, thingRef("old-uid"))
-		otherPar  = watchObj("ConfigMap", "ns", "sibling", "b", app, ctrlRef("example.com/v1", "Thing", "q", "q-uid"))
+		otherPar  = watchObj("ConfigMap", "ns", "sibling", "b", app, watchCtrlRef("example.com/v1", "Thing", "q", "q-uid"))
 	)
 	names := func(objs []*unstructured.Unstructured) []string {
 		out := []string{}
@@ -354,40 +354,40 @@ func TestWatchObserve(t *testing.T) {
 		reason   string
 		generate bool
 		parent   *unstructured.Unstructured
-		cache    fakeCache
+		cache    watchFakeCache
 		want     []group
 		wantSel  string
 	}{
 		{
 			reason: "owned and matching is kept, owned and not matching is released, a matching orphan of the namespace is adopted; a child of another group's kind, another parent or namespace is not shown",
 			parent: parentWith(matchApp, false),
-			cache:  fakeCache{kept, strayed, orphan, elsewhere, foreign, otherPar},
+			cache:  watchFakeCache{kept, strayed, orphan, elsewhere, foreign, otherPar},
 			want:   []group{{Objects: []string{"kept", "orphan"}, Adopt: []string{"orphan"}, Release: []string{"strayed"}}},
 		},
 		{
 			reason: "a child of an earlier incarnation (same kind and name, old UID) is an orphan offered to the selector",
 			parent: parentWith(map[string]any{"matchLabels": map[string]any{"app": "y"}}, false),
-			cache:  fakeCache{earlier},
+			cache:  watchFakeCache{earlier},
 			want:   []group{{Objects: []string{"earlier"}, Adopt: []string{"earlier"}}},
 		},
 		{
 			reason:   "under generateSelector an earlier incarnation's child is adopted by name and kind alone",
 			generate: true,
 			parent:   parentWith(nil, false),
-			cache:    fakeCache{earlier, orphan},
+			cache:    watchFakeCache{earlier, orphan},
 			want:     []group{{Objects: []string{"earlier"}, Adopt: []string{"earlier"}}},
 		},
 		{
 			reason:  "an unusable selector keeps what is owned, adopts and releases nothing, and says why",
 			parent:  parentWith(nil, false),
-			cache:   fakeCache{kept, strayed, orphan},
+			cache:   watchFakeCache{kept, strayed, orphan},
 			want:    []group{{Objects: []string{"kept", "strayed"}}},
 			wantSel: "parent ns/p has no spec.selector (and the controller does not set generateSelector)",
 		},
 		{
 			reason: "a parent being deleted keeps all it owns and adopts nothing",
 			parent: parentWith(matchApp, true),
-			cache:  fakeCache{kept, strayed, orphan, earlier},
+			cache:  watchFakeCache{kept, strayed, orphan, earlier},
 			want:   []group{{Objects: []string{"kept", "strayed"}}},
 		},
 	}

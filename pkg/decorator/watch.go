@@ -84,7 +84,7 @@ func (c *Controller) WatchPlan(resolve kinds.WatchResolver) (*kinds.WatchPlan, e
 		rules.owned = append(rules.owned, res)
 		declared[i] = a.APIVersion
 	}
-	if err := composite.DistinctResources("spec.attachments", declared, rules.owned); err != nil {
+	if err := composite.WatchCheckDistinct("spec.attachments", declared, rules.owned); err != nil {
 		return nil, err
 	}
 	plan.Owned = rules.owned

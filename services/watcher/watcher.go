@@ -160,12 +160,9 @@ type Watcher struct {
 	mu          sync.RWMutex
 	wirings     map[string]*wiring // by controller ID
 
-	// out holds and publishes the work items.
+	// out holds and publishes the work items (and the appliers' Applied
+	// notes, against which update events are checked as echoes).
 	out *outbox
-
-	// echoes holds the appliers' Applied notes: an update event that is a
-	// controller's own latest write is not enqueued for it.
-	echoes *echo.Book
 }
 
 // New builds a watcher; Run starts it.
@@ -218,7 +215,6 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 		resources:   resources,
 		wirings:     map[string]*wiring{},
 		ctrlHandles: map[string]*informers.Handle{},
-		echoes:      deps.Echoes,
 		ctrlQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "metabus-watcher-controllers"}),
@@ -226,7 +222,7 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 	w.out = newOutbox(w.log, bus.Publisher{JS: deps.JS}, deps.JS, cfg.ResyncBacklog)
 	w.metrics = newMetrics(deps.Metrics, w)
 	w.out.metrics = w.metrics
-	w.out.echoes = w.echoes
+	w.out.echoes = deps.Echoes
 	w.rec = events.New(kube, events.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-watcher"})
 	return w, nil
 }
@@ -266,14 +262,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return fmt.Errorf("subscribe to related-rules broadcasts: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if w.echoes == nil {
-		w.echoes = echo.NewBook(0)
-		esub, err := w.echoes.Subscribe(w.nc)
+	if w.out.echoes == nil {
+		book := echo.NewBook(0)
+		esub, err := book.Subscribe(w.nc)
 		if err != nil {
 			return fmt.Errorf("subscribe to applied notes: %w", err)
 		}
 		defer func() { _ = esub.Unsubscribe() }()
-		w.out.echoes = w.echoes
+		w.out.echoes = book
 	}
 	if w.cfg.ServeSnapshots {
 		w.snaps.ctx = ctx

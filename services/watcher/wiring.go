@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"reflect"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -12,7 +13,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/composite"
 	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/kinds"
 )
@@ -143,7 +143,12 @@ func resyncEvery(ctx context.Context, seconds *int32, resync func(reason string)
 // selectors select it, or they no longer do but it still carries the
 // controller's finalizer, so the finalize hook runs (opt-out).
 func (wr *wiring) selects(parent *unstructured.Unstructured) bool {
-	return wr.plan.Rules.Selects(parent) || composite.HasFinalizer(parent, wr.plan.Finalizer)
+	return wr.plan.Rules.Selects(parent) || hasFinalizer(parent, wr.plan.Finalizer)
+}
+
+// hasFinalizer reports whether obj carries finalizer f ("" never).
+func hasFinalizer(obj *unstructured.Unstructured, f string) bool {
+	return f != "" && slices.Contains(obj.GetFinalizers(), f)
 }
 
 // resync enqueues every cached parent the controller handles.
@@ -182,7 +187,7 @@ func (wr *wiring) releaseFinalizers(mask []bool, why string) {
 		res := wr.plan.Parents[i].Res
 		n := 0
 		for _, p := range h.List() {
-			if composite.HasFinalizer(p, f) {
+			if hasFinalizer(p, f) {
 				wr.w.enqueueRelease(wr.ref, res, p, f)
 				n++
 			}
