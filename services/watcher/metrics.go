@@ -41,7 +41,7 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) *metrics {
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "metabus_watcher_publish_queue_depth",
 				Help: "Parents waiting to be published to MC_WORK.",
-			}, func() float64 { return float64(w.queue.Len()) }))
+			}, func() float64 { return float64(w.out.queue.Len()) }))
 	}
 	return m
 }

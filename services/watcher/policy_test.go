@@ -8,7 +8,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	compositecore "github.com/metabus/metabus/pkg/composite"
+	decoratorcore "github.com/metabus/metabus/pkg/decorator"
 	"github.com/metabus/metabus/pkg/hookapi"
+	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/related"
 )
 
@@ -17,28 +20,29 @@ func TestRefuse(t *testing.T) {
 		return v1alpha1.ResourceRule{APIVersion: apiVersion, Resource: resource}
 	}
 	widgets := v1alpha1.CompositeControllerParentResourceRule{ResourceRule: rule("test.metabus.dev/v1", "widgets")}
-	composite := func(parent v1alpha1.CompositeControllerParentResourceRule, children ...v1alpha1.ResourceRule) []namedResource {
-		spec := v1alpha1.CompositeControllerSpec{ParentResource: parent}
+	// The resources come from the kinds' cores, as the watcher asks them.
+	composite := func(parent v1alpha1.CompositeControllerParentResourceRule, children ...v1alpha1.ResourceRule) []kinds.WatchedResource {
+		cc := &v1alpha1.CompositeController{Spec: v1alpha1.CompositeControllerSpec{ParentResource: parent}}
 		for _, c := range children {
-			spec.ChildResources = append(spec.ChildResources, v1alpha1.CompositeControllerChildResourceRule{ResourceRule: c})
+			cc.Spec.ChildResources = append(cc.Spec.ChildResources, v1alpha1.CompositeControllerChildResourceRule{ResourceRule: c})
 		}
-		return compositeResources(spec)
+		return (&compositecore.Controller{CC: cc}).WatchResources()
 	}
-	decorator := func(targets []v1alpha1.ResourceRule, attachments ...v1alpha1.ResourceRule) []namedResource {
-		var spec v1alpha1.DecoratorControllerSpec
+	decorator := func(targets []v1alpha1.ResourceRule, attachments ...v1alpha1.ResourceRule) []kinds.WatchedResource {
+		dc := &v1alpha1.DecoratorController{}
 		for _, r := range targets {
-			spec.Resources = append(spec.Resources, v1alpha1.DecoratorControllerResourceRule{ResourceRule: r})
+			dc.Spec.Resources = append(dc.Spec.Resources, v1alpha1.DecoratorControllerResourceRule{ResourceRule: r})
 		}
 		for _, a := range attachments {
-			spec.Attachments = append(spec.Attachments, v1alpha1.DecoratorControllerAttachmentRule{ResourceRule: a})
+			dc.Spec.Attachments = append(dc.Spec.Attachments, v1alpha1.DecoratorControllerAttachmentRule{ResourceRule: a})
 		}
-		return decoratorResources(spec)
+		return (&decoratorcore.Controller{DC: dc}).WatchResources()
 	}
 	const denied = "core/secrets is denied by -core/secrets in the watcher's --controller-resources (Helm value watcher.controllerResources); an admin may allow it"
 	tests := []struct {
 		reason  string
 		entries []string // nil: the default policy
-		named   []namedResource
+		named   []kinds.WatchedResource
 		want    string // the refusal; "" allowed
 	}{
 		{

@@ -47,7 +47,7 @@ type relatedIndex struct {
 }
 
 // newRelatedIndex returns the related-objects index of one controller
-// wiring (CompositeController or DecoratorController).
+// wiring (of any kind).
 func newRelatedIndex(ctx context.Context, w *Watcher, enqueue func(uid string, gvr schema.GroupVersionResource, rv string)) *relatedIndex {
 	return &relatedIndex{
 		byParent: map[string][]relatedRule{},
@@ -70,32 +70,6 @@ func (ix *relatedIndex) handleFor(key string) *informers.Handle {
 		}
 	}
 	return nil
-}
-
-// relatedHolder is a wiring whose parents may have related objects.
-type relatedHolder interface {
-	relatedIx() *relatedIndex
-}
-
-func (wr *wiring) relatedIx() *relatedIndex { return wr.related }
-
-// enqueueRelated resyncs a parent whose related object changed.
-func (wr *wiring) enqueueRelated(uid string, gvr schema.GroupVersionResource, rv string) {
-	if p, ok := wr.parent.ByUID(uid); ok && wr.selects(p) {
-		wr.w.enqueue(wr.ref, wr.parentRes, p, bus.ReasonEvent, gvr, rv)
-	}
-}
-
-func (wr *wiring) registerRelated(rr *bus.RelatedRules) ([]relatedRule, error) {
-	return wr.related.register(rr)
-}
-
-func (wr *wiring) dropRelated(uid string) { wr.related.drop(uid) }
-
-func (wr *wiring) releaseRelated() { wr.related.release() }
-
-func (wr *wiring) relatedSnapshot(rules []relatedRule) ([]snapshot.Group, bool) {
-	return wr.related.snapshot(rules)
 }
 
 // register records a parent's rules (replacing earlier ones) and
@@ -283,12 +257,12 @@ func (w *Watcher) subscribeRelated() (*nats.Subscription, error) {
 			return
 		}
 		w.mu.RLock()
-		wr, _ := w.wirings[rr.Controller.ID()].(relatedHolder)
+		wr := w.wirings[rr.Controller.ID()]
 		w.mu.RUnlock()
-		if wr == nil || wr.relatedIx() == nil {
+		if wr == nil || wr.related == nil {
 			return
 		}
-		if _, err := wr.relatedIx().register(&rr); err != nil {
+		if _, err := wr.related.register(&rr); err != nil {
 			// A refusal means the dispatchers allow what this watcher
 			// does not (or someone else published the rules): worth an
 			// admin's look. The sync itself fails on the snapshot.

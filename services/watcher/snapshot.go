@@ -5,16 +5,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/micro"
-	"go.uber.org/zap"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/children"
-	"github.com/metabus/metabus/pkg/composite"
+	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
@@ -73,180 +67,61 @@ func (w *Watcher) waitFresh(ctx context.Context, req snapshot.Request, handleFor
 	return true, ""
 }
 
-// snapshot of a CompositeController parent: the parent and the children
-// it controls, per declared child resource.
+// snapshot of a parent of any kind: the parent, its owned objects per
+// owned resource in spec order (as the kind's core claims them), and the
+// objects its related rules select.
 func (wr *wiring) snapshot(ctx context.Context, req snapshot.Request) *snapshot.Response {
 	w := wr.w
 	w.mu.RLock()
 	ctrl := wr.obj
 	w.mu.RUnlock()
-	if !wr.parent.HasSynced() {
-		return &snapshot.Response{Result: snapshot.Retry, Message: "parent cache not synced"}
-	}
-	for _, h := range wr.children {
+	for _, h := range wr.parents {
 		if !h.HasSynced() {
-			return &snapshot.Response{Result: snapshot.Retry, Message: "child cache " + h.GVR().String() + " not synced"}
+			return &snapshot.Response{Result: snapshot.Retry, Message: "parent cache " + h.GVR().String() + " not synced"}
+		}
+	}
+	for _, h := range wr.owned {
+		if !h.HasSynced() {
+			return &snapshot.Response{Result: snapshot.Retry, Message: "owned cache " + h.GVR().String() + " not synced"}
 		}
 	}
 	var rules []relatedRule
 	if req.Related != nil {
 		var err error
-		if rules, err = wr.registerRelated(req.Related); err != nil {
+		if rules, err = wr.related.register(req.Related); err != nil {
 			return &snapshot.Response{Result: snapshot.Invalid, Message: "related resources: " + err.Error()}
 		}
 	}
 	if ok, msg := w.waitFresh(ctx, req, wr.handleFor); !ok {
 		return &snapshot.Response{Result: snapshot.Retry, Message: msg}
 	}
-	parent, ok := wr.parent.ByUID(req.ParentUID)
-	if !ok {
+	var (
+		parent    *unstructured.Unstructured
+		parentRes *discovery.Resource
+	)
+	for i, h := range wr.parents {
+		if obj, ok := h.ByUID(req.ParentUID); ok {
+			parent, parentRes = obj, wr.plan.Parents[i].Res
+			break
+		}
+	}
+	if parent == nil {
 		return &snapshot.Response{Result: snapshot.NotFound, Message: "parent " + req.ParentUID + " not found"}
 	}
 	resp := &snapshot.Response{
 		Result:          snapshot.OK,
 		Controller:      ctrl,
 		Parent:          parent,
-		ParentResource:  wr.parentRes.GVR.Resource,
-		ParentHasStatus: wr.parentRes.HasStatus,
+		ParentResource:  parentRes.GVR.Resource,
+		ParentHasStatus: parentRes.HasStatus,
 	}
-	parentGroup := wr.parentRes.GVR.Group
-	owner := children.Owner{Namespace: parent.GetNamespace(), Namespaced: wr.parentRes.Namespaced}
-	if sel, err := composite.ParentSelector(wr.spec, parent); err != nil {
-		resp.SelectorError = err.Error()
-	} else {
-		owner.Selector = sel
-	}
-	deleting := parent.GetDeletionTimestamp() != nil
-	for i, h := range wr.children {
-		res := wr.childRes[i]
-		g := snapshot.Group{
-			APIVersion: res.APIVersion(),
-			Resource:   res.GVR.Resource,
-			Kind:       res.Kind,
-			Namespaced: res.Namespaced,
-			Objects:    []*unstructured.Unstructured{},
-		}
-		var owned []*unstructured.Unstructured
-		for _, c := range h.OwnedBy(req.ParentUID) {
-			ref := metav1.GetControllerOfNoCopy(c)
-			if ref == nil || ref.Kind != wr.parentRes.Kind {
-				continue
-			}
-			if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != parentGroup {
-				continue
-			}
-			owned = append(owned, c)
-		}
-		var orphans, earlier []*unstructured.Unstructured
-		if owner.Selector != nil && !deleting {
-			if owner.Namespaced {
-				orphans = h.Orphans(owner.Namespace)
-			} else {
-				orphans = h.AllOrphans()
-			}
-			// Children of an earlier incarnation of this parent (same
-			// kind and name, a UID that no longer exists: names are
-			// unique, so the old parent is gone) are orphans the garbage
-			// collector may never collect, e.g. when it saw the delete
-			// and recreate as one update across an API server restart.
-			// Adopt them like any orphan. (A cluster-scoped parent's
-			// namespaced children are not looked for: that would scan
-			// every namespace.)
-			// Under generateSelector their controller-uid label names the
-			// old UID, which the selector cannot match by construction:
-			// they are offered by name and kind alone, and the applier
-			// rewrites the label as it replaces the controller reference.
-			for _, c := range h.ControlledByName(parentGroup, wr.parentRes.Kind, parent.GetNamespace(), parent.GetName()) {
-				ref := metav1.GetControllerOfNoCopy(c)
-				switch {
-				case ref == nil || string(ref.UID) == req.ParentUID:
-				case composite.GeneratesSelector(wr.spec) && c.GetDeletionTimestamp() == nil:
-					earlier = append(earlier, c)
-				default:
-					orphans = append(orphans, c)
-				}
-			}
-		}
-		keep, adopt, release := children.Claim(owner, deleting, owned, orphans)
-		adopt = append(adopt, earlier...)
-		g.Objects = append(append(g.Objects, keep...), adopt...)
-		g.Adopt, g.Release = adopt, release
-		resp.Children = append(resp.Children, g)
-	}
+	resp.Children, resp.SelectorError = wr.plan.Rules.Observe(parentRes, parent, wr.caches)
 	if len(rules) > 0 {
-		groups, ok := wr.relatedSnapshot(rules)
+		groups, ok := wr.related.snapshot(rules)
 		if !ok {
 			return &snapshot.Response{Result: snapshot.Retry, Message: "related caches not synced yet"}
 		}
 		resp.Related = groups
 	}
 	return resp
-}
-
-// startSnapshots serves snapshots from this replica, which has just become
-// the leader. Only the leader serves them: a work item refused as already
-// queued loses its MinResourceVersions (the queued item keeps older ones),
-// so a follower whose cache lags the leader's could answer that item with
-// a state older than the change behind it, and the change would wait for
-// the next cache flush (issue #13, defect 6). The leader's cache has seen
-// every event it published or folded into a queued item.
-func (w *Watcher) startSnapshots() {
-	w.snaps.mu.Lock()
-	defer w.snaps.mu.Unlock()
-	if w.snaps.ctx == nil || w.snaps.stop != nil {
-		return
-	}
-	stop, err := w.serveSnapshots(w.snaps.ctx)
-	if err != nil {
-		// Without the service no parent syncs: a readiness failure
-		// would be visible, a log line alone is not enough.
-		w.log.Error("cannot serve snapshots", zap.Error(err))
-		w.health.SetReady("snapshots", func() error { return err })
-		return
-	}
-	w.health.SetReady("snapshots", func() error { return nil })
-	w.snaps.stop = stop
-}
-
-// stopSnapshots stops serving snapshots (leadership lost, or shutdown).
-func (w *Watcher) stopSnapshots() {
-	w.snaps.mu.Lock()
-	defer w.snaps.mu.Unlock()
-	if w.snaps.stop != nil {
-		w.snaps.stop()
-		w.snaps.stop = nil
-	}
-}
-
-// serveSnapshots registers the snapshot micro service. Each request runs in
-// its own goroutine (bounded): a request waiting for cache freshness must
-// not hold up the others, and micro calls handlers serially.
-func (w *Watcher) serveSnapshots(ctx context.Context) (func(), error) {
-	sem := make(chan struct{}, 256)
-	svc, err := micro.AddService(w.nc, micro.Config{
-		Name:        bus.SnapshotServiceName,
-		Version:     "0.1.0",
-		Description: "observed-state snapshots from the watcher's informer caches",
-		QueueGroup:  bus.SnapshotQueue,
-		Endpoint: &micro.EndpointConfig{
-			Subject: bus.SnapshotSubject,
-			Handler: micro.HandlerFunc(func(r micro.Request) {
-				sem <- struct{}{}
-				go func() {
-					defer func() { <-sem }()
-					err := bus.RespondJSON(r, "snapshot", func(req snapshot.Request) any {
-						resp, _ := w.Snapshot(ctx, req)
-						return resp
-					})
-					if err != nil {
-						w.log.Warn("snapshot request not answered", zap.Error(err))
-					}
-				}()
-			}),
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("register snapshot service: %w", err)
-	}
-	return func() { _ = svc.Stop() }, nil
 }

@@ -2,350 +2,120 @@ package watcher
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"reflect"
-	"strings"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/children"
-	"github.com/metabus/metabus/pkg/composite"
-	"github.com/metabus/metabus/pkg/discovery"
-	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/informers"
+	"github.com/metabus/metabus/pkg/kinds"
 )
 
-// wiring is one CompositeController connected to the shared informers.
+// wiring is one controller object, of any kind, connected to the shared
+// informers: one per parent source and one per owned source of its plan,
+// and the informers its parents' related rules name.
 type wiring struct {
 	w   *Watcher
 	ref bus.ControllerRef
-	wiredObject
-	spec      v1alpha1.CompositeControllerSpec
-	parentRes *discovery.Resource
-	childRes  []*discovery.Resource
-	parentSel labels.Selector // parentResource.labelSelector
-	finalizer string
+	// obj is the controller object as last seen (guarded by w.mu): a
+	// metadata or status change refreshes it without rewiring.
+	obj *unstructured.Unstructured
+	// specJSON is the spec the wiring was built from.
+	specJSON      string
+	resyncSeconds *int32
+	plan          *kinds.WatchPlan
 
-	parent   *informers.Handle
-	children []*informers.Handle
-	related  *relatedIndex
-	ctx      context.Context
-	cancel   context.CancelFunc
+	parents []*informers.Handle // per plan.Parents
+	owned   []*informers.Handle // per plan.Owned
+	caches  []kinds.WatchCache  // owned, as the kind's core reads them
+	related *relatedIndex
+	cancel  context.CancelFunc
 }
 
-func (w *Watcher) enqueueController(kind string, obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	if m, err := meta.Accessor(obj); err == nil {
-		w.ctrlQueue.Add(kind + "/" + m.GetName())
-	}
+// newWiring builds the wiring of a controller from its plan; start
+// subscribes it.
+func (w *Watcher) newWiring(ref bus.ControllerRef, obj *unstructured.Unstructured, specJSON string, resyncSeconds *int32, plan *kinds.WatchPlan) *wiring {
+	return &wiring{w: w, ref: ref, obj: obj, specJSON: specJSON, resyncSeconds: resyncSeconds, plan: plan}
 }
 
-func (w *Watcher) runControllers(ctx context.Context) {
-	for {
-		id, shutdown := w.ctrlQueue.Get()
-		if shutdown {
-			return
-		}
-		err := w.syncController(ctx, id)
-		if err != nil {
-			w.log.Warn("wire controller; will retry", zap.String("controller", id), zap.Error(err))
-			w.ctrlQueue.AddRateLimited(id)
-		} else {
-			w.ctrlQueue.Forget(id)
-		}
-		w.ctrlQueue.Done(id)
-	}
+// sameSpec reports whether the wiring was built from this spec of this
+// object (called with the watcher's lock held).
+func (wr *wiring) sameSpec(spec string, obj *unstructured.Unstructured) bool {
+	return wr.specJSON == spec && wr.obj.GetUID() == obj.GetUID()
 }
 
-// syncController (re)wires or unwires one controller object, queued as
-// "<kind>/<name>".
-func (w *Watcher) syncController(ctx context.Context, key string) error {
-	kind, name, ok := strings.Cut(key, "/")
-	if !ok {
-		return nil
-	}
-	id := bus.ControllerID(kind, name)
-	switch kind {
-	case v1alpha1.CompositeControllerKind:
-		return w.syncCompositeController(ctx, id, name)
-	case v1alpha1.DecoratorControllerKind:
-		return w.syncDecoratorController(ctx, id, name)
-	}
-	return nil
-}
-
-// controllerObject returns a controller object from the cache.
-func (w *Watcher) controllerObject(kind, name string) (*unstructured.Unstructured, bool) {
-	w.mu.RLock()
-	h := w.ctrlHandles[kind]
-	w.mu.RUnlock()
-	if h == nil {
-		return nil, false
-	}
-	obj, exists, err := h.Informer().GetStore().GetByKey(name)
-	if err != nil || !exists {
-		return nil, false
-	}
-	u, ok := obj.(*unstructured.Unstructured)
-	return u, ok
-}
-
-// controllerChanged does the kind-independent part of a controller object
-// change: a deleted controller is unwired and releases its finalizers, an
-// untargeted one is unwired and keeps them (another installation may serve
-// it), and an unchanged spec keeps the wiring with the refreshed object.
-// It returns the object and its spec when a new wiring must be built.
-func (w *Watcher) controllerChanged(id, kind, name string) (*unstructured.Unstructured, []byte, error) {
-	obj, exists := w.controllerObject(kind, name)
-	if !exists {
-		w.unwire(id, "controller deleted", true)
-		return nil, nil, nil
-	}
-	if !w.targets.Matches(labels.Set(obj.GetLabels())) {
-		w.unwire(id, "controller no longer targeted", false)
-		return nil, nil, nil
-	}
-	spec, err := json.Marshal(obj.Object["spec"])
-	if err != nil {
-		return nil, nil, fmt.Errorf("encode spec: %w", err)
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if old := w.wirings[id]; old != nil && old.sameSpec(string(spec), obj.GetUID()) {
-		// Metadata or status changed only: keep the wiring, refresh the
-		// object the hooks are sent.
-		old.setObject(obj)
-		return nil, nil, nil
-	}
-	return obj, spec, nil
-}
-
-// invalidController reports a controller that cannot be wired.
-func (w *Watcher) invalidController(id string, obj *unstructured.Unstructured, err error) {
-	w.rec.Warning(obj, events.ReasonCreateError, err.Error())
-	w.unwire(id, "cannot wire: "+err.Error(), false)
-}
-
-// refusedController reports a controller naming resources the admin's
-// policy (--controller-resources) refuses, and unwires it. The caller does
-// not retry: the policy only changes with a restart, and a change of the
-// controller enqueues it again.
-func (w *Watcher) refusedController(id string, obj *unstructured.Unstructured, err error) {
-	w.invalidController(id, obj, fmt.Errorf("controller not started, nothing watched or sent to its hooks: %w", err))
-}
-
-// install starts wr and puts it in place of the controller's previous
-// wiring, which it returns (stopped) so the caller can release what the
-// change took away. The new wiring subscribes before the old one releases,
-// so informers both use stay up (no relist).
-func (w *Watcher) install(ctx context.Context, id string, wr controllerWiring, obj *unstructured.Unstructured, release func(old controllerWiring)) error {
-	if err := wr.start(ctx); err != nil {
-		wr.stop()
-		return err
-	}
-	w.mu.Lock()
-	old := w.wirings[id]
-	w.wirings[id] = wr
-	w.mu.Unlock()
-	if old != nil {
-		release(old)
-		old.stop()
-	}
-	w.metrics.controllers.Set(float64(w.countWirings()))
-	w.rec.Normal(obj, events.ReasonStarted, "controller started")
-	return nil
-}
-
-// syncCompositeController (re)wires or unwires one CompositeController.
-func (w *Watcher) syncCompositeController(ctx context.Context, id, name string) error {
-	cc, specJSON, err := w.controllerChanged(id, v1alpha1.CompositeControllerKind, name)
-	if err != nil || cc == nil {
-		return err
-	}
-	var spec v1alpha1.CompositeControllerSpec
-	if err := json.Unmarshal(specJSON, &spec); err != nil {
-		w.invalidController(id, cc, fmt.Errorf("invalid spec: %w", err))
-		return nil // nothing to retry until the spec changes
-	}
-	if err := refuse(w.resources, compositeResources(spec)); err != nil {
-		w.refusedController(id, cc, err)
-		return nil
-	}
-	wr, err := w.newWiring(ctx, cc, spec, string(specJSON))
-	if err != nil {
-		w.invalidController(id, cc, err)
-		return err
-	}
-	if err := w.install(ctx, id, wr, cc, func(prev controllerWiring) {
-		if old, ok := prev.(*wiring); ok && old.finalizer != "" && wr.finalizer == "" {
-			// The finalize hook was removed: nobody will finalize.
-			old.releaseFinalizers()
-		}
-	}); err != nil {
-		return err
-	}
-	w.log.Info("controller wired", zap.String("controller", name),
-		zap.String("parent", wr.parentRes.GVR.String()), zap.Int("childResources", len(wr.childRes)))
-	return nil
-}
-
-func (w *Watcher) countWirings() int {
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	return len(w.wirings)
-}
-
-func (w *Watcher) unwire(id, why string, release bool) {
-	w.mu.Lock()
-	old := w.wirings[id]
-	delete(w.wirings, id)
-	w.mu.Unlock()
-	if old != nil {
-		if release {
-			old.releaseFinalizers()
-		}
-		old.stop()
-		w.log.Info("controller unwired", zap.String("controller", id), zap.String("why", why))
-	}
-	w.metrics.controllers.Set(float64(w.countWirings()))
-}
-
-func (w *Watcher) newWiring(ctx context.Context, cc *unstructured.Unstructured, spec v1alpha1.CompositeControllerSpec, specJSON string) (*wiring, error) {
-	pr := spec.ParentResource
-	if pr.APIVersion == "" || pr.Resource == "" {
-		return nil, fmt.Errorf("spec.parentResource needs apiVersion and resource")
-	}
-	parentRes, err := w.disc.Resolve(ctx, pr.APIVersion, pr.Resource)
-	if err != nil {
-		return nil, fmt.Errorf("parent resource: %w", err)
-	}
-	if !parentRes.HasStatus {
-		// As upstream: without the status subresource every status write
-		// bumps metadata.generation and the controller hot-loops.
-		return nil, fmt.Errorf("parent resource %s does not have subresource 'status' enabled", parentRes.GVR)
-	}
-	wr := &wiring{
-		w:           w,
-		ref:         bus.ControllerRef{Kind: v1alpha1.CompositeControllerKind, Name: cc.GetName(), UID: string(cc.GetUID())},
-		wiredObject: wiredObject{obj: cc, specJSON: specJSON},
-		spec:        spec,
-		parentRes:   parentRes,
-		parentSel:   labels.Everything(),
-	}
-	if spec.Hooks != nil && spec.Hooks.Finalize != nil {
-		wr.finalizer = composite.Finalizer(cc.GetName())
-	}
-	if pr.LabelSelector != nil {
-		sel, err := metav1.LabelSelectorAsSelector(pr.LabelSelector)
-		if err != nil {
-			return nil, fmt.Errorf("spec.parentResource.labelSelector: %w", err)
-		}
-		wr.parentSel = sel
-	}
-	for i, c := range spec.ChildResources {
-		res, err := w.disc.Resolve(ctx, c.APIVersion, c.Resource)
-		if err != nil {
-			return nil, fmt.Errorf("spec.childResources[%d]: %w", i, err)
-		}
-		if parentRes.Namespaced && !res.Namespaced {
-			return nil, fmt.Errorf("spec.childResources[%d]: a namespaced parent cannot own cluster-scoped %s", i, res.GVR.Resource)
-		}
-		wr.childRes = append(wr.childRes, res)
-	}
-	declared := make([]string, len(spec.ChildResources))
-	for i, c := range spec.ChildResources {
-		declared[i] = c.APIVersion
-	}
-	if err := distinctResources("spec.childResources", declared, wr.childRes); err != nil {
-		return nil, err
-	}
-	return wr, nil
-}
-
-// distinctResources rejects a list that declares one resource twice (also
-// in two versions): its objects would be planned under two rules at once
-// and deleted and recreated on every sync.
-func distinctResources(field string, apiVersions []string, res []*discovery.Resource) error {
-	rules := make([]children.Rule, len(res))
-	for i, r := range res {
-		rules[i] = children.Rule{APIVersion: apiVersions[i], Resource: r.GVR.Resource, Kind: r.Kind}
-	}
-	return children.CheckDistinct(field, rules)
-}
-
+// start subscribes to the informers of the plan's resources. On error the
+// caller stops the wiring, which releases what was acquired.
 func (wr *wiring) start(ctx context.Context) error {
 	ctx, wr.cancel = context.WithCancel(ctx)
-	wr.ctx = ctx
 	wr.related = newRelatedIndex(ctx, wr.w, wr.enqueueRelated)
-	wr.parent = wr.w.registry.Acquire(wr.parentRes.GVR)
-	if err := wr.parent.AddHandler(cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc: func(obj any, initial bool) {
-			if initial {
-				// Parents that exist when the wiring starts (watcher
-				// start, controller change): a resync, which the
-				// dispatcher never skips as an echo. As a plain event,
-				// a parent whose last answer was lost while the watcher
-				// was down stayed lost until the next cache flush.
-				wr.resyncOne(obj)
-				return
-			}
-			wr.onParent(nil, obj)
-		},
-		UpdateFunc: func(old, obj any) { wr.onParent(old, obj) },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if p, ok := obj.(*unstructured.Unstructured); ok {
-				wr.dropRelated(string(p.GetUID()))
-			}
-		},
-	}); err != nil {
-		return err
-	}
-	for _, res := range wr.childRes {
-		h := wr.w.registry.Acquire(res.GVR)
-		wr.children = append(wr.children, h)
-		gvr := res.GVR
-		if err := h.AddHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { wr.onChild(gvr, nil, obj) },
-			UpdateFunc: func(old, obj any) { wr.onChild(gvr, old, obj) },
-			DeleteFunc: func(obj any) { wr.onChild(gvr, nil, obj) },
+	for i := range wr.plan.Parents {
+		src := &wr.plan.Parents[i]
+		h := wr.w.registry.Acquire(src.Res.GVR)
+		wr.parents = append(wr.parents, h)
+		if err := h.AddHandler(cache.ResourceEventHandlerDetailedFuncs{
+			AddFunc: func(obj any, initial bool) {
+				if initial {
+					// Parents that exist when the wiring starts (watcher
+					// start, controller change): a resync, which the
+					// dispatcher never skips as an echo. As a plain event,
+					// a parent whose last answer was lost while the watcher
+					// was down stayed lost until the next cache flush.
+					wr.resyncOne(src, obj)
+					return
+				}
+				wr.onParent(src, nil, obj)
+			},
+			UpdateFunc: func(old, obj any) { wr.onParent(src, old, obj) },
+			DeleteFunc: func(obj any) {
+				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = d.Obj
+				}
+				if p, ok := obj.(*unstructured.Unstructured); ok {
+					wr.related.drop(string(p.GetUID()))
+				}
+			},
 		}); err != nil {
 			return err
 		}
 	}
-	resyncEvery(ctx, wr.spec.ResyncPeriodSeconds, wr.resync)
+	for _, res := range wr.plan.Owned {
+		h := wr.w.registry.Acquire(res.GVR)
+		wr.owned = append(wr.owned, h)
+		wr.caches = append(wr.caches, h)
+		gvr := res.GVR
+		if err := h.AddHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { wr.onOwned(gvr, nil, obj) },
+			UpdateFunc: func(old, obj any) { wr.onOwned(gvr, old, obj) },
+			DeleteFunc: func(obj any) { wr.onOwned(gvr, nil, obj) },
+		}); err != nil {
+			return err
+		}
+	}
+	resyncEvery(ctx, wr.resyncSeconds, wr.resync)
 	return nil
 }
 
-// wiredObject is the controller object a wiring was built from; every
-// controller kind embeds it.
-type wiredObject struct {
-	obj      *unstructured.Unstructured
-	specJSON string
-}
-
-func (o *wiredObject) object() *unstructured.Unstructured { return o.obj }
-
-func (o *wiredObject) setObject(obj *unstructured.Unstructured) { o.obj = obj }
-
-func (o *wiredObject) sameSpec(spec string, uid types.UID) bool {
-	return o.specJSON == spec && o.obj.GetUID() == uid
+// stop releases the informer subscriptions.
+func (wr *wiring) stop() {
+	if wr.cancel != nil {
+		wr.cancel()
+	}
+	if wr.related != nil {
+		wr.related.release()
+	}
+	for _, h := range wr.parents {
+		h.Release()
+	}
+	for _, h := range wr.owned {
+		h.Release()
+	}
 }
 
 // resyncEvery calls resync every resyncPeriodSeconds (if set) until ctx
@@ -369,77 +139,74 @@ func resyncEvery(ctx context.Context, seconds *int32, resync func(reason string)
 	}()
 }
 
-func (wr *wiring) stop() {
-	if wr.cancel != nil {
-		wr.cancel()
-	}
-	if wr.related != nil {
-		wr.releaseRelated()
-	}
-	if wr.parent != nil {
-		wr.parent.Release()
-	}
-	for _, h := range wr.children {
-		h.Release()
-	}
-}
-
-// resync enqueues every cached parent.
-func (wr *wiring) resync(reason string) {
-	if wr.parent == nil {
-		return
-	}
-	for _, p := range wr.parent.List() {
-		if wr.selects(p) {
-			wr.w.enqueue(wr.ref, wr.parentRes, p, reason, wr.parentRes.GVR, "")
-		}
-	}
-}
-
-// releaseFinalizers asks for the controller's finalizer to be removed from
-// every parent that carries it.
-func (wr *wiring) releaseFinalizers() {
-	if wr.finalizer == "" || wr.parent == nil {
-		return
-	}
-	n := 0
-	for _, p := range wr.parent.List() {
-		if composite.HasFinalizer(p, wr.finalizer) {
-			wr.w.enqueueRelease(wr.ref, wr.parentRes, p, wr.finalizer)
-			n++
-		}
-	}
-	if n > 0 {
-		wr.w.log.Info("releasing finalizers of a removed finalize hook", zap.String("controller", wr.ref.Name),
-			zap.String("finalizer", wr.finalizer), zap.Int("parents", n))
-	}
-}
-
-// selects reports whether the controller handles parent: it matches the
-// parent label selector, or it no longer does but still carries our
-// finalizer (so the finalize hook can run: the opt-out pattern).
+// selects reports whether the controller handles parent: its kind's
+// selectors select it, or they no longer do but it still carries the
+// controller's finalizer, so the finalize hook runs (opt-out).
 func (wr *wiring) selects(parent *unstructured.Unstructured) bool {
-	if wr.parentSel.Matches(labels.Set(parent.GetLabels())) {
-		return true
-	}
-	if wr.finalizer != "" {
-		for _, f := range parent.GetFinalizers() {
-			if f == wr.finalizer {
-				return true
+	return wr.plan.Rules.Selects(parent) || hasFinalizer(parent, wr.plan.Finalizer)
+}
+
+// hasFinalizer reports whether obj carries finalizer f ("" never).
+func hasFinalizer(obj *unstructured.Unstructured, f string) bool {
+	return f != "" && slices.Contains(obj.GetFinalizers(), f)
+}
+
+// resync enqueues every cached parent the controller handles.
+func (wr *wiring) resync(reason string) {
+	for i, h := range wr.parents {
+		res := wr.plan.Parents[i].Res
+		for _, p := range h.List() {
+			if wr.selects(p) {
+				wr.w.enqueue(wr.ref, res, p, reason, res.GVR, "")
 			}
 		}
 	}
-	return false
 }
 
-// resyncOne enqueues a resync of one parent the controller handles.
-func (wr *wiring) resyncOne(obj any) {
-	if parent, ok := obj.(*unstructured.Unstructured); ok && wr.selects(parent) {
-		wr.w.enqueue(wr.ref, wr.parentRes, parent, bus.ReasonResync, wr.parentRes.GVR, parent.GetResourceVersion())
+// allParents is a release mask naming every parent source.
+func (wr *wiring) allParents() []bool {
+	all := make([]bool, len(wr.plan.Parents))
+	for i := range all {
+		all[i] = true
+	}
+	return all
+}
+
+// releaseFinalizers asks for the controller's finalizer to be removed
+// from every parent of the sources mask names that carries it (through
+// the dispatcher's release → applier path).
+func (wr *wiring) releaseFinalizers(mask []bool, why string) {
+	f := wr.plan.Finalizer
+	if f == "" {
+		return
+	}
+	for i, h := range wr.parents {
+		if i >= len(mask) || !mask[i] {
+			continue
+		}
+		res := wr.plan.Parents[i].Res
+		n := 0
+		for _, p := range h.List() {
+			if hasFinalizer(p, f) {
+				wr.w.enqueueRelease(wr.ref, res, p, f)
+				n++
+			}
+		}
+		if n > 0 {
+			wr.w.log.Info("releasing finalizers", zap.String("controller", wr.ref.ID()), zap.String("why", why),
+				zap.String("resource", res.GVR.String()), zap.String("finalizer", f), zap.Int("parents", n))
+		}
 	}
 }
 
-func (wr *wiring) onParent(oldObj, obj any) {
+// resyncOne enqueues a resync of one parent the controller handles.
+func (wr *wiring) resyncOne(src *kinds.WatchParent, obj any) {
+	if parent, ok := obj.(*unstructured.Unstructured); ok && wr.selects(parent) {
+		wr.w.enqueue(wr.ref, src.Res, parent, bus.ReasonResync, src.Res.GVR, parent.GetResourceVersion())
+	}
+}
+
+func (wr *wiring) onParent(src *kinds.WatchParent, oldObj, obj any) {
 	parent, ok := obj.(*unstructured.Unstructured)
 	if !ok || !wr.selects(parent) {
 		return
@@ -448,13 +215,13 @@ func (wr *wiring) onParent(oldObj, obj any) {
 		if old.GetResourceVersion() == parent.GetResourceVersion() {
 			return // informer resync: the bus has its own
 		}
-		if ign := wr.spec.ParentResource.IgnoreStatusChanges; ign != nil && *ign && !parentChangedBeyondStatus(old, parent) {
+		if src.IgnoreStatusChanges && !parentChangedBeyondStatus(old, parent) {
 			return
 		}
-		wr.w.enqueueUpdate(wr.ref, wr.parentRes, parent, wr.parentRes.GVR, parent)
+		wr.w.enqueueUpdate(wr.ref, src.Res, parent, src.Res.GVR, parent)
 		return
 	}
-	wr.w.enqueue(wr.ref, wr.parentRes, parent, bus.ReasonEvent, wr.parentRes.GVR, parent.GetResourceVersion())
+	wr.w.enqueue(wr.ref, src.Res, parent, bus.ReasonEvent, src.Res.GVR, parent.GetResourceVersion())
 }
 
 // parentChangedBeyondStatus reports a change that ignoreStatusChanges must
@@ -467,107 +234,128 @@ func parentChangedBeyondStatus(old, cur *unstructured.Unstructured) bool {
 		!reflect.DeepEqual(old.GetFinalizers(), cur.GetFinalizers())
 }
 
-func (wr *wiring) onChild(gvr schema.GroupVersionResource, oldObj, obj any) {
+// onOwned maps an event of an owned-source object to the parents it
+// concerns: its owner (and its former owner when that changed) or, for
+// an orphan of a kind that adopts, every parent that would adopt it.
+func (wr *wiring) onOwned(gvr schema.GroupVersionResource, oldObj, obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	child, ok := obj.(*unstructured.Unstructured)
+	cur, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return
 	}
-	rv := child.GetResourceVersion()
-	// update is the child when this is an update that leaves its
-	// controller as it was: possibly our own write (an echo).
+	rv := cur.GetResourceVersion()
+	rules := wr.plan.Rules
+	ref := rules.OwnerRef(cur)
+	// update is the object when this is an update that leaves its owner
+	// as it was: possibly the controller's own write (an echo).
 	var update *unstructured.Unstructured
 	if old, ok := oldObj.(*unstructured.Unstructured); ok {
 		if old.GetResourceVersion() == rv {
 			return
 		}
-		// The controller changed (released or adopted elsewhere): the
-		// old owner must hear about it too.
-		if oref, nref := metav1.GetControllerOf(old), metav1.GetControllerOf(child); oref != nil && (nref == nil || oref.UID != nref.UID) {
-			wr.enqueueOwner(gvr, old, oref, rv, nil)
+		oref := rules.OwnerRef(old)
+		if sameOwner(oref, ref, wr.plan.Adopts) {
+			update = cur
 		} else {
-			update = child
+			// Released, re-owned or unmarked: the old owner must hear
+			// about it too (the same parent is merged into one item).
+			wr.enqueueOwner(gvr, oref, rv, nil)
 		}
 	}
-	if ref := metav1.GetControllerOf(child); ref != nil {
-		wr.enqueueOwner(gvr, child, ref, rv, update)
+	if ref != nil {
+		wr.enqueueOwner(gvr, ref, rv, update)
 		return
 	}
-	// An orphan: every parent in its namespace whose selector matches may
-	// want to adopt it.
-	var candidates []*unstructured.Unstructured
-	if wr.parentRes.Namespaced {
-		candidates = wr.parent.InNamespace(child.GetNamespace())
-	} else {
-		candidates = wr.parent.List()
+	if !wr.plan.Adopts || metav1.GetControllerOfNoCopy(cur) != nil {
+		return
 	}
-	for _, p := range candidates {
-		sel, err := composite.ParentSelector(wr.spec, p)
-		if err != nil || sel.Empty() || !sel.Matches(labels.Set(child.GetLabels())) || !wr.selects(p) {
+	// An orphan: every parent that would adopt it may want to.
+	for i, h := range wr.parents {
+		src := &wr.plan.Parents[i]
+		var candidates []*unstructured.Unstructured
+		if src.Res.Namespaced {
+			candidates = h.InNamespace(cur.GetNamespace())
+		} else {
+			candidates = h.List()
+		}
+		for _, p := range candidates {
+			if rules.WantsOrphan(p, cur) && wr.selects(p) {
+				wr.w.enqueue(wr.ref, src.Res, p, bus.ReasonEvent, gvr, rv)
+			}
+		}
+	}
+}
+
+// sameOwner reports whether an update of an owned-source object left its
+// owner as it was (old and cur are the owner references the kind's core
+// recognises before and after). An object that had none and now has one
+// was adopted, possibly by the controller itself, for a kind that adopts;
+// a kind that never adopts never writes such a change, so for it the new
+// owner hears of it as news.
+func sameOwner(old, cur *metav1.OwnerReference, adopts bool) bool {
+	if old == nil {
+		return adopts
+	}
+	return cur != nil && old.UID == cur.UID
+}
+
+// enqueueOwner enqueues the parent that ref names, if it is a cached parent
+// the controller handles; update is the owned object if the event is an
+// update that may be the controller's own write (nil otherwise).
+func (wr *wiring) enqueueOwner(gvr schema.GroupVersionResource, ref *metav1.OwnerReference, rv string, update *unstructured.Unstructured) {
+	if ref == nil {
+		return
+	}
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return
+	}
+	for i, h := range wr.parents {
+		res := wr.plan.Parents[i].Res
+		if res.Kind != ref.Kind || res.GVR.Group != gv.Group {
 			continue
 		}
-		wr.w.enqueue(wr.ref, wr.parentRes, p, bus.ReasonEvent, gvr, rv)
+		parent, ok := h.ByUID(string(ref.UID))
+		if !ok {
+			continue
+		}
+		if !wr.selects(parent) {
+			return
+		}
+		if update != nil {
+			wr.w.enqueueUpdate(wr.ref, res, parent, gvr, update)
+		} else {
+			wr.w.enqueue(wr.ref, res, parent, bus.ReasonEvent, gvr, rv)
+		}
+		return
 	}
 }
 
-// enqueueOwner enqueues the parent that ref names; update is the child if
-// the event is an update that may be our own write (nil otherwise).
-func (wr *wiring) enqueueOwner(gvr schema.GroupVersionResource, child *unstructured.Unstructured, ref *metav1.OwnerReference, rv string, update *unstructured.Unstructured) {
-	gv, err := schema.ParseGroupVersion(ref.APIVersion)
-	if err != nil || ref.Kind != wr.parentRes.Kind || gv.Group != wr.parentRes.GVR.Group {
-		return
-	}
-	parent, ok := wr.parent.ByUID(string(ref.UID))
-	if !ok || !wr.selects(parent) {
-		return
-	}
-	if update != nil {
-		wr.w.enqueueUpdate(wr.ref, wr.parentRes, parent, gvr, update)
-		return
-	}
-	wr.w.enqueue(wr.ref, wr.parentRes, parent, bus.ReasonEvent, gvr, rv)
-}
-
-// mergeRV keeps the highest resourceVersion per key.
-func mergeRV(m map[string]string, k, rv string) {
-	cur, ok := m[k]
-	if !ok {
-		m[k] = rv
-		return
-	}
-	if c, err := resourceversion.CompareResourceVersion(rv, cur); err == nil && c > 0 {
-		m[k] = rv
+// enqueueRelated resyncs a parent whose related object changed.
+func (wr *wiring) enqueueRelated(uid string, gvr schema.GroupVersionResource, rv string) {
+	for i, h := range wr.parents {
+		if p, ok := h.ByUID(uid); ok {
+			if wr.selects(p) {
+				wr.w.enqueue(wr.ref, wr.plan.Parents[i].Res, p, bus.ReasonEvent, gvr, rv)
+			}
+			return
+		}
 	}
 }
 
 // handleFor returns the wiring's informer handle for a freshness key.
 func (wr *wiring) handleFor(key string) *informers.Handle {
-	if grKey(wr.parentRes.GVR) == key {
-		return wr.parent
+	for _, h := range wr.parents {
+		if grKey(h.GVR()) == key {
+			return h
+		}
 	}
-	for _, h := range wr.children {
+	for _, h := range wr.owned {
 		if grKey(h.GVR()) == key {
 			return h
 		}
 	}
 	return wr.related.handleFor(key)
-}
-
-// controllerWeight reads the controller's WeightAnnotation (1 when absent
-// or invalid; an invalid value is reported once per value in the log).
-func (w *Watcher) controllerWeight(ref bus.ControllerRef) int {
-	obj, ok := w.controllerObject(ref.Kind, ref.Name)
-	if !ok {
-		return 1
-	}
-	v := obj.GetAnnotations()[bus.WeightAnnotation]
-	weight, err := bus.ParseWeight(v)
-	if err != nil {
-		if _, seen := w.badWeights.LoadOrStore(ref.ID()+"="+v, true); !seen {
-			w.log.Warn("ignoring the controller's weight", zap.String("controller", ref.Name), zap.Error(err))
-		}
-	}
-	return weight
 }
