@@ -84,7 +84,7 @@ func (o *outbox) shutDown() {
 // the same as the subject token pair of its work items, so one pending
 // item per parent maps to one MC_WORK message.
 func workKey(ref bus.ControllerRef, parentUID string) string {
-	return ref.ID() + "/" + parentUID
+	return bus.ParentKey(ref.ID(), parentUID)
 }
 
 // entry is one reason to sync a parent.

@@ -364,7 +364,7 @@ func (w *Watcher) resyncAll(reason string) {
 }
 
 // grKey is the freshness key of a resource: "<group>/<resource>".
-func grKey(gvr schema.GroupVersionResource) string { return gvr.Group + "/" + gvr.Resource }
+func grKey(gvr schema.GroupVersionResource) string { return bus.FreshnessKey(gvr.Group, gvr.Resource) }
 
 // enqueue records that parent needs a sync because an object of gvr changed
 // to resourceVersion rv (rv "": no freshness requirement).
