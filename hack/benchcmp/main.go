@@ -6,6 +6,8 @@
 //   - raw: the harness itself does only the necessary writes, 64 concurrent
 //     (the physical limit of the API server on this machine);
 //   - metabus: the all-in-one binary (bin/metabus) at its defaults;
+//   - baseline: another metabus build (-baseline), e.g. the one before a
+//     change, with the same flags: its effect measured in the same run;
 //   - upstream: upstream Metacontroller, tuned (--workers=50
 //     --client-go-qps=500 --client-go-burst=1000), when -upstream or
 //     $MC_BIN names its binary.
@@ -88,6 +90,9 @@ type config struct {
 	scenarios   map[string]bool
 	contenders  []string
 	metabusBin  string
+	// baselineBin is another metabus build run beside metabus, with the
+	// same flags (-baseline): a change's effect measured in one run.
+	baselineBin string
 	metabusArgs []string
 	upstreamBin string
 	crdDir      string
@@ -108,12 +113,13 @@ func main() {
 	flag.IntVar(&cfg.parents, "parents", 2000, "B1: parents created by 50 concurrent clients")
 	flag.IntVar(&cfg.rssParents, "rss-parents", 0, "B5: this many more parents before reading RSS again (0: skip)")
 	flag.IntVar(&cfg.rounds, "rounds", 1, "rounds; contenders are interleaved and the table shows median [min–max]")
-	flag.StringVar(&only, "only", "raw,metabus,upstream", "contenders to run (upstream only with -upstream or $MC_BIN)")
+	flag.StringVar(&only, "only", "raw,metabus,baseline,upstream", "contenders to run (baseline only with -baseline, upstream only with -upstream or $MC_BIN)")
 	flag.StringVar(&scenarios, "scenarios", "all", "scenarios to run, e.g. \"B6\" or \"B1,B2\" (all: B1-B8)")
 	flag.IntVar(&cfg.b7Parents, "b7-parents", 500, "B7: new parents per dispatcher count")
 	flag.IntVar(&cfg.b8Controllers, "b8-controllers", 1000, "B8: DecoratorControllers")
 	flag.IntVar(&cfg.b8Parents, "b8-parents", 5, "B8: new parents per controller and dispatcher count")
 	flag.StringVar(&cfg.metabusBin, "metabus", "bin/metabus", "the all-in-one metabus binary (go build -o bin/ ./cmd/...)")
+	flag.StringVar(&cfg.baselineBin, "baseline", "", "another all-in-one metabus build to run as contender \"baseline\" (B1-B6), e.g. the build before a change")
 	flag.StringVar(&metabusArgs, "metabus-args", "", "extra flags for metabus, e.g. \"--client-go-qps=1000\"")
 	flag.StringVar(&cfg.upstreamBin, "upstream", os.Getenv("MC_BIN"), "upstream metacontroller binary (default $MC_BIN)")
 	flag.StringVar(&cfg.crdDir, "crds", "deploy/crds", "metacontroller CRDs to install")
@@ -156,6 +162,16 @@ func setup(cfg *config, only, scenarios string, onlyGiven bool) error {
 		case "metabus":
 			if err := checkExecutable(cfg.metabusBin); err != nil {
 				return fmt.Errorf("metabus: %w (build it with: go build -o bin/ ./cmd/...)", err)
+			}
+		case "baseline":
+			if cfg.baselineBin == "" {
+				if onlyGiven {
+					return fmt.Errorf("baseline selected but no binary: pass -baseline /path/to/metabus")
+				}
+				continue
+			}
+			if err := checkExecutable(cfg.baselineBin); err != nil {
+				return fmt.Errorf("baseline: %w", err)
 			}
 		case "upstream":
 			if cfg.upstreamBin == "" {
@@ -225,6 +241,8 @@ func benchmark(ctx context.Context, cfg *config) error {
 		switch c {
 		case "metabus":
 			logf("metabus: %s %s", cfg.metabusBin, strings.Join(cfg.metabusArgs, " "))
+		case "baseline":
+			logf("baseline: %s %s", cfg.baselineBin, strings.Join(cfg.metabusArgs, " "))
 		case "upstream":
 			logf("upstream: %s %s", cfg.upstreamBin, strings.Join(upstreamTuned, " "))
 		}
@@ -339,7 +357,7 @@ func printTable(w io.Writer, cfg *config, results map[string][]figures) {
 	if cfg.rounds > 1 {
 		head = fmt.Sprintf("figure (median [min–max] of %d rounds)", cfg.rounds)
 	}
-	names := map[string]string{"raw": "raw client", "metabus": "metabus (defaults)", "upstream": "upstream (tuned)"}
+	names := map[string]string{"raw": "raw client", "metabus": "metabus (defaults)", "baseline": "metabus baseline", "upstream": "upstream (tuned)"}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprint(tw, head)
 	for _, c := range cfg.contenders {
@@ -388,6 +406,9 @@ func summaryLine(cfg *config, results map[string][]figures) string {
 	s := "summary: " + strings.Join(parts, ", ")
 	if m, u := rate["metabus"], rate["upstream"]; !math.IsNaN(m) && !math.IsNaN(u) && u > 0 && m > 0 {
 		s += fmt.Sprintf("; metabus/upstream %.2f×", m/u)
+	}
+	if m, b := rate["metabus"], rate["baseline"]; !math.IsNaN(m) && !math.IsNaN(b) && b > 0 && m > 0 {
+		s += fmt.Sprintf("; metabus/baseline %.2f×", m/b)
 	}
 	return s
 }

@@ -145,7 +145,7 @@ func (r *run) startController(ctx context.Context) error {
 		r.raw.start()
 		r.ctrl = r.raw
 		return nil
-	case "metabus":
+	case "metabus", "baseline":
 		args := r.cfg.metabusArgs
 		if r.cfg.scenarios["B7"] || r.cfg.scenarios["B8"] {
 			var err error
@@ -153,7 +153,11 @@ func (r *run) startController(ctx context.Context) error {
 				return err
 			}
 		}
-		p, err := startMetabus(ctx, r.cfg.metabusBin, r.cl.env.Kubeconfig, r.dir, logPath, args)
+		bin := r.cfg.metabusBin
+		if r.name == "baseline" {
+			bin = r.cfg.baselineBin
+		}
+		p, err := startMetabus(ctx, bin, r.cl.env.Kubeconfig, r.dir, logPath, args)
 		if err != nil {
 			return err
 		}

@@ -362,9 +362,10 @@ func formatYesNo(xs []float64) string {
 }
 
 // parseContenders splits the -only list, checking names and dropping
-// duplicates while keeping the canonical order raw, metabus, upstream.
+// duplicates while keeping the canonical order raw, metabus, baseline,
+// upstream.
 func parseContenders(list string) ([]string, error) {
-	known := []string{"raw", "metabus", "upstream"}
+	known := []string{"raw", "metabus", "baseline", "upstream"}
 	want := map[string]bool{}
 	for f := range strings.SplitSeq(list, ",") {
 		f = strings.TrimSpace(f)
