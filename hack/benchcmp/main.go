@@ -84,12 +84,12 @@ import (
 )
 
 type config struct {
-	parents     int
-	rssParents  int
-	rounds      int
-	scenarios   map[string]bool
-	contenders  []string
-	metabusBin  string
+	parents    int
+	rssParents int
+	rounds     int
+	scenarios  map[string]bool
+	contenders []string
+	metabusBin string
 	// baselineBin is another metabus build run beside metabus, with the
 	// same flags (-baseline): a change's effect measured in one run.
 	baselineBin string
