@@ -165,7 +165,7 @@ func (a *Applier) applyParent(ctx context.Context, ds *bus.DesiredState, snap *s
 	}
 
 	var errs []error
-	conflict := false
+	conflict, created := false, false
 	for _, act := range actions {
 		if err := a.write(ctx, act); err != nil {
 			if apierrors.IsConflict(err) {
@@ -173,7 +173,20 @@ func (a *Applier) applyParent(ctx context.Context, ds *bus.DesiredState, snap *s
 				continue
 			}
 			errs = append(errs, err)
+		} else if act.Op == children.OpCreate {
+			created = true
 		}
+	}
+	if created && plan.Status != nil && ds.Hook == bus.HookSync && !rolls {
+		// The children created just now come back as watch events that
+		// sync the parent again, and that hook call sees them (a new
+		// object is never an echo): the status this call computed
+		// without them is out of date before it is written. Leave the
+		// status to that sync: a new parent costs one API write fewer
+		// (two instead of three for one child). A rolling parent keeps
+		// its write: its status carries the rollout's condition.
+		plan.Status = nil
+		a.metrics.statusDeferred.Inc()
 	}
 	if plan.Status != nil {
 		out, err := a.writeParent(ctx, ds, parent, parentWrite{verb: verbUpdateStatus, status: plan.Status})

@@ -224,6 +224,20 @@ func TestApplyParent(t *testing.T) {
 			wantCalls: []string{"create configmaps a"},
 		},
 		{
+			reason:     "composite: a new child is created; the changed status is left to the sync its creation causes",
+			controller: compositeController(false), parent: thing(), children: group(),
+			ds:        bus.DesiredState{Hook: "sync", Children: []*unstructured.Unstructured{desiredCM("a")}, Status: map[string]any{"ready": float64(0)}},
+			want:      resultOK,
+			wantCalls: []string{"create configmaps a"},
+		},
+		{
+			reason:     "composite: a finalize answer that creates a child still writes its status (finalizing is not left to a later sync)",
+			controller: compositeController(true), parent: thing(deletingNow, holding(ccFinalizer)), children: group(),
+			ds:        bus.DesiredState{Hook: "finalize", Children: []*unstructured.Unstructured{desiredCM("a")}, Status: map[string]any{"ready": float64(0)}},
+			want:      resultOK,
+			wantCalls: []string{"create configmaps a", "update things/status web"},
+		},
+		{
 			reason:     "composite: a child no longer desired is deleted",
 			controller: compositeController(false), parent: thing(), children: group(configMap("a", true)),
 			ds:        bus.DesiredState{Hook: "sync", Status: map[string]any{"ready": float64(1)}},
@@ -346,11 +360,18 @@ func TestApplyParent(t *testing.T) {
 			wantFinalizers: []string{dcFinalizer},
 		},
 		{
-			reason:     "decorator: a changed status goes through /status after the attachments",
+			reason:     "decorator: a changed status goes through /status",
+			controller: decoratorController(false), parent: thing(), children: group(), hasStatus: true,
+			ds:        bus.DesiredState{Hook: "sync", Status: map[string]any{"decorated": true}, StatusSet: true},
+			want:      resultOK,
+			wantCalls: []string{"update things/status web"},
+		},
+		{
+			reason:     "decorator: a new attachment is created; the changed status is left to the sync its creation causes",
 			controller: decoratorController(false), parent: thing(), children: group(), hasStatus: true,
 			ds:        bus.DesiredState{Hook: "sync", Children: []*unstructured.Unstructured{desiredCM("a")}, Status: map[string]any{"decorated": true}, StatusSet: true},
 			want:      resultOK,
-			wantCalls: []string{"create configmaps a", "update things/status web"},
+			wantCalls: []string{"create configmaps a"},
 		},
 		{
 			reason:     "decorator: a sync answer for a target that opted out meanwhile is not applied: sync again",

@@ -7,6 +7,9 @@ type metrics struct {
 	applySeconds *prometheus.HistogramVec
 	writes       *prometheus.CounterVec
 	rejected     prometheus.Counter
+	// statusDeferred counts status writes left to the sync that the
+	// children created by the same apply cause.
+	statusDeferred prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -28,9 +31,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "metabus_applier_rejected_desired_states_total",
 			Help: "Hook responses rejected as a whole by validation.",
 		}),
+		statusDeferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "metabus_applier_status_writes_deferred_total",
+			Help: "Parent status writes left to the next sync, because the same apply created children (whose events bring that sync).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.applies, m.applySeconds, m.writes, m.rejected)
+		reg.MustRegister(m.applies, m.applySeconds, m.writes, m.rejected, m.statusDeferred)
 	}
 	return m
 }
