@@ -77,11 +77,14 @@ type Deps struct {
 
 // Applier is a running applier.
 type Applier struct {
-	cfg     Config
-	log     *zap.Logger
-	js      jetstream.JetStream
-	sched   scheduler
-	dyn     dynamic.Interface
+	cfg   Config
+	log   *zap.Logger
+	js    jetstream.JetStream
+	sched scheduler
+	dyn   dynamic.Interface
+	// raw makes the hot writes without decoding their answers (nil: the
+	// dynamic client makes them, as in unit tests with a fake one).
+	raw     *rawClient
 	disc    *discovery.Map
 	snaps   snapshot.Source
 	revs    revstore.Store
@@ -112,6 +115,10 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
+	raw, err := newRawClient(deps.REST)
+	if err != nil {
+		return nil, err
+	}
 	dyn, err := dynamic.NewForConfig(deps.REST)
 	if err != nil {
 		return nil, fmt.Errorf("dynamic client: %w", err)
@@ -138,6 +145,7 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 		js:      deps.JS,
 		sched:   bus.Publisher{JS: deps.JS},
 		dyn:     dyn,
+		raw:     raw,
 		disc:    discovery.New(kube.Discovery()),
 		snaps:   snaps,
 		revs:    revs,

@@ -135,6 +135,56 @@ func (a *Applier) client(rule *children.Rule, ns string) (dynamic.ResourceInterf
 	return r, nil
 }
 
+// create creates a child: through the raw client when there is one (the
+// created object is not decoded: nothing reads it), else the dynamic one.
+func (a *Applier) create(ctx context.Context, c dynamic.ResourceInterface, rule *children.Rule, obj *unstructured.Unstructured) error {
+	if a.raw == nil {
+		_, err := c.Create(ctx, obj, metav1.CreateOptions{})
+		return err
+	}
+	gvr, err := ruleGVR(rule)
+	if err != nil {
+		return err
+	}
+	ns := ""
+	if rule.Namespaced {
+		ns = obj.GetNamespace()
+	}
+	return a.raw.create(ctx, gvr, ns, obj)
+}
+
+// update updates a child and returns it as written (only its
+// resourceVersion is read back with the raw client).
+func (a *Applier) update(ctx context.Context, c dynamic.ResourceInterface, rule *children.Rule, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	if a.raw == nil {
+		return c.Update(ctx, obj, metav1.UpdateOptions{})
+	}
+	gvr, err := ruleGVR(rule)
+	if err != nil {
+		return nil, err
+	}
+	rv, err := a.raw.update(ctx, gvr, obj, "")
+	if err != nil {
+		return nil, err
+	}
+	return withResourceVersion(obj, rv), nil
+}
+
+func ruleGVR(rule *children.Rule) (schema.GroupVersionResource, error) {
+	gv, err := schema.ParseGroupVersion(rule.APIVersion)
+	if err != nil {
+		return schema.GroupVersionResource{}, fmt.Errorf("child apiVersion %q: %w", rule.APIVersion, err)
+	}
+	return gv.WithResource(rule.Resource), nil
+}
+
+// parentGVR is the parent's resource; its apiVersion was parsed when its
+// client was made.
+func parentGVR(ref bus.ObjectRef) schema.GroupVersionResource {
+	gv, _ := schema.ParseGroupVersion(ref.APIVersion)
+	return gv.WithResource(ref.Resource)
+}
+
 // write performs one child action with optimistic concurrency.
 func (a *Applier) write(ctx context.Context, act children.Action) error {
 	obj := act.Object
@@ -147,7 +197,7 @@ func (a *Applier) write(ctx context.Context, act children.Action) error {
 	switch act.Op {
 	case children.OpCreate:
 		a.metrics.writes.WithLabelValues("create", act.Rule.Resource).Inc()
-		if _, err := c.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		if err := a.create(ctx, c, act.Rule, obj); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				return a.alreadyExists(ctx, c, obj, what)
 			}
@@ -156,7 +206,7 @@ func (a *Applier) write(ctx context.Context, act children.Action) error {
 	case children.OpUpdate:
 		a.metrics.writes.WithLabelValues("update", act.Rule.Resource).Inc()
 		finish := startWrite(ctx, obj)
-		out, err := c.Update(ctx, obj, metav1.UpdateOptions{})
+		out, err := a.update(ctx, c, act.Rule, obj)
 		finish(out)
 		if err != nil {
 			if apierrors.IsNotFound(err) {
@@ -292,11 +342,16 @@ func (a *Applier) writeParent(ctx context.Context, ds *bus.DesiredState, parent 
 	a.metrics.writes.WithLabelValues(w.verb, ds.Parent.Resource).Inc()
 	finish := startWrite(ctx, parent)
 	var out *unstructured.Unstructured
-	if w.status != nil {
-		updated := parent.DeepCopy()
-		updated.Object["status"] = w.status
-		out, err = c.UpdateStatus(ctx, updated, metav1.UpdateOptions{})
-	} else {
+	switch {
+	case w.status != nil && a.raw != nil:
+		updated := withStatus(parent, w.status)
+		var rv string
+		if rv, err = a.raw.update(ctx, parentGVR(ds.Parent), updated, "status"); err == nil {
+			out = withResourceVersion(updated, rv)
+		}
+	case w.status != nil:
+		out, err = c.UpdateStatus(ctx, withStatus(parent, w.status), metav1.UpdateOptions{})
+	default:
 		out, err = c.Patch(ctx, parent.GetName(), types.MergePatchType, data, metav1.PatchOptions{})
 	}
 	finish(out)
