@@ -25,48 +25,37 @@ const EventTypePrefix = "io.k8s.metacontroller.hook."
 
 const maxExtensionName = 20 // CloudEvents spec recommendation, enforced so brokers accept them
 
-// newRequest builds the POST for a call: the JSON body as the data of a binary-mode CloudEvent.
+// newRequest builds the POST for a call: the JSON body as the data of a
+// binary-mode CloudEvent (binary mode, because a legacy hook only
+// understands a plain JSON body). The ce-* headers are written directly:
+// the sdk's event → message → request path cost a tenth of a hook call's
+// CPU, and a test holds this encoding to the sdk's.
 func newRequest(ctx context.Context, u *url.URL, call *Call, body []byte, now time.Time) (*http.Request, error) {
-	ev := event.New() // specversion 1.0
+	for name := range call.Extensions {
+		if err := checkExtensionName(name); err != nil {
+			return nil, err
+		}
+	}
 	id := call.ID
 	if id == "" {
 		id = newUUID()
 	}
-	ev.SetID(id)
-	ev.SetType(EventTypePrefix + call.Kind + ".v1")
-	ev.SetSource(sourceOf(call))
-	if call.Subject != "" {
-		ev.SetSubject(call.Subject)
-	}
-	ev.SetTime(now)
-	ev.SetDataContentType(event.ApplicationJSON)
-	// Set the bytes directly: SetData would re-encode, and marks []byte as base64 data.
-	ev.DataEncoded = body
-	for name, value := range call.Extensions {
-		if err := checkExtensionName(name); err != nil {
-			return nil, err
-		}
-		ev.SetExtension(name, value)
-	}
-	if err := ev.Validate(); err != nil {
-		return nil, fmt.Errorf("invalid CloudEvent attributes: %w", err)
-	}
-
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("cannot build request: %w", err)
 	}
-	// Binary mode is the sdk's default for an event message; it is forced anyway because a
-	// legacy hook only understands a plain JSON body.
-	if err := cehttp.WriteRequest(binding.WithForceBinary(ctx), binding.ToMessage(&ev), req); err != nil {
-		return nil, fmt.Errorf("cannot encode CloudEvent: %w", err)
+	h := req.Header
+	h["Ce-Specversion"] = []string{"1.0"}
+	h["Ce-Id"] = []string{percentEncode(id)}
+	h["Ce-Type"] = []string{percentEncode(EventTypePrefix + call.Kind + ".v1")}
+	h["Ce-Source"] = []string{percentEncode(sourceOf(call))}
+	if call.Subject != "" {
+		h["Ce-Subject"] = []string{percentEncode(call.Subject)}
 	}
-	for k, vs := range req.Header {
-		if strings.HasPrefix(k, "Ce-") {
-			for i, v := range vs {
-				vs[i] = percentEncode(v)
-			}
-		}
+	h["Ce-Time"] = []string{now.UTC().Format(time.RFC3339Nano)}
+	h["Content-Type"] = []string{event.ApplicationJSON}
+	for name, value := range call.Extensions {
+		h[http.CanonicalHeaderKey("ce-"+name)] = []string{percentEncode(value)}
 	}
 	return req, nil
 }
@@ -93,6 +82,10 @@ func checkExtensionName(name string) error {
 		if c := name[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') {
 			return fmt.Errorf("invalid CloudEvents extension name %q: only a-z and 0-9 are allowed", name)
 		}
+	}
+	switch name {
+	case "specversion", "id", "source", "type", "subject", "time", "datacontenttype", "dataschema", "data", "data_base64":
+		return fmt.Errorf("invalid CloudEvents extension name %q: it is a core attribute", name)
 	}
 	return nil
 }
