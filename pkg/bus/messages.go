@@ -62,6 +62,9 @@ const (
 	HookFinalize = "finalize"
 	// HookRelease is a finalizer release: no hook ran.
 	HookRelease = "release"
+	// HookCustomize names the customize hook's calls (CloudEvent type,
+	// metrics); its answer is never a desired state.
+	HookCustomize = "customize"
 )
 
 // ParentKey identifies one parent of one controller across the stages

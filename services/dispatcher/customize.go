@@ -47,9 +47,6 @@ func (d *Dispatcher) forgetRelated(item bus.WorkItem) {
 	d.cmu.Unlock()
 }
 
-// hookCustomize is the customize hook's kind (CloudEvent type, metrics).
-const hookCustomize = "customize"
-
 // customizeRules returns the parent's related-resource rules from the
 // controller's customize hook, calling it only when the parent's
 // generation changed since the last call (as upstream caches by UID and
@@ -67,7 +64,7 @@ func (d *Dispatcher) customizeRules(ctx context.Context, item bus.WorkItem, c ki
 	err := d.hooks.Do(ctx, hooks.Call{
 		Hook:            hook,
 		EndpointConfigs: c.SyncEndpoints(),
-		Kind:            hookCustomize,
+		Kind:            bus.HookCustomize,
 		ControllerType:  item.Controller.Kind,
 		ControllerName:  c.Object().GetName(),
 		Source:          bus.ControllerSource(item.Controller),
