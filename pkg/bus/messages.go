@@ -150,6 +150,12 @@ type WorkItem struct {
 	Attempt int `json:"attempt,omitempty"`
 	// Finalizer names the finalizer to remove (ReasonRelease only).
 	Finalizer string `json:"finalizer,omitempty"`
+	// AfterSeq, on a conflict requeue (ReasonConflict), is the work
+	// sequence of the sync whose apply conflicted. A dispatcher that has
+	// since called the hook for a later item of the parent may settle this
+	// one as an echo: that later answer is applied in order (or requeues
+	// itself), so calling the hook again would only repeat it.
+	AfterSeq uint64 `json:"afterSeq,omitempty"`
 	// MinResourceVersions maps "<group>/<resource>" to the lowest
 	// resourceVersion the snapshot must reflect: the watcher saw that
 	// version when it enqueued the item.

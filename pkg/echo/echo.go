@@ -277,6 +277,18 @@ func (b *Book) writesLocked(key string) []bus.Write {
 	return b.wold[key]
 }
 
+// CalledAfter reports whether the latest hook call known for the parent
+// was made for a work item later than seq.
+func (b *Book) CalledAfter(ctrlID, parentUID string, seq uint64) bool {
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.lookupLocked(bus.ParentKey(ctrlID, parentUID))
+	return ok && r.seq > seq
+}
+
 // Wrote reports whether one of the controller's recent writes of object uid
 // produced resourceVersion rv.
 func (b *Book) Wrote(ctrlID, uid, rv string) bool {

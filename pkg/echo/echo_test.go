@@ -228,3 +228,26 @@ func TestBookInFlight(t *testing.T) {
 		}
 	})
 }
+
+// TestCalledAfter: a conflict requeue may be skipped only once a later
+// hook call of the same parent is known.
+func TestCalledAfter(t *testing.T) {
+	b := NewBook(0)
+	b.Called("cc-c", "p", 5, map[string]string{"p": "1"})
+	for _, tc := range []struct {
+		reason, parent string
+		seq            uint64
+		want           bool
+	}{
+		{"an earlier item was answered by a later call", "p", 4, true},
+		{"the requeue is of the latest call itself", "p", 5, false},
+		{"the requeue is newer than any known call", "p", 6, false},
+		{"no call known for the parent", "q", 1, false},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			if got := b.CalledAfter("cc-c", tc.parent, tc.seq); got != tc.want {
+				t.Errorf("CalledAfter(%s, %d) = %v, want %v", tc.parent, tc.seq, got, tc.want)
+			}
+		})
+	}
+}

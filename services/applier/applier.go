@@ -294,9 +294,15 @@ type scheduler interface {
 	Schedule(ctx context.Context, item bus.WorkItem, at time.Time) error
 }
 
-// workItem is the work item that re-runs this parent's sync.
+// workItem is the work item that re-runs this parent's sync. A conflict
+// requeue names the sync it repeats (AfterSeq), so that a dispatcher that
+// has called the hook for a later change since can skip it.
 func workItem(ds *bus.DesiredState, reason string, attempt int) bus.WorkItem {
-	return bus.WorkItem{Controller: ds.Controller, Parent: ds.Parent, Reason: reason, Attempt: attempt}
+	item := bus.WorkItem{Controller: ds.Controller, Parent: ds.Parent, Reason: reason, Attempt: attempt}
+	if reason == bus.ReasonConflict {
+		item.AfterSeq = ds.WorkSeq
+	}
+	return item
 }
 
 // settle is the one place an apply's outcome becomes its effects: the

@@ -33,7 +33,8 @@ func (m *settledMsg) NakWithDelay(d time.Duration) error {
 	return nil
 }
 
-// schedules records the work items scheduled, as "reason attempt in".
+// schedules records the work items scheduled, as "reason attempt in
+// [after]".
 type schedules struct {
 	items []string
 	err   error
@@ -44,7 +45,11 @@ func (s *schedules) Schedule(_ context.Context, item bus.WorkItem, at time.Time)
 		return s.err
 	}
 	in := time.Until(at).Round(time.Second)
-	s.items = append(s.items, fmt.Sprintf("%s attempt=%d in=%s", item.Reason, item.Attempt, in))
+	entry := fmt.Sprintf("%s attempt=%d in=%s", item.Reason, item.Attempt, in)
+	if item.AfterSeq > 0 {
+		entry += fmt.Sprintf(" after=%d", item.AfterSeq)
+	}
+	s.items = append(s.items, entry)
 	return nil
 }
 
@@ -70,9 +75,9 @@ func TestSettle(t *testing.T) {
 		{reason: "parent gone: ack", err: done(resultNotFound), want: "notfound", wantMsg: "ack"},
 		{reason: "superseded: ack", err: done(resultSuperseded), inputs: true, want: "superseded", wantMsg: "ack"},
 		{
-			reason: "conflict: sync again now through the schedule, keeping the attempt",
+			reason: "conflict: sync again now through the schedule, keeping the attempt and naming the sync it repeats",
 			err:    &requeueError{attempt: 2}, want: "conflict", wantMsg: "ack",
-			wantSched: []string{"conflict attempt=2 in=0s"},
+			wantSched: []string{"conflict attempt=2 in=0s after=7"},
 		},
 		{
 			reason: "apply error with a reason: Event, and backoff from the attempt",

@@ -192,14 +192,24 @@ func (d *Dispatcher) releaseStale(ctx context.Context, item bus.WorkItem, seq ui
 // echoed reports whether a work item only echoes metabus's own writes: it
 // was caused by an event, and the hook would be shown what it was shown
 // last time plus what the applier wrote from its answer. Such a sync is
-// settled without a hook call. Retries, resyncs and requeues always call
-// the hook (a failed write, or time, may have changed the answer).
+// settled without a hook call. Retries and resyncs always call the hook (a
+// failed write, or time, may have changed the answer); so does a conflict
+// requeue, unless the hook has answered a later item of the parent since.
 //
 // A write of this process still in flight on one of the objects may be what
 // the item echoes (its watch event can outrun the writer): the check waits
 // for it, a few milliseconds, rather than call the hook.
 func (d *Dispatcher) echoed(ctx context.Context, item bus.WorkItem, inputs map[string]string) bool {
-	if item.Reason != bus.ReasonEvent {
+	ctrl := item.Controller.ID()
+	switch {
+	case item.Reason == bus.ReasonEvent:
+	case item.Reason == bus.ReasonConflict && item.AfterSeq > 0 && d.echoes.CalledAfter(ctrl, item.Parent.UID, item.AfterSeq):
+		// The requeue of an apply that conflicted while the parent kept
+		// changing: the hook has answered a later change since, and
+		// that answer is applied in order (or requeues itself). Unless
+		// something else changed after that call, this sync would only
+		// repeat it: a burst of updates cost one such call after it.
+	default:
 		return false
 	}
 	// The parent's last hook call here failed: its retry may have found
@@ -210,7 +220,6 @@ func (d *Dispatcher) echoed(ctx context.Context, item bus.WorkItem, inputs map[s
 	if d.failures.get(d.failureKey(item)) > 0 {
 		return false
 	}
-	ctrl := item.Controller.ID()
 	for try := 0; ; try++ {
 		if d.echoes.Echo(ctrl, item.Parent.UID, inputs) {
 			return true

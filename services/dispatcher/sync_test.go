@@ -355,6 +355,7 @@ func TestSyncParent(t *testing.T) {
 		reason string
 		kind   string // controller kind of the work item
 		why    string // work item reason (event if empty)
+		after  uint64 // work item AfterSeq (conflict requeues)
 		// snapshot answers the snapshot requests; uid is the case's parent.
 		snapshot func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error)
 		// before runs ahead of the sync (e.g. to record a previous answer).
@@ -476,6 +477,50 @@ func TestSyncParent(t *testing.T) {
 			want: func(uid string) syncResult {
 				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
 					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, Echoable: true, MinRVs: fresh(uid)}}
+			},
+		},
+		{
+			reason: "composite: a conflict requeue after a later hook call whose inputs still hold is an echo",
+			kind:   v1alpha1.CompositeControllerKind,
+			why:    bus.ReasonConflict, after: 1,
+			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
+				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
+			},
+			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
+				s, _ := snap(snapshot.Request{})
+				d.echoes.Called(item.Controller.ID(), item.Parent.UID, 2, echo.Inputs(s))
+			},
+			want: func(string) syncResult { return syncResult{Result: "echo"} },
+		},
+		{
+			reason: "composite: a conflict requeue of the latest hook call calls the hook again",
+			kind:   v1alpha1.CompositeControllerKind,
+			why:    bus.ReasonConflict, after: 2,
+			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
+				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
+			},
+			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
+				s, _ := snap(snapshot.Request{})
+				d.echoes.Called(item.Controller.ID(), item.Parent.UID, 2, echo.Inputs(s))
+			},
+			want: func(uid string) syncResult {
+				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
+					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, Echoable: true, MinRVs: fresh(uid)}}
+			},
+		},
+		{
+			reason: "composite: a conflict requeue after a later call, with the parent changed since, calls the hook",
+			kind:   v1alpha1.CompositeControllerKind,
+			why:    bus.ReasonConflict, after: 1,
+			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
+				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "b"))
+			},
+			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
+				d.echoes.Called(item.Controller.ID(), item.Parent.UID, 2, map[string]string{item.Parent.UID: "older"})
+			},
+			want: func(uid string) syncResult {
+				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=b"}, Desired: &desired{
+					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-b"}, Status: map[string]any{"x": "b"}, Echoable: true, MinRVs: fresh(uid)}}
 			},
 		},
 		{
@@ -635,7 +680,7 @@ func TestSyncParent(t *testing.T) {
 				Controller: bus.ControllerRef{Kind: tc.kind, Name: "ctrl", UID: "ctrl-" + uid},
 				Parent: bus.ObjectRef{APIVersion: "example.com/v1", Kind: "Thing", Resource: "things", Namespace: "ns",
 					Name: "p-" + uid, UID: uid},
-				Reason: why, Finalizer: "some/finalizer",
+				Reason: why, Finalizer: "some/finalizer", AfterSeq: tc.after,
 			}
 			snap := tc.snapshot(t, uid)
 			snaps.mu.Lock()
