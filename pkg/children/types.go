@@ -58,6 +58,19 @@ func (k ChildKey) String() string {
 	return fmt.Sprintf("%s.%s %s/%s", k.Kind, k.APIVersion, k.Namespace, k.Name)
 }
 
+// OwnerOf is the identity part of the Owner that parent is for its children
+// (a kind adds the selector and the labels or annotations it stamps).
+func OwnerOf(parent *unstructured.Unstructured) Owner {
+	return Owner{
+		APIVersion: parent.GetAPIVersion(),
+		Kind:       parent.GetKind(),
+		Namespace:  parent.GetNamespace(),
+		Name:       parent.GetName(),
+		UID:        string(parent.GetUID()),
+		Namespaced: parent.GetNamespace() != "",
+	}
+}
+
 // ControllerRef returns the ownerReference metabus puts on every child it creates: a
 // controller reference that also blocks the owner's foreground deletion until the child is
 // gone, as upstream does.

@@ -37,16 +37,10 @@ func (c *Controller) ApplyOwner(parent *unstructured.Unstructured, _ *bus.Desire
 	if err != nil {
 		return children.Owner{}, err
 	}
-	return children.Owner{
-		APIVersion:  parent.GetAPIVersion(),
-		Kind:        parent.GetKind(),
-		Namespace:   parent.GetNamespace(),
-		Name:        parent.GetName(),
-		UID:         string(parent.GetUID()),
-		Namespaced:  parent.GetNamespace() != "",
-		Selector:    sel,
-		ExtraLabels: ExtraLabels(c.CC.Spec, parent),
-	}, nil
+	owner := children.OwnerOf(parent)
+	owner.Selector = sel
+	owner.ExtraLabels = ExtraLabels(c.CC.Spec, parent)
+	return owner, nil
 }
 
 // ApplyClaims is true: a CompositeController parent adopts the orphans

@@ -24,15 +24,9 @@ func (c *Controller) ApplyChildRules() kinds.ApplyChildRules {
 // ApplyOwner is the target, with the annotation that marks an attachment
 // as this controller's. Attachments have no selector to match.
 func (c *Controller) ApplyOwner(target *unstructured.Unstructured, _ *bus.DesiredState) (children.Owner, error) {
-	return children.Owner{
-		APIVersion:       target.GetAPIVersion(),
-		Kind:             target.GetKind(),
-		Namespace:        target.GetNamespace(),
-		Name:             target.GetName(),
-		UID:              string(target.GetUID()),
-		Namespaced:       target.GetNamespace() != "",
-		ExtraAnnotations: map[string]string{ControllerAnnotation: c.DC.Name},
-	}, nil
+	owner := children.OwnerOf(target)
+	owner.ExtraAnnotations = map[string]string{ControllerAnnotation: c.DC.Name}
+	return owner, nil
 }
 
 // ApplyClaims is false: a decorator never adopts nor releases (upstream's
