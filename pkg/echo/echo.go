@@ -145,6 +145,9 @@ type flight struct {
 type ref struct {
 	seq    uint64
 	inputs map[string]string
+	// applied is the latest work sequence whose desired state an applier
+	// reported applied completely.
+	applied uint64
 }
 
 // NewBook returns a Book holding up to size entries per generation
@@ -168,8 +171,11 @@ func (b *Book) Record(a *bus.Applied) {
 	defer b.mu.Unlock()
 	if len(a.Inputs) > 0 {
 		// A note with writes only (sent as each write happens) says
-		// nothing about what the hook was shown.
-		b.refLocked(ctrl+"/"+a.ParentUID, a.WorkSeq, a.Inputs)
+		// nothing about what the hook was shown, nor that the apply
+		// completed.
+		key := bus.ParentKey(ctrl, a.ParentUID)
+		b.refLocked(key, a.WorkSeq, a.Inputs)
+		b.appliedLocked(key, a.WorkSeq)
 	}
 	for _, w := range a.Writes {
 		b.addWriteLocked(ctrl, w)
@@ -252,13 +258,27 @@ func (b *Book) Called(ctrlID, parentUID string, seq uint64, inputs map[string]st
 }
 
 func (b *Book) refLocked(key string, seq uint64, inputs map[string]string) {
-	if cur, ok := b.lookupLocked(key); ok && cur.seq > seq {
+	cur, ok := b.lookupLocked(key)
+	if ok && cur.seq > seq {
 		return
 	}
+	b.storeLocked(key, ref{seq: seq, inputs: inputs, applied: cur.applied})
+}
+
+// appliedLocked records that the desired state of work sequence seq was
+// applied completely.
+func (b *Book) appliedLocked(key string, seq uint64) {
+	if cur, ok := b.lookupLocked(key); ok && cur.applied < seq {
+		cur.applied = seq
+		b.storeLocked(key, cur)
+	}
+}
+
+func (b *Book) storeLocked(key string, r ref) {
 	if len(b.refs) >= b.size {
 		b.old, b.refs = b.refs, make(map[string]ref, len(b.refs))
 	}
-	b.refs[key] = ref{seq: seq, inputs: inputs}
+	b.refs[key] = r
 	delete(b.old, key)
 }
 
@@ -277,16 +297,21 @@ func (b *Book) writesLocked(key string) []bus.Write {
 	return b.wold[key]
 }
 
-// CalledAfter reports whether the latest hook call known for the parent
-// was made for a work item later than seq.
-func (b *Book) CalledAfter(ctrlID, parentUID string, seq uint64) bool {
+// Superseded reports whether the parent's latest known hook call was made
+// for a work item later than seq and its desired state was applied
+// completely: then the sync of seq, whose apply conflicted, has nothing
+// left to do that an echo check of that call would not see. A later call
+// whose apply is unknown, still running or conflicted too does not count:
+// a conflict requeue folded into another parent's queued item (refused
+// as already queued) would otherwise be lost with its apply.
+func (b *Book) Superseded(ctrlID, parentUID string, seq uint64) bool {
 	if b == nil {
 		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r, ok := b.lookupLocked(bus.ParentKey(ctrlID, parentUID))
-	return ok && r.seq > seq
+	return ok && r.seq > seq && r.applied >= r.seq
 }
 
 // Wrote reports whether one of the controller's recent writes of object uid

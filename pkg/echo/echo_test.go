@@ -229,24 +229,43 @@ func TestBookInFlight(t *testing.T) {
 	})
 }
 
-// TestCalledAfter: a conflict requeue may be skipped only once a later
-// hook call of the same parent is known.
-func TestCalledAfter(t *testing.T) {
-	b := NewBook(0)
-	b.Called("cc-c", "p", 5, map[string]string{"p": "1"})
+// TestSuperseded: a conflict requeue may be skipped only once a later
+// hook call of the same parent is known and was applied completely.
+func TestSuperseded(t *testing.T) {
+	ctrl := bus.ControllerRef{Kind: "CompositeController", Name: "c"}
+	in := map[string]string{"p": "1"}
 	for _, tc := range []struct {
-		reason, parent string
-		seq            uint64
-		want           bool
+		reason string
+		book   func(b *Book)
+		seq    uint64
+		want   bool
 	}{
-		{"an earlier item was answered by a later call", "p", 4, true},
-		{"the requeue is of the latest call itself", "p", 5, false},
-		{"the requeue is newer than any known call", "p", 6, false},
-		{"no call known for the parent", "q", 1, false},
+		{"a later call, applied completely", func(b *Book) {
+			b.Called(ctrl.ID(), "p", 5, in)
+			b.Record(&bus.Applied{Controller: ctrl, ParentUID: "p", WorkSeq: 5, Inputs: in})
+		}, 4, true},
+		{"a later call whose apply is not known to be done", func(b *Book) {
+			b.Called(ctrl.ID(), "p", 5, in)
+		}, 4, false},
+		{"a later call, with an even later one not applied yet", func(b *Book) {
+			b.Record(&bus.Applied{Controller: ctrl, ParentUID: "p", WorkSeq: 5, Inputs: in})
+			b.Called(ctrl.ID(), "p", 6, in)
+		}, 4, false},
+		{"writes-only notes say nothing about completion", func(b *Book) {
+			b.Called(ctrl.ID(), "p", 5, in)
+			b.Record(&bus.Applied{Controller: ctrl, ParentUID: "p", WorkSeq: 5, Writes: []bus.Write{{UID: "x", From: "1", To: "2"}}})
+		}, 4, false},
+		{"the requeue is of the latest call itself", func(b *Book) {
+			b.Called(ctrl.ID(), "p", 5, in)
+			b.Record(&bus.Applied{Controller: ctrl, ParentUID: "p", WorkSeq: 5, Inputs: in})
+		}, 5, false},
+		{"no call known for the parent", func(*Book) {}, 1, false},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
-			if got := b.CalledAfter("cc-c", tc.parent, tc.seq); got != tc.want {
-				t.Errorf("CalledAfter(%s, %d) = %v, want %v", tc.parent, tc.seq, got, tc.want)
+			b := NewBook(0)
+			tc.book(b)
+			if got := b.Superseded(ctrl.ID(), "p", tc.seq); got != tc.want {
+				t.Errorf("Superseded(%d) = %v, want %v", tc.seq, got, tc.want)
 			}
 		})
 	}

@@ -203,12 +203,12 @@ func (d *Dispatcher) echoed(ctx context.Context, item bus.WorkItem, inputs map[s
 	ctrl := item.Controller.ID()
 	switch {
 	case item.Reason == bus.ReasonEvent:
-	case item.Reason == bus.ReasonConflict && item.AfterSeq > 0 && d.echoes.CalledAfter(ctrl, item.Parent.UID, item.AfterSeq):
+	case item.Reason == bus.ReasonConflict && item.AfterSeq > 0 && d.echoes.Superseded(ctrl, item.Parent.UID, item.AfterSeq):
 		// The requeue of an apply that conflicted while the parent kept
 		// changing: the hook has answered a later change since, and
-		// that answer is applied in order (or requeues itself). Unless
-		// something else changed after that call, this sync would only
-		// repeat it: a burst of updates cost one such call after it.
+		// that answer was applied completely. Unless something else
+		// changed after that call, this sync would only repeat it: a
+		// burst of updates cost one such call after it.
 	default:
 		return false
 	}

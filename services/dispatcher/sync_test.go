@@ -480,7 +480,21 @@ func TestSyncParent(t *testing.T) {
 			},
 		},
 		{
-			reason: "composite: a conflict requeue after a later hook call whose inputs still hold is an echo",
+			reason: "composite: a conflict requeue after a later hook call, applied completely, whose inputs still hold is an echo",
+			kind:   v1alpha1.CompositeControllerKind,
+			why:    bus.ReasonConflict, after: 1,
+			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
+				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
+			},
+			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
+				s, _ := snap(snapshot.Request{})
+				d.echoes.Called(item.Controller.ID(), item.Parent.UID, 2, echo.Inputs(s))
+				d.echoes.Record(&bus.Applied{Controller: item.Controller, ParentUID: item.Parent.UID, WorkSeq: 2, Inputs: echo.Inputs(s)})
+			},
+			want: func(string) syncResult { return syncResult{Result: "echo"} },
+		},
+		{
+			reason: "composite: a conflict requeue after a later hook call not known to be applied calls the hook (that apply may have conflicted too)",
 			kind:   v1alpha1.CompositeControllerKind,
 			why:    bus.ReasonConflict, after: 1,
 			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
@@ -490,7 +504,10 @@ func TestSyncParent(t *testing.T) {
 				s, _ := snap(snapshot.Request{})
 				d.echoes.Called(item.Controller.ID(), item.Parent.UID, 2, echo.Inputs(s))
 			},
-			want: func(string) syncResult { return syncResult{Result: "echo"} },
+			want: func(uid string) syncResult {
+				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
+					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, Echoable: true, MinRVs: fresh(uid)}}
+			},
 		},
 		{
 			reason: "composite: a conflict requeue of the latest hook call calls the hook again",
@@ -516,7 +533,9 @@ func TestSyncParent(t *testing.T) {
 				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "b"))
 			},
 			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
-				d.echoes.Called(item.Controller.ID(), item.Parent.UID, 2, map[string]string{item.Parent.UID: "older"})
+				older := map[string]string{item.Parent.UID: "older"}
+				d.echoes.Called(item.Controller.ID(), item.Parent.UID, 2, older)
+				d.echoes.Record(&bus.Applied{Controller: item.Controller, ParentUID: item.Parent.UID, WorkSeq: 2, Inputs: older})
 			},
 			want: func(uid string) syncResult {
 				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=b"}, Desired: &desired{
