@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/metabus/metabus/pkg/natsx/natstest"
+	"github.com/metabus/metabus/pkg/testnats"
 )
 
 // startNATS starts an in-process embedded server for the test and connects
@@ -434,5 +436,26 @@ func TestRerunDesiredStateNotDropped(t *testing.T) {
 	var got DesiredState
 	if err := json.Unmarshal(last.Data, &got); err != nil || got.Status["gen"] != float64(2) {
 		t.Errorf("last desired state %s (%v), want the re-run's gen 2", last.Data, err)
+	}
+}
+
+// TestWaitReadyWaitsForJetStream: a server whose JetStream is not up (yet)
+// is waited for, not a reason to exit; the caller's own cancellation ends
+// the wait.
+func TestWaitReadyWaitsForJetStream(t *testing.T) {
+	s := testnats.Serve(t, &server.Options{Port: -1})
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	if err := WaitReady(ctx, js); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitReady on a server without JetStream: %v, want it to wait until the caller gives up", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -425,14 +426,16 @@ func KeepConsumers(ctx context.Context, js jetstream.JetStream, o Options, inter
 
 // WaitReady waits until Ensure (run by the watcher) has finished: the DLQ
 // consumer is the last thing it creates. Services without stream-management
-// permissions start this way.
+// permissions start this way. A server that does not answer yet (restarting,
+// JetStream still starting) is waited for too: a fault run saw a
+// dispatcher started during a NATS restart exit on the lookup's timeout.
 func WaitReady(ctx context.Context, js jetstream.JetStream) error {
 	for {
 		_, err := js.Consumer(ctx, AdvisoryStream, DLQConsumer)
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrConsumerNotFound) && !notAnsweringYet(ctx, err) {
 			return fmt.Errorf("look up %s/%s: %w", AdvisoryStream, DLQConsumer, err)
 		}
 		select {
@@ -441,4 +444,18 @@ func WaitReady(ctx context.Context, js jetstream.JetStream) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// notAnsweringYet reports an error that means the server has not answered
+// (yet), not that it refused: the request timed out (its own deadline, not
+// the caller's), nobody serves the JetStream API, JetStream is not enabled
+// yet, or the connection is being re-established.
+func notAnsweringYet(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
 }
