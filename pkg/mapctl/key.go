@@ -66,7 +66,8 @@ func InputRefOf(apiVersion, kind string, input *unstructured.Unstructured) (Inpu
 }
 
 // Key is the input's map key: the SHA-256 of the JSON array [group, kind,
-// namespace, name, uid] in keyEncoding, always KeyLength characters.
+// namespace, name, uid] as encoding/json writes it (no spaces), in
+// keyEncoding, always KeyLength characters.
 //
 // The UID is part of it, so a recreated input with the same name is a new
 // input: the old one's outputs become detached (tombstone hook) and the
