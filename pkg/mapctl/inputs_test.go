@@ -62,8 +62,8 @@ func TestSelectInputs(t *testing.T) {
 			wantNamespace: "ns", wantSelector: "app in (cache,web)", want: []string{"ns/web-ns"},
 		},
 		{
-			reason: "cluster-scoped parent: cluster-scoped inputs and every namespace",
-			parent: parent("", selector(map[string]any{"matchLabels": map[string]any{"app": "db"}})),
+			reason:       "cluster-scoped parent: cluster-scoped inputs and every namespace",
+			parent:       parent("", selector(map[string]any{"matchLabels": map[string]any{"app": "db"}})),
 			wantSelector: "app=db", want: []string{"ns/db-ns", "other/db-other", "db-cluster", "ns/others-output"},
 		},
 		{
