@@ -10,7 +10,10 @@
 // partitioning each stream 64 ways with a subject transform, giving each
 // partition's durable consumer one owner at a time by lease (owners.go), and
 // running each parent's messages one at a time inside the owner (owned.go,
-// package fairq).
+// package fairq). A MapController's unit of work is (parent, map key)
+// instead: a keyed item is serialized, deduplicated and ordered per
+// (parent, key) by carrying the key in its parent's subject token
+// (MapKeySep), and its per-parent item is one more such unit.
 package bus
 
 import (
