@@ -234,7 +234,7 @@ func loadCRD(t *testing.T, path string) crdInfo {
 func loadCRDs(t *testing.T) map[string]crdInfo {
 	t.Helper()
 	out := map[string]crdInfo{}
-	for _, f := range []string{"compositecontrollers", "decoratorcontrollers", "controllerrevisions"} {
+	for _, f := range []string{"compositecontrollers", "decoratorcontrollers", "mapcontrollers", "controllerrevisions"} {
 		c := loadCRD(t, filepath.Join("crds", f+".yaml"))
 		out[str(c.obj, "spec", "names", "kind")] = c
 	}
@@ -418,6 +418,7 @@ func TestCRDs(t *testing.T) {
 	}{
 		{"CompositeController", "compositecontrollers", "compositecontroller", []string{"cc", "cctl"}, "Cluster", true},
 		{"DecoratorController", "decoratorcontrollers", "decoratorcontroller", []string{"dec", "decorators"}, "Cluster", true},
+		{"MapController", "mapcontrollers", "mapcontroller", []string{"mapc"}, "Cluster", true},
 		{"ControllerRevision", "controllerrevisions", "controllerrevision", nil, "Namespaced", false},
 	}
 	for _, w := range want {
@@ -480,6 +481,9 @@ func TestCRDs(t *testing.T) {
 				"spec.endpointConfigs[]", "status"},
 			"DecoratorController": {"spec", "spec.resources[]", "spec.attachments[]", "spec.attachments[].updateStrategy",
 				"spec.hooks", "spec.hooks.sync", "spec.hooks.sync.webhook", "spec.hooks.finalize.webhook", "spec.hooks.customize.webhook", "status"},
+			// MapController: no upstream to stay compatible with, so only
+			// the upstream-shaped hooks and webhooks preserve them.
+			"MapController":      {"spec.hooks.map", "spec.hooks.map.webhook", "spec.hooks.tombstone.webhook", "spec.endpointConfigs[]", "status"},
 			"ControllerRevision": {"parentPatch"},
 		} {
 			for _, p := range paths {
@@ -494,6 +498,12 @@ func TestCRDs(t *testing.T) {
 		for kind, c := range crds {
 			if c.schema.PreserveUnknown {
 				t.Errorf("%s: root must not preserve unknown fields", kind)
+			}
+		}
+		// A misspelt MapController field must be rejected, not kept.
+		for _, p := range []string{"spec", "spec.parentResource", "spec.inputResources[]", "spec.outputResources[]", "spec.outputResources[].updateStrategy", "spec.hooks"} {
+			if n := node(crds["MapController"].schema, p); n == nil || n.PreserveUnknown {
+				t.Errorf("MapController %s: want unknown fields rejected (no upstream release to be compatible with)", p)
 			}
 		}
 		if cr := crds["ControllerRevision"].schema; cr.Properties["spec"] != nil || cr.Properties["children"] == nil {
@@ -1006,7 +1016,7 @@ func TestRBAC(t *testing.T) {
 					if !hasGrant(rules, "*/*", v) {
 						t.Errorf("watcher cannot %s */* (informers for any controller-declared type)", v)
 					}
-					for _, r := range []string{"compositecontrollers", "decoratorcontrollers", "controllerrevisions"} {
+					for _, r := range []string{"compositecontrollers", "decoratorcontrollers", "mapcontrollers", "controllerrevisions"} {
 						if !hasGrant(rules, "metacontroller.k8s.io/"+r, v) {
 							t.Errorf("watcher cannot %s %s", v, r)
 						}
@@ -1722,6 +1732,7 @@ func TestKustomize(t *testing.T) {
 		"Namespace/metabus",
 		"CustomResourceDefinition/compositecontrollers.metacontroller.k8s.io",
 		"CustomResourceDefinition/decoratorcontrollers.metacontroller.k8s.io",
+		"CustomResourceDefinition/mapcontrollers.metacontroller.k8s.io",
 		"CustomResourceDefinition/controllerrevisions.metacontroller.k8s.io",
 		"StatefulSet/nats", "Service/nats", "Service/nats-headless",
 		"Role/metabus-watcher-leader-election", "RoleBinding/metabus-watcher-leader-election",

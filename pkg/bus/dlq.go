@@ -19,6 +19,9 @@ type DeadLetter struct {
 	Subject    string
 	Deliveries uint64
 	Parent     ObjectRef
+	// MapKey is the dead item's map key ("" for a per-parent item), so a
+	// report can name the input whose item died, not only its parent.
+	MapKey string
 }
 
 // maxDeliveriesAdvisory is the part of JetStream's MAX_DELIVERIES advisory
@@ -114,6 +117,9 @@ func deadLetter(ctx context.Context, js jetstream.JetStream, data []byte) (*Dead
 	if adv.Stream == DesiredStream {
 		stage = "desired"
 	}
+	// uid is the parent token: a keyed item is parked under its own
+	// <uid>~<key> subject, which mc.dlq.> and the parent's events still
+	// cover.
 	_, ctrlID, uid, err := ParseStoredSubject(raw.Subject)
 	if err != nil {
 		return nil, permanent(err)
@@ -148,9 +154,11 @@ func deadLetter(ctx context.Context, js jetstream.JetStream, data []byte) (*Dead
 	dl := &DeadLetter{Stream: adv.Stream, Subject: raw.Subject, Deliveries: adv.Deliveries}
 	var body struct {
 		Parent ObjectRef `json:"parent"`
+		MapKey string    `json:"mapKey"`
 	}
 	if json.Unmarshal(raw.Data, &body) == nil {
 		dl.Parent = body.Parent
+		dl.MapKey = body.MapKey
 	}
 	return dl, nil
 }

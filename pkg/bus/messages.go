@@ -72,11 +72,26 @@ const (
 // pending items, echo notes, read-your-writes) is kept under it.
 func ParentKey(ctrlID, parentUID string) string { return ctrlID + "/" + parentUID }
 
-// Key is the parent's ParentKey.
-func (w WorkItem) Key() string { return ParentKey(w.Controller.ID(), w.Parent.UID) }
+// ItemKey identifies the unit of work of an item across the stages: the
+// parent's ParentKey for a per-parent item (mapKey ""), and
+// "<controller ID>/<parentUID>~<mapKey>" (ParentToken) for one map key of
+// a MapController parent. State kept per unit of work (failure counts,
+// echo notes, read-your-writes, the outbox) must be keyed by it so that a
+// parent's keys, and its per-parent item, never share an entry.
+func ItemKey(ctrlID, parentUID, mapKey string) string {
+	return ParentKey(ctrlID, ParentToken(parentUID, mapKey))
+}
 
-// Key is the parent's ParentKey.
-func (d DesiredState) Key() string { return ParentKey(d.Controller.ID(), d.Parent.UID) }
+// Key is the item's ItemKey: its parent's ParentKey unless it has a
+// MapKey.
+func (w WorkItem) Key() string { return ItemKey(w.Controller.ID(), w.Parent.UID, w.MapKey) }
+
+// Key is the desired state's ItemKey: its parent's ParentKey unless it has
+// a MapKey.
+func (d DesiredState) Key() string { return ItemKey(d.Controller.ID(), d.Parent.UID, d.MapKey) }
+
+// Key is the note's ItemKey.
+func (a Applied) Key() string { return ItemKey(a.Controller.ID(), a.ParentUID, a.MapKey) }
 
 // FreshnessKey is the key of a resource in MinResourceVersions:
 // "<group>/<resource>" (resourceVersions are comparable within a resource
@@ -146,6 +161,11 @@ type WorkItem struct {
 	Controller ControllerRef `json:"controller"`
 	Parent     ObjectRef     `json:"parent"`
 	Reason     string        `json:"reason"`
+	// MapKey names one input of a MapController parent (package mapctl's
+	// Key); "" is the per-parent item, the only kind other controllers
+	// have. A keyed item is its own unit of work: its own subjects
+	// (ParentToken), deduplication, slot and ItemKey.
+	MapKey string `json:"mapKey,omitempty"`
 	// Attempt counts consecutive failed syncs (retry backoff).
 	Attempt int `json:"attempt,omitempty"`
 	// Finalizer names the finalizer to remove (ReasonRelease only).
@@ -169,6 +189,11 @@ type WorkItem struct {
 type DesiredState struct {
 	Controller ControllerRef `json:"controller"`
 	Parent     ObjectRef     `json:"parent"`
+	// MapKey is the map key of the work item that produced this state; ""
+	// is the per-parent item. Desired states are ordered per (parent, key):
+	// a keyed one and the per-parent one of the same parent, or two keys,
+	// are independent.
+	MapKey string `json:"mapKey,omitempty"`
 	// WorkSeq is the MC_WORK stream sequence of the work item that produced
 	// this state; together with the parent UID it is the message id.
 	WorkSeq uint64 `json:"workSeq"`
@@ -259,11 +284,14 @@ const RelatedSubject = "mc.related.rules"
 // echoes (see package echo). It is a hint: a lost note costs one needless
 // hook call, never a missed change.
 type Applied struct {
-	Controller ControllerRef     `json:"controller"`
-	ParentUID  string            `json:"parentUID"`
-	WorkSeq    uint64            `json:"workSeq"`
-	Inputs     map[string]string `json:"inputs,omitempty"`
-	Writes     []Write           `json:"writes,omitempty"`
+	Controller ControllerRef `json:"controller"`
+	ParentUID  string        `json:"parentUID"`
+	// MapKey is the desired state's MapKey ("" for a per-parent one), so
+	// that echo notes of a parent's keys stay apart (Key).
+	MapKey  string            `json:"mapKey,omitempty"`
+	WorkSeq uint64            `json:"workSeq"`
+	Inputs  map[string]string `json:"inputs,omitempty"`
+	Writes  []Write           `json:"writes,omitempty"`
 }
 
 // Write is one update an applier made: object UID, from resourceVersion

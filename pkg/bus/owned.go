@@ -673,6 +673,9 @@ func (o *owner) receive(part *partition, m jetstream.Msg) {
 	} else {
 		delete(o.weights, ctrlID)
 	}
+	// parentUID is the whole parent token: a keyed item's <uid>~<key>
+	// (MapKeySep) makes its unit of serialization (parent, key), so keys
+	// of one parent in one partition run side by side, each in order.
 	hm := &held{Msg: m, o: o, part: part, group: ctrlID, key: ctrlID + "." + parentUID, seq: seq, lastBeat: time.Now()}
 	o.held[hm] = struct{}{}
 	o.q.Push(hm.group, hm.key, seq, hm)

@@ -38,7 +38,11 @@ type Publisher struct {
 // PublishWork enqueues a work item. queued is false when the parent was
 // already queued (error 10077), which is success.
 func (p Publisher) PublishWork(ctx context.Context, item WorkItem) (queued bool, err error) {
-	subject, err := WorkSubject(item.Controller.ID(), item.Parent.UID)
+	token, err := parentToken(item.Parent.UID, item.MapKey)
+	if err != nil {
+		return false, fmt.Errorf("publish work item for %s: %w", item.Controller.ID(), err)
+	}
+	subject, err := WorkSubject(item.Controller.ID(), token)
 	if err != nil {
 		return false, err
 	}
@@ -46,7 +50,7 @@ func (p Publisher) PublishWork(ctx context.Context, item WorkItem) (queued bool,
 		item.EnqueuedAt = time.Now()
 	}
 	msg, err := NewMsg(ctx, subject, TypeSyncRequested, "", item.Controller, item.Parent, item,
-		map[string]string{ExtReason: item.Reason})
+		withItemKey(map[string]string{ExtReason: item.Reason}, item.MapKey, item.Key()))
 	if err != nil {
 		return false, err
 	}
@@ -54,9 +58,19 @@ func (p Publisher) PublishWork(ctx context.Context, item WorkItem) (queued bool,
 		if IsAlreadyQueued(err) {
 			return false, nil
 		}
-		return false, fmt.Errorf("publish work item for %s/%s: %w", item.Controller.ID(), item.Parent.UID, err)
+		return false, fmt.Errorf("publish work item for %s/%s: %w", item.Controller.ID(), token, err)
 	}
 	return true, nil
+}
+
+// withItemKey sets the partitionkey extension of a keyed item to its
+// ItemKey: NewMsg's default is the parent's ParentKey, which is right, and
+// left byte for byte as it was, for a per-parent item.
+func withItemKey(ext map[string]string, mapKey, itemKey string) map[string]string {
+	if mapKey != "" {
+		ext[ExtPartitionKey] = itemKey
+	}
+	return ext
 }
 
 // DesiredMsgID names the desired state of a work item (the hook request's
@@ -83,18 +97,24 @@ func desiredDedupID(id string, body []byte) string {
 // PublishDesired publishes a desired state. Call it before acking the work
 // item that produced it.
 func (p Publisher) PublishDesired(ctx context.Context, ds DesiredState) error {
-	subject, err := DesiredSubject(ds.Controller.ID(), ds.Parent.UID)
+	token, err := parentToken(ds.Parent.UID, ds.MapKey)
+	if err != nil {
+		return fmt.Errorf("publish desired state for %s: %w", ds.Controller.ID(), err)
+	}
+	subject, err := DesiredSubject(ds.Controller.ID(), token)
 	if err != nil {
 		return err
 	}
+	// The work item's sequence alone names the desired state: each keyed
+	// item is its own MC_WORK message with its own sequence.
 	id := DesiredMsgID(ds.Parent.UID, ds.WorkSeq)
 	msg, err := NewMsg(ctx, subject, TypeDesired, id, ds.Controller, ds.Parent, ds,
-		map[string]string{ExtWorkSeq: WorkSeqString(ds.WorkSeq)})
+		withItemKey(map[string]string{ExtWorkSeq: WorkSeqString(ds.WorkSeq)}, ds.MapKey, ds.Key()))
 	if err != nil {
 		return err
 	}
 	if _, err := p.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(desiredDedupID(id, msg.Data))); err != nil {
-		return fmt.Errorf("publish desired state for %s/%s: %w", ds.Controller.ID(), ds.Parent.UID, err)
+		return fmt.Errorf("publish desired state for %s/%s: %w", ds.Controller.ID(), token, err)
 	}
 	return nil
 }
@@ -108,16 +128,22 @@ func (p Publisher) PublishDesired(ctx context.Context, ds DesiredState) error {
 // deadlines fire as soon as the server sees them.
 func (p Publisher) Schedule(ctx context.Context, item WorkItem, at time.Time) error {
 	ctrlID := item.Controller.ID()
-	subject, err := SchedSubject(ctrlID, item.Parent.UID)
+	// A keyed item has its own schedule: a key's retry never replaces
+	// another key's, nor the per-parent resync.
+	token, err := parentToken(item.Parent.UID, item.MapKey)
+	if err != nil {
+		return fmt.Errorf("schedule %s: %w", ctrlID, err)
+	}
+	subject, err := SchedSubject(ctrlID, token)
 	if err != nil {
 		return err
 	}
-	target, err := DueSubject(ctrlID, item.Parent.UID)
+	target, err := DueSubject(ctrlID, token)
 	if err != nil {
 		return err
 	}
 	msg, err := NewMsg(ctx, subject, TypeSyncRequested, "", item.Controller, item.Parent, item,
-		map[string]string{ExtReason: item.Reason})
+		withItemKey(map[string]string{ExtReason: item.Reason}, item.MapKey, item.Key()))
 	if err != nil {
 		return err
 	}
@@ -127,7 +153,7 @@ func (p Publisher) Schedule(ctx context.Context, item WorkItem, at time.Time) er
 		return nil
 	}
 	if _, err := p.JS.PublishMsg(ctx, msg, jetstream.WithScheduleAt(at), jetstream.WithScheduleTarget(target)); err != nil {
-		return fmt.Errorf("schedule %s/%s at %s: %w", ctrlID, item.Parent.UID, at.Format(time.RFC3339), err)
+		return fmt.Errorf("schedule %s/%s at %s: %w", ctrlID, token, at.Format(time.RFC3339), err)
 	}
 	return nil
 }

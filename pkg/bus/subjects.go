@@ -10,7 +10,10 @@
 // partitioning each stream 64 ways with a subject transform, giving each
 // partition's durable consumer one owner at a time by lease (owners.go), and
 // running each parent's messages one at a time inside the owner (owned.go,
-// package fairq).
+// package fairq). A MapController's unit of work is (parent, map key)
+// instead: a keyed item is serialized, deduplicated and ordered per
+// (parent, key) by carrying the key in its parent's subject token
+// (MapKeySep), and its per-parent item is one more such unit.
 package bus
 
 import (
@@ -136,6 +139,95 @@ func storedSubject(root, ctrlID, parentUID string) string {
 	return fmt.Sprintf("%s.%d.%d.%s.%s", root, slot%groups, slot, ctrlID, parentUID)
 }
 
+// MapKeySep joins a parent UID and a map key into one parent token,
+// <parentUID>~<mapKey>, which stands where the parent UID stands in every
+// subject of a keyed (MapController) item: work, desired, schedule, due and
+// dead-letter subjects. One token, not an extra one, because everything
+// that routes or guards these subjects counts tokens: the streams'
+// subjects (mc.work.*.*), their partition transforms, the partition
+// consumers' filters, ParseStoredSubject and ParseKeySubject, and the
+// NATS publish permissions in deploy/ (mc.work.*.*, mc.desired.*.*,
+// mc.sched.*.*). So a keyed item needs no new stream, consumer or
+// permission, and:
+//   - MC_WORK's per-subject limit deduplicates per (parent, key), since
+//     each key has its own stored subject;
+//   - the server's {{partition(1024,1,2)}} hashes the whole token, so a
+//     keyed item's slot is a hash of (controller, parent, key) and the keys
+//     of one parent spread over the partitions, while one key always lands
+//     in the same slot and its desired states stay in order;
+//   - a keyless item's token is its UID alone: its subjects and slot are
+//     what they always were.
+//
+// "~" is safe as the separator: Kubernetes UIDs are UUIDs (hex digits and
+// "-"), map keys are lower-case base32 (package mapctl), and both are
+// checked to hold no "~" before a keyed subject is built, so the token
+// splits back unambiguously at its last "~".
+const MapKeySep = "~"
+
+// ParentToken is the subject token of a parent's item: the parent UID for
+// the per-parent item (mapKey ""), <parentUID>~<mapKey> for a keyed one.
+func ParentToken(parentUID, mapKey string) string {
+	if mapKey == "" {
+		return parentUID
+	}
+	return parentUID + MapKeySep + mapKey
+}
+
+// SplitParentToken reverses ParentToken: a token without "~" is a parent
+// UID with no map key.
+func SplitParentToken(token string) (parentUID, mapKey string) {
+	if i := strings.LastIndex(token, MapKeySep); i >= 0 {
+		return token[:i], token[i+len(MapKeySep):]
+	}
+	return token, ""
+}
+
+// parentToken is ParentToken for a subject being built: it refuses a key
+// or a keyed UID that would not split back, or would not be one subject
+// token, so that no input can address another parent's or key's subject.
+func parentToken(parentUID, mapKey string) (string, error) {
+	if mapKey == "" {
+		return parentUID, nil // unchanged for keyless items
+	}
+	if !validToken(mapKey) || strings.Contains(mapKey, MapKeySep) {
+		return "", fmt.Errorf("invalid map key %q: want one subject token without %q", mapKey, MapKeySep)
+	}
+	if !validToken(parentUID) || strings.Contains(parentUID, MapKeySep) {
+		return "", fmt.Errorf("invalid parent UID %q for map key %q", parentUID, mapKey)
+	}
+	return ParentToken(parentUID, mapKey), nil
+}
+
+// StoredWorkSubjectKey is StoredWorkSubject for (parent, map key); with
+// mapKey "" it is StoredWorkSubject.
+func StoredWorkSubjectKey(ctrlID, parentUID, mapKey string) string {
+	return storedSubject(workRoot, ctrlID, ParentToken(parentUID, mapKey))
+}
+
+// StoredDesiredSubjectKey is StoredDesiredSubject for (parent, map key):
+// the subject whose last message tells the applier whether a keyed desired
+// state is superseded; with mapKey "" it is StoredDesiredSubject.
+func StoredDesiredSubjectKey(ctrlID, parentUID, mapKey string) string {
+	return storedSubject(desiredRoot, ctrlID, ParentToken(parentUID, mapKey))
+}
+
+// SlotKey is the slot of (controller, parent, map key): Slot of the parent
+// token, as the server computes it; with mapKey "" it is Slot.
+func SlotKey(ctrlID, parentUID, mapKey string) int {
+	return Slot(ctrlID, ParentToken(parentUID, mapKey))
+}
+
+// ParseStoredSubjectKey is ParseStoredSubject with the parent token split
+// into parent UID and map key ("" for a per-parent item).
+func ParseStoredSubjectKey(subject string) (slot int, ctrlID, parentUID, mapKey string, err error) {
+	slot, ctrlID, token, err := ParseStoredSubject(subject)
+	if err != nil {
+		return 0, "", "", "", err
+	}
+	parentUID, mapKey = SplitParentToken(token)
+	return slot, ctrlID, parentUID, mapKey, nil
+}
+
 // SchedSubject holds the single pending schedule (retry or resync) of a
 // parent: re-publishing it replaces the earlier schedule.
 func SchedSubject(ctrlID, parentUID string) (string, error) {
@@ -166,7 +258,10 @@ func Slot(ctrlID, parentUID string) int {
 
 // ParseStoredSubject splits a stored subject
 // <root>.<slot mod 64>.<slot>.<ctrlID>.<parentUID>, or
-// <root>.<slot mod 64>.<ctrlID>.<parentUID> as stored before slots.
+// <root>.<slot mod 64>.<ctrlID>.<parentUID> as stored before slots. For a
+// keyed item the last value is the parent token <parentUID>~<mapKey>
+// (MapKeySep), which is what per-(parent, key) callers key by; use
+// ParseStoredSubjectKey or SplitParentToken to separate the two.
 func ParseStoredSubject(subject string) (slot int, ctrlID, parentUID string, err error) {
 	parts := strings.Split(subject, ".")
 	token := 3
@@ -184,7 +279,8 @@ func ParseStoredSubject(subject string) (slot int, ctrlID, parentUID string, err
 }
 
 // ParseKeySubject splits an unpartitioned subject <a>.<b>.<ctrlID>.<parentUID>
-// (a due or schedule subject).
+// (a due or schedule subject). For a keyed item parentUID is the parent
+// token <parentUID>~<mapKey>; SplitParentToken separates it.
 func ParseKeySubject(subject string) (ctrlID, parentUID string, err error) {
 	parts := strings.Split(subject, ".")
 	if len(parts) != 4 {

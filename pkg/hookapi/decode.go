@@ -62,7 +62,7 @@ func (l *AttachmentList) UnmarshalJSON(data []byte) error {
 
 // ObjectError reports an unusable entry of a desired-object list in a hook response.
 type ObjectError struct {
-	List  string // "children" or "attachments"
+	List  string // "children", "attachments" or "outputs"
 	Index int    // position in the list, from 0
 	// APIVersion, Kind and Name are whatever could be read from the entry (possibly empty),
 	// to help the hook author find it.

@@ -160,6 +160,7 @@ func FuzzDecode(f *testing.F) {
 		`{"children":[null,1,"x",[],{}]}`,
 		`{"children":{"a":1}}`, `null`, `[]`, `{"status":null,"children":null}`,
 		`{"attachments":[{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","labels":{"x":null}}}]}`,
+		`{"outputs":[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}},null]}`,
 	} {
 		f.Add([]byte(s), false)
 	}
@@ -176,5 +177,15 @@ func FuzzDecode(f *testing.F) {
 		_ = Decode(body, strict, &d)
 		var cu CustomizeResponse
 		_ = Decode(body, strict, &cu)
+		var m MapResponse
+		if Decode(body, strict, &m) == nil {
+			for i, o := range m.Outputs {
+				if o == nil || o.GetName() == "" || o.GetKind() == "" || o.GetAPIVersion() == "" {
+					t.Fatalf("accepted unaddressable output %d: %v", i, o)
+				}
+			}
+		}
+		var ts TombstoneResponse
+		_ = Decode(body, strict, &ts)
 	})
 }

@@ -1,8 +1,11 @@
 // Package v1alpha1 holds the metacontroller.k8s.io/v1alpha1 API types:
-// CompositeController, DecoratorController and ControllerRevision.
+// CompositeController, DecoratorController, MapController and
+// ControllerRevision.
 //
 // The JSON shapes are wire-compatible with upstream Metacontroller so that
-// existing manifests and hooks work unchanged. The types are plain structs
+// existing manifests and hooks work unchanged. MapController has no upstream
+// release (only a design proposal): metabus defines its shape, reusing the
+// upstream resource rules, update methods and hooks. The types are plain structs
 // decoded from unstructured objects (the services only read them through
 // dynamic informers), so no generated clientset or deepcopy is needed.
 package v1alpha1
@@ -27,6 +30,7 @@ var GroupVersion = schema.GroupVersion{Group: Group, Version: Version}
 var (
 	CompositeControllerGVR = GroupVersion.WithResource("compositecontrollers")
 	DecoratorControllerGVR = GroupVersion.WithResource("decoratorcontrollers")
+	MapControllerGVR       = GroupVersion.WithResource("mapcontrollers")
 	ControllerRevisionGVR  = GroupVersion.WithResource("controllerrevisions")
 )
 
@@ -34,6 +38,7 @@ var (
 const (
 	CompositeControllerKind = "CompositeController"
 	DecoratorControllerKind = "DecoratorController"
+	MapControllerKind       = "MapController"
 	ControllerRevisionKind  = "ControllerRevision"
 )
 
@@ -177,6 +182,70 @@ type DecoratorControllerHooks struct {
 
 // DecoratorControllerStatus is empty, as upstream.
 type DecoratorControllerStatus struct{}
+
+// MapController calls its map hook once per input object (an object it does
+// not own, selected by the parent's spec.selector) and keeps the outputs,
+// owned by the parent, grouped by the input they came from.
+type MapController struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   MapControllerSpec   `json:"spec"`
+	Status MapControllerStatus `json:"status,omitempty"`
+}
+
+// MapControllerSpec is the spec of a MapController.
+type MapControllerSpec struct {
+	ParentResource ResourceRule `json:"parentResource"`
+	// InputResources are read, never written: the parent does not own them.
+	InputResources []ResourceRule `json:"inputResources"`
+	// OutputResources are owned by the parent (controller reference).
+	OutputResources     []MapControllerOutputResourceRule `json:"outputResources"`
+	Hooks               *MapControllerHooks               `json:"hooks,omitempty"`
+	ResyncPeriodSeconds *int32                            `json:"resyncPeriodSeconds,omitempty"`
+	// EndpointConfigs serve the map and tombstone hooks as they serve the
+	// other kinds' hooks, so that a webhook's TLS and credentials are
+	// configured the same way everywhere.
+	EndpointConfigs []EndpointConfig `json:"endpointConfigs,omitempty"`
+}
+
+// MapControllerOutputResourceRule declares one output resource.
+type MapControllerOutputResourceRule struct {
+	ResourceRule   `json:",inline"`
+	UpdateStrategy *MapControllerOutputUpdateStrategy `json:"updateStrategy,omitempty"`
+}
+
+// OutputUpdateMethod says how existing outputs are updated. It is a type of
+// its own rather than ChildUpdateMethod because outputs never roll out (a
+// rollout is paced across one parent's children by ControllerRevisions,
+// while a MapController's keys are synced independently), so the CRD
+// rejects the Rolling* methods instead of silently downgrading them.
+type OutputUpdateMethod string
+
+// Output update methods: the non-rolling child update methods.
+const (
+	OutputUpdateOnDelete OutputUpdateMethod = "OnDelete"
+	OutputUpdateRecreate OutputUpdateMethod = "Recreate"
+	OutputUpdateInPlace  OutputUpdateMethod = "InPlace"
+)
+
+// MapControllerOutputUpdateStrategy is an output resource's update strategy.
+type MapControllerOutputUpdateStrategy struct {
+	Method OutputUpdateMethod `json:"method,omitempty"`
+}
+
+// MapControllerHooks are the hooks of a MapController.
+type MapControllerHooks struct {
+	// Map is called once per input object (required).
+	Map *Hook `json:"map,omitempty"`
+	// Tombstone, when set, decides which outputs of a vanished input are
+	// kept; without it they are deleted.
+	Tombstone *Hook `json:"tombstone,omitempty"`
+}
+
+// MapControllerStatus is empty, like the other kinds' (the aggregated
+// status is written on the parents, not on the controller).
+type MapControllerStatus struct{}
 
 // HookVersion selects the request encoding of a hook.
 type HookVersion string
