@@ -65,6 +65,15 @@ const (
 	// HookCustomize names the customize hook's calls (CloudEvent type,
 	// metrics); its answer is never a desired state.
 	HookCustomize = "customize"
+	// HookMap is a MapController map hook's answer for one map key.
+	HookMap = "map"
+	// HookTombstone is the outcome for one detached map key: the
+	// tombstone hook's answer, or, without one, metabus's own decision to
+	// delete the key's outputs.
+	HookTombstone = "tombstone"
+	// HookStatus is a state computed by metabus without a hook (a
+	// MapController parent's aggregated status).
+	HookStatus = "status"
 )
 
 // ParentKey identifies one parent of one controller across the stages
@@ -194,10 +203,15 @@ type DesiredState struct {
 	// a keyed one and the per-parent one of the same parent, or two keys,
 	// are independent.
 	MapKey string `json:"mapKey,omitempty"`
+	// MapInput names the input object of MapKey (package mapctl's
+	// InputAnnotation value: group/kind/namespace/name/uid), which the
+	// applier writes on every output of the key. "" when MapKey is.
+	MapInput string `json:"mapInput,omitempty"`
 	// WorkSeq is the MC_WORK stream sequence of the work item that produced
 	// this state; together with the parent UID it is the message id.
 	WorkSeq uint64 `json:"workSeq"`
-	// Hook is the hook that produced the state: "sync" or "finalize".
+	// Hook is the hook that produced the state: "sync", "finalize",
+	// "map", "tombstone" or "status" (the Hook* constants).
 	Hook string `json:"hook"`
 	// Children are the desired children as the hook returned them (apply
 	// semantics: only the fields the hook cares about).

@@ -63,8 +63,8 @@ func (c *Controller) SyncEchoable() bool { return !Rolls(c.CC) }
 // SyncHook is ChooseHook: finalize while the parent is deleted or
 // deselected (nothing without a finalize hook), else sync, which the
 // controller must have.
-func (c *Controller) SyncHook(parent *unstructured.Unstructured, _ string) (kinds.HookChoice, error) {
-	hook, kind, finalizing := ChooseHook(c.CC, parent)
+func (c *Controller) SyncHook(snap *snapshot.Response, _ string) (kinds.HookChoice, error) {
+	hook, kind, finalizing := ChooseHook(c.CC, snap.Parent)
 	if hook == nil {
 		if kind == "" {
 			// Deleting (or deselected) without a finalize hook: nothing to

@@ -124,7 +124,7 @@ func TestSyncHook(t *testing.T) {
 		t.Run(tc.reason, func(t *testing.T) {
 			c := syncController(tc.hooks, "")
 			c.CC.Spec.ParentResource.LabelSelector = tc.selector
-			choice, err := c.SyncHook(tc.parent, "things")
+			choice, err := c.SyncHook(&snapshot.Response{Parent: tc.parent}, "things")
 			got := result{Kind: choice.Kind, Finalizing: choice.Finalizing, Hook: choice.Hook, Err: errText(err)}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("SyncHook (-want +got):\n%s", diff)

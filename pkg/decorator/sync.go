@@ -39,7 +39,8 @@ func (c *Controller) SyncEchoable() bool { return true }
 // SyncHook is ChooseHook for a target of the given resource: finalize when
 // it is deleted or no longer selected while holding the finalizer, else
 // sync.
-func (c *Controller) SyncHook(target *unstructured.Unstructured, resource string) (kinds.HookChoice, error) {
+func (c *Controller) SyncHook(snap *snapshot.Response, resource string) (kinds.HookChoice, error) {
+	target := snap.Parent
 	selected, err := Selected(c.DC.Spec, target, resource)
 	if err != nil {
 		// The watcher wired the controller with the same selectors, so

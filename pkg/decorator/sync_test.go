@@ -116,7 +116,7 @@ func TestSyncHook(t *testing.T) {
 			want: result{Err: "DecoratorController dc has no sync hook"}},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
-			choice, err := syncController(tc.hooks).SyncHook(tc.target, tc.resource)
+			choice, err := syncController(tc.hooks).SyncHook(&snapshot.Response{Parent: tc.target}, tc.resource)
 			got := result{Kind: choice.Kind, Finalizing: choice.Finalizing, Hook: choice.Hook, Err: errText(err)}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("SyncHook (-want +got):\n%s", diff)
@@ -128,7 +128,7 @@ func TestSyncHook(t *testing.T) {
 func TestSyncHookBrokenSelector(t *testing.T) {
 	c := syncController(&v1alpha1.DecoratorControllerHooks{Sync: syncHook("http://h")})
 	c.DC.Spec.Resources[0].LabelSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Bogus"}}}
-	if _, err := c.SyncHook(pod(true, false), "pods"); err == nil {
+	if _, err := c.SyncHook(&snapshot.Response{Parent: pod(true, false)}, "pods"); err == nil {
 		t.Error("a selector that does not parse chose a hook")
 	}
 }

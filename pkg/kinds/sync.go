@@ -45,10 +45,11 @@ type Syncing interface {
 	// more than the snapshot's objects (rolling updates also depend on
 	// ControllerRevisions) says false.
 	SyncEchoable() bool
-	// SyncHook chooses the hook for a parent of the given resource. A
-	// zero choice (no hook, no error) means there is nothing to call;
-	// an error fails the sync (reported on the parent, retried).
-	SyncHook(parent *unstructured.Unstructured, resource string) (HookChoice, error)
+	// SyncHook chooses the hook for the parent of snap (as finally
+	// observed), an object of the given plural resource. A zero choice (no
+	// hook, not Local, no error) means there is nothing to do; an error
+	// fails the sync (reported on the parent, retried).
+	SyncHook(snap *snapshot.Response, resource string) (HookChoice, error)
 	// SyncCalls builds the hook calls for a parent from its final
 	// snapshot: one request each, with a fresh answer to decode into.
 	SyncCalls(in SyncInput) ([]HookCall, error)
@@ -87,8 +88,16 @@ type Gate struct {
 // HookChoice is the hook a parent gets. Hook nil means nothing to call.
 type HookChoice struct {
 	Hook *v1alpha1.Hook
+	// Local means the kind answers by itself, without a hook (Hook is
+	// nil): the calls SyncCalls returns carry no Request and their
+	// Response is already filled in, and SyncDesired turns them into the
+	// desired state as usual. Nothing is sent; the desired state is not a
+	// hook's answer (a MapController parent's aggregated status, or the
+	// deletion of a detached key's outputs without a tombstone hook).
+	Local bool
 	// Kind is the hook kind: the CloudEvent type's <hook> part, the hook
-	// metrics label and the desired state's Hook ("sync", "finalize").
+	// metrics label and the desired state's Hook (bus.HookSync,
+	// HookFinalize, HookMap, HookTombstone, HookStatus).
 	Kind string
 	// Finalizing is sent in the request: the parent is being finalized.
 	Finalizing bool

@@ -57,6 +57,62 @@ type WatchPlan struct {
 	Finalizer string
 	// Rules are the kind's decisions.
 	Rules WatchRules
+	// Keyed is set for a kind whose unit of work is (parent, map key),
+	// not the parent (MapController): it has input sources besides its
+	// parents and owned objects, and its work items, snapshots and desired
+	// states are per key (design §10). nil for per-parent kinds.
+	Keyed *KeyedPlan
+}
+
+// KeyedPlan is the part of a plan only keyed kinds have.
+//
+// How the watcher drives it: an event on an input becomes a work item for
+// (parent, the input's key) of every parent whose InputSelector selected
+// it before or selects it now, plus that parent's per-parent item when the
+// selection changed (the status counts inputs). An event on an owned
+// object becomes a work item for (its owner, its OutputKey), plus the
+// owner's per-parent item. A parent event or resync becomes the per-parent
+// item and one item per key of the parent: the keys of the inputs it
+// selects and the keys its outputs are tagged with (so a spec change
+// re-maps every key and a resync asks the tombstone hook again for every
+// detached key). A keyed snapshot is the parent, the key's input (nil when
+// detached) and the key's outputs; the per-parent snapshot is the parent
+// and Summarize's result, without children.
+type KeyedPlan struct {
+	// Inputs are the input resources, in spec order.
+	Inputs []*discovery.Resource
+	// Rules are the kind's decisions about inputs and keys.
+	Rules KeyedRules
+}
+
+// KeyedRules are a keyed kind's pure decisions. Objects passed in are
+// informer cache objects: implementations never modify them.
+type KeyedRules interface {
+	// InputKey is the map key of an object of the input resource res
+	// (false: it has none, e.g. no UID yet).
+	InputKey(res *discovery.Resource, input *unstructured.Unstructured) (string, bool)
+	// InputSelector is what inputs parent selects. An error means its
+	// selector cannot be used: the parent's syncs fail with it
+	// (snapshot SelectorError) and it selects nothing meanwhile.
+	InputSelector(parent *unstructured.Unstructured) (InputSelector, error)
+	// OutputKey is the map key an owned object is tagged with (false: it
+	// has none and belongs to no key; it is only counted).
+	OutputKey(owned *unstructured.Unstructured) (string, bool)
+	// Summarize computes the per-parent summary (snapshot.Response's
+	// Summary) from the inputs parent selects, one group per Inputs entry
+	// in order, and the outputs it controls, one group per WatchPlan.Owned
+	// entry in order.
+	Summarize(parent *unstructured.Unstructured, inputs, outputs []snapshot.Group) map[string]any
+}
+
+// InputSelector says which inputs one parent selects.
+type InputSelector interface {
+	// Namespace is the only namespace selected inputs can be in ("": any,
+	// and cluster-scoped inputs too), so the watcher lists candidates
+	// from its namespace index.
+	Namespace() string
+	// Selects reports whether input is selected.
+	Selects(input *unstructured.Unstructured) bool
 }
 
 // WatchParent is one parent resource.

@@ -29,6 +29,13 @@ type Request struct {
 	// includes the related objects, and the watcher starts resyncing the
 	// parent when one of them changes.
 	Related *bus.RelatedRules `json:"related,omitempty"`
+	// MapKey asks for one map key of a keyed kind's parent (MapController):
+	// the answer holds the parent, the key's input (Input) and only the
+	// outputs tagged with the key (Children). "" asks for the parent as a
+	// whole: for a keyed kind that is the parent and its Summary, with no
+	// children at all (a parent may have thousands of outputs; nothing
+	// that needs the whole parent needs them on the bus).
+	MapKey string `json:"mapKey,omitempty"`
 }
 
 // Result codes.
@@ -85,6 +92,16 @@ type Response struct {
 	Children []Group `json:"children,omitempty"`
 	// Related has one group per related-resource rule.
 	Related []Group `json:"related,omitempty"`
+	// MapKey echoes the request's map key.
+	MapKey string `json:"mapKey,omitempty"`
+	// Input is the key's input object when it exists and the parent
+	// selects it; nil for a detached key (its input is gone or no longer
+	// selected), whose outputs are then a tombstone's business.
+	Input *unstructured.Unstructured `json:"input,omitempty"`
+	// Summary is what a keyed kind computes from the watcher's caches for
+	// the parent as a whole (MapController: its aggregated status), in
+	// answer to a request without a map key. nil for other kinds.
+	Summary map[string]any `json:"summary,omitempty"`
 }
 
 // Source answers snapshot requests.

@@ -74,7 +74,7 @@ func (d *Dispatcher) syncParent(ctx context.Context, item bus.WorkItem, seq uint
 			return settled{result: "echo", forget: true}
 		}
 	}
-	choice, err := c.SyncHook(parent, resource)
+	choice, err := c.SyncHook(snap, resource)
 	if err != nil {
 		return failure(err)
 	}
