@@ -172,7 +172,9 @@ func (c *Controller) outputMap(hook *v1alpha1.Hook, snap *snapshot.Response) (ho
 }
 
 // SyncRevisions is nil: outputs never roll out.
-func (c *Controller) SyncRevisions(*unstructured.Unstructured) (*kinds.Revisions, error) { return nil, nil }
+func (c *Controller) SyncRevisions(*unstructured.Unstructured) (*kinds.Revisions, error) {
+	return nil, nil
+}
 
 // SyncAsOf is never asked (no revisions).
 func (c *Controller) SyncAsOf(kinds.HookCall, *unstructured.Unstructured) (kinds.HookCall, error) {
