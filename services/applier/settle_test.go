@@ -153,7 +153,7 @@ func TestSettle(t *testing.T) {
 			if tt.wantEvent != "" && !strings.Contains(event, tt.wantEvent) {
 				t.Errorf("Event %q, want reason %s", event, tt.wantEvent)
 			}
-			noted := book.Echo(ds.Controller.ID(), ds.Parent.UID, map[string]string{"p-uid": "41"})
+			noted := book.Echo(ds.Controller.ID(), ds.Parent.UID, ds.MapKey, map[string]string{"p-uid": "41"})
 			if noted != tt.wantNote {
 				t.Errorf("applied note recorded: %v, want %v", noted, tt.wantNote)
 			}
