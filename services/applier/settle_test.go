@@ -34,7 +34,7 @@ func (m *settledMsg) NakWithDelay(d time.Duration) error {
 }
 
 // schedules records the work items scheduled, as "reason attempt in
-// [after]".
+// [after] [key]".
 type schedules struct {
 	items []string
 	err   error
@@ -48,6 +48,9 @@ func (s *schedules) Schedule(_ context.Context, item bus.WorkItem, at time.Time)
 	entry := fmt.Sprintf("%s attempt=%d in=%s", item.Reason, item.Attempt, in)
 	if item.AfterSeq > 0 {
 		entry += fmt.Sprintf(" after=%d", item.AfterSeq)
+	}
+	if item.MapKey != "" {
+		entry += " key=" + item.MapKey
 	}
 	s.items = append(s.items, entry)
 	return nil
