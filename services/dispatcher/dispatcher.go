@@ -430,7 +430,7 @@ func (d *Dispatcher) failed(ctx context.Context, item bus.WorkItem, reason strin
 	d.failures.record(d.failureKey(item), n, time.Now())
 	delay := bus.Backoff(n)
 	d.log.Warn("sync failed; retrying with backoff", zap.String("controller", item.Controller.Name),
-		zap.String("parent", item.Parent.Namespace+"/"+item.Parent.Name), zap.Int("attempt", n),
+		zap.String("parent", item.Parent.Namespace+"/"+item.Parent.Name), zap.String("mapKey", item.MapKey), zap.Int("attempt", n),
 		zap.Duration("retryIn", delay), zap.Error(err))
 	if reason != "" {
 		d.rec.Warning(item.Parent.Stub(), reason, err.Error())
