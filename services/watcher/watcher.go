@@ -359,11 +359,20 @@ func (w *Watcher) runCacheFlush(ctx context.Context) {
 	}
 }
 
-// resyncAll enqueues every parent of every controller.
+// resyncAll enqueues every parent of every controller (and every map key
+// of a keyed controller's parents).
 func (w *Watcher) resyncAll(reason string) {
 	w.mu.RLock()
-	defer w.mu.RUnlock()
+	wirings := make([]*wiring, 0, len(w.wirings))
 	for _, wr := range w.wirings {
+		wirings = append(wirings, wr)
+	}
+	w.mu.RUnlock()
+	// Not under the lock: every enqueue reads the controller's weight
+	// under a read lock of its own, and a nested read lock deadlocks once
+	// a writer (a controller being rewired) waits in between. A keyed
+	// controller's fan-out makes the walk long enough for that to happen.
+	for _, wr := range wirings {
 		wr.resync(reason)
 	}
 }
