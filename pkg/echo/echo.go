@@ -22,9 +22,13 @@
 //     A write made against a version the hook never saw breaks the chain:
 //     a snapshot that folds someone else's change into our write is news.
 //
-// What is never an echo: a create or a delete (the set of objects changes,
-// e.g. a child the hook asked for now exists and should be counted), and any
-// change by anyone else. Notes travel on core NATS without persistence: a
+// What is never an echo: a delete, a create for a per-parent item (the set
+// of objects changes, e.g. a child the hook asked for now exists and should
+// be counted in the parent's status), and any change by anyone else. A
+// keyed item's hook (a MapController's map hook) answers for its own
+// outputs only and writes no status: an output it asked for, as this
+// controller created it, is no news to it, so such a create is an echo
+// (the applier notes a create as a write from ""). Notes travel on core NATS without persistence: a
 // lost or late note only costs the hook call it would have saved.
 package echo
 
@@ -50,18 +54,27 @@ const recentWrites = 4
 // IsEcho reports whether a hook about to be shown now (UID to
 // resourceVersion of every object in the request) would see only what it was
 // shown at its latest call (ref), or versions that writes(uid) lead to from
-// there.
-func IsEcho(ref, now map[string]string, writes func(uid string) []bus.Write) bool {
-	if len(ref) == 0 || len(now) != len(ref) {
+// there. With creates, an object the latest call was not shown may be one
+// this controller created (a chain of writes from ""); without, it is news.
+// An object of ref missing from now (deleted) is always news.
+func IsEcho(ref, now map[string]string, writes func(uid string) []bus.Write, creates bool) bool {
+	if len(ref) == 0 || len(now) < len(ref) || (!creates && len(now) != len(ref)) {
 		return false
 	}
+	shown := 0
 	for uid, rv := range now {
 		seen, ok := ref[uid]
-		if !ok || !reaches(seen, rv, writes, uid) {
+		if ok {
+			shown++
+		} else if !creates {
+			return false
+		}
+		// A created object's chain starts at "" (seen is "" when not ok).
+		if !reaches(seen, rv, writes, uid) {
 			return false
 		}
 	}
-	return true
+	return shown == len(ref)
 }
 
 // reaches reports whether rv is seen, or the end of a chain of our writes
@@ -78,14 +91,14 @@ func reaches(seen, rv string, writes func(uid string) []bus.Write, uid string) b
 		if rv == "" {
 			return false
 		}
-		prev := ""
+		prev, found := "", false
 		for _, w := range ws {
 			if w.To == rv {
-				prev = w.From
+				prev, found = w.From, true
 				break
 			}
 		}
-		if prev == "" {
+		if !found || (prev == "" && seen != "") {
 			return false
 		}
 		rv = prev
@@ -360,7 +373,8 @@ func (b *Book) Echo(ctrlID, parentUID, mapKey string, now map[string]string) boo
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r, _ := b.lookupLocked(bus.ItemKey(ctrlID, parentUID, mapKey))
-	return IsEcho(r.inputs, now, func(uid string) []bus.Write { return b.writesLocked(ctrlID + "/" + uid) })
+	// Creates are echoes to a keyed item only (see the package doc).
+	return IsEcho(r.inputs, now, func(uid string) []bus.Write { return b.writesLocked(ctrlID + "/" + uid) }, mapKey != "")
 }
 
 // Subscribe feeds the Book from AppliedSubject until the subscription ends.

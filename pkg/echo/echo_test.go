@@ -19,6 +19,10 @@ func TestIsEcho(t *testing.T) {
 			// A write against someone else's version 13.
 			{UID: "parent", From: "13", To: "14"}},
 		"child": {{UID: "child", From: "20", To: "21"}},
+		// Objects we created, one updated by us since.
+		"made":    {{UID: "made", To: "30"}},
+		"made2":   {{UID: "made2", To: "40"}, {UID: "made2", From: "40", To: "41"}},
+		"updated": {{UID: "updated", From: "50", To: "51"}},
 	}
 	of := func(uid string) []bus.Write { return writes[uid] }
 	cases := []struct {
@@ -26,34 +30,50 @@ func TestIsEcho(t *testing.T) {
 		reason string
 		ref    map[string]string
 		now    map[string]string
-		want   bool
+		// creates: created objects may be echoes (a keyed item).
+		creates bool
+		want    bool
 	}{
 		{"unchanged", "the hook would see exactly what it saw", ref,
-			map[string]string{"ctrl": "1", "parent": "10", "child": "20"}, true},
+			map[string]string{"ctrl": "1", "parent": "10", "child": "20"}, false, true},
 		{"own status write", "the parent is at the version our write from what the hook saw produced", ref,
-			map[string]string{"ctrl": "1", "parent": "11", "child": "20"}, true},
+			map[string]string{"ctrl": "1", "parent": "11", "child": "20"}, false, true},
 		{"chain of own writes", "two of our writes in a row lead from what the hook saw", ref,
-			map[string]string{"ctrl": "1", "parent": "12", "child": "21"}, true},
+			map[string]string{"ctrl": "1", "parent": "12", "child": "21"}, false, true},
 		{"own write over someone else's", "our write against a version the hook never saw carries that change along", ref,
-			map[string]string{"ctrl": "1", "parent": "14", "child": "20"}, false},
+			map[string]string{"ctrl": "1", "parent": "14", "child": "20"}, false, false},
 		{"someone else changed the child", "a version we did not write is news", ref,
-			map[string]string{"ctrl": "1", "parent": "12", "child": "22"}, false},
+			map[string]string{"ctrl": "1", "parent": "12", "child": "22"}, false, false},
 		{"child created", "a new object is news even if we created it", ref,
-			map[string]string{"ctrl": "1", "parent": "12", "child": "21", "new": "30"}, false},
+			map[string]string{"ctrl": "1", "parent": "12", "child": "21", "new": "30"}, false, false},
 		{"child deleted", "a missing object is news", ref,
-			map[string]string{"ctrl": "1", "parent": "12"}, false},
+			map[string]string{"ctrl": "1", "parent": "12"}, false, false},
 		{"replaced child", "same count, different UID", ref,
-			map[string]string{"ctrl": "1", "parent": "12", "other": "21"}, false},
+			map[string]string{"ctrl": "1", "parent": "12", "other": "21"}, false, false},
 		{"controller changed", "a new controller spec may change the answer", ref,
-			map[string]string{"ctrl": "2", "parent": "10", "child": "20"}, false},
+			map[string]string{"ctrl": "2", "parent": "10", "child": "20"}, false, false},
 		{"no reference", "nothing known: call the hook", nil,
-			map[string]string{"ctrl": "1"}, false},
+			map[string]string{"ctrl": "1"}, false, false},
 		{"empty version", "an object without a version is never ours",
-			map[string]string{"a": "1"}, map[string]string{"a": ""}, false},
+			map[string]string{"a": "1"}, map[string]string{"a": ""}, false, false},
+		{"keyed: own create", "an object we created, as we created it, is no news to a keyed item", ref,
+			map[string]string{"ctrl": "1", "parent": "10", "child": "20", "made": "30"}, true, true},
+		{"keyed: own create updated by us", "a chain of our writes from the create", ref,
+			map[string]string{"ctrl": "1", "parent": "10", "child": "21", "made2": "41"}, true, true},
+		{"keyed: create changed by someone", "a created object at a version we did not write is news", ref,
+			map[string]string{"ctrl": "1", "parent": "10", "child": "20", "made": "31"}, true, false},
+		{"keyed: someone else's create", "an object we never wrote is news", ref,
+			map[string]string{"ctrl": "1", "parent": "10", "child": "20", "new": "30"}, true, false},
+		{"keyed: update is not a create", "an object the hook never saw that we only updated did not come from us", ref,
+			map[string]string{"ctrl": "1", "parent": "10", "child": "20", "updated": "51"}, true, false},
+		{"keyed: deleted", "a missing object is news even with creates", ref,
+			map[string]string{"ctrl": "1", "parent": "10", "made": "30"}, true, false},
+		{"keyed: replaced", "one created, one of the reference gone: still news", ref,
+			map[string]string{"ctrl": "1", "parent": "10", "made": "30", "made2": "41"}, true, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := IsEcho(tc.ref, tc.now, of); got != tc.want {
+			if got := IsEcho(tc.ref, tc.now, of, tc.creates); got != tc.want {
 				t.Errorf("%s: IsEcho = %v, want %v", tc.reason, got, tc.want)
 			}
 		})

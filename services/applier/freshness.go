@@ -125,6 +125,21 @@ func startWrite(ctx context.Context, base *unstructured.Unstructured) func(out *
 	}
 }
 
+// noteCreated logs the create of an object as a write from "" (what the
+// echo book reads as "this controller created it": an echo to a keyed
+// item's hook, news to a per-parent one).
+func noteCreated(ctx context.Context, out written) {
+	wl, _ := ctx.Value(writeLogKey{}).(*writeLog)
+	if wl == nil || out.UID == "" || out.ResourceVersion == "" {
+		return
+	}
+	w := bus.Write{UID: out.UID, To: out.ResourceVersion}
+	wl.writes = append(wl.writes, w)
+	if wl.onWrite != nil {
+		wl.onWrite(w)
+	}
+}
+
 // newWriteLog starts the write log of applying ds.
 func (a *Applier) newWriteLog(ds *bus.DesiredState) *writeLog {
 	wl := &writeLog{}

@@ -137,14 +137,17 @@ func (a *Applier) client(rule *children.Rule, ns string) (dynamic.ResourceInterf
 
 // create creates a child: through the raw client when there is one (the
 // created object is not decoded: nothing reads it), else the dynamic one.
-func (a *Applier) create(ctx context.Context, c dynamic.ResourceInterface, rule *children.Rule, obj *unstructured.Unstructured) error {
+func (a *Applier) create(ctx context.Context, c dynamic.ResourceInterface, rule *children.Rule, obj *unstructured.Unstructured) (written, error) {
 	if a.raw == nil {
-		_, err := c.Create(ctx, obj, metav1.CreateOptions{})
-		return err
+		out, err := c.Create(ctx, obj, metav1.CreateOptions{})
+		if err != nil {
+			return written{}, err
+		}
+		return written{UID: string(out.GetUID()), ResourceVersion: out.GetResourceVersion()}, nil
 	}
 	gvr, err := ruleGVR(rule)
 	if err != nil {
-		return err
+		return written{}, err
 	}
 	ns := ""
 	if rule.Namespaced {
@@ -197,12 +200,14 @@ func (a *Applier) write(ctx context.Context, act children.Action) error {
 	switch act.Op {
 	case children.OpCreate:
 		a.metrics.writes.WithLabelValues("create", act.Rule.Resource).Inc()
-		if err := a.create(ctx, c, act.Rule, obj); err != nil {
+		out, err := a.create(ctx, c, act.Rule, obj)
+		if err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				return a.alreadyExists(ctx, c, obj, what)
 			}
 			return fmt.Errorf("create %s: %w", what, err)
 		}
+		noteCreated(ctx, out)
 	case children.OpUpdate:
 		a.metrics.writes.WithLabelValues("update", act.Rule.Resource).Inc()
 		finish := startWrite(ctx, obj)

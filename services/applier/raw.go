@@ -54,14 +54,38 @@ func path(gvr schema.GroupVersionResource, namespace, name, subresource string) 
 	return p
 }
 
-// create POSTs obj and ignores the created object.
-func (r *rawClient) create(ctx context.Context, gvr schema.GroupVersionResource, namespace string, obj *unstructured.Unstructured) error {
+// create POSTs obj and returns the created object's identity: its UID and
+// resourceVersion (the rest of the answer is not decoded).
+func (r *rawClient) create(ctx context.Context, gvr schema.GroupVersionResource, namespace string, obj *unstructured.Unstructured) (written, error) {
 	body, err := json.Marshal(obj.Object)
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", obj.GetName(), err)
+		return written{}, fmt.Errorf("encode %s: %w", obj.GetName(), err)
 	}
-	return r.rc.Post().AbsPath(path(gvr, namespace, "", "")...).
-		SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Error()
+	raw, err := r.rc.Post().AbsPath(path(gvr, namespace, "", "")...).
+		SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Raw()
+	if err != nil {
+		return written{}, err
+	}
+	return readWritten(raw, obj.GetName(), "create")
+}
+
+// written is the identity of an object as a write left it.
+type written struct {
+	UID, ResourceVersion string
+}
+
+// readWritten reads the identity from the API server's answer to a write.
+func readWritten(raw []byte, name, verb string) (written, error) {
+	var w struct {
+		Metadata struct {
+			UID             string `json:"uid"`
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(raw, &w); err != nil {
+		return written{}, fmt.Errorf("read the answer to the %s of %s: %w", verb, name, err)
+	}
+	return written{UID: w.Metadata.UID, ResourceVersion: w.Metadata.ResourceVersion}, nil
 }
 
 // update PUTs obj (to subresource, if not "") and returns the
@@ -76,15 +100,11 @@ func (r *rawClient) update(ctx context.Context, gvr schema.GroupVersionResource,
 	if err != nil {
 		return "", err
 	}
-	var written struct {
-		Metadata struct {
-			ResourceVersion string `json:"resourceVersion"`
-		} `json:"metadata"`
+	w, err := readWritten(raw, obj.GetName(), "update")
+	if err != nil {
+		return "", err
 	}
-	if err := json.Unmarshal(raw, &written); err != nil {
-		return "", fmt.Errorf("read the answer to the update of %s: %w", obj.GetName(), err)
-	}
-	return written.Metadata.ResourceVersion, nil
+	return w.ResourceVersion, nil
 }
 
 // withResourceVersion is obj at resourceVersion rv: a copy sharing every

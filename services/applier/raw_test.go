@@ -45,6 +45,7 @@ func TestRawClient(t *testing.T) {
 				Status: metav1.StatusFailure, Reason: metav1.StatusReasonConflict, Code: http.StatusConflict})
 		default:
 			body["metadata"].(map[string]any)["resourceVersion"] = "43"
+			body["metadata"].(map[string]any)["uid"] = "u-" + name
 			answer(w, http.StatusOK, body)
 		}
 	}))
@@ -69,13 +70,20 @@ func TestRawClient(t *testing.T) {
 		wantErr func(error) bool
 	}{
 		{
-			reason: "a namespaced core create posts to the collection",
-			do:     func() (string, error) { return "", rc.create(ctx, cms, "ns", obj("a", "ns")) },
+			reason: "a namespaced core create posts to the collection and reads back the new object's UID and resourceVersion",
+			do: func() (string, error) {
+				w, err := rc.create(ctx, cms, "ns", obj("a", "ns"))
+				return w.UID + "@" + w.ResourceVersion, err
+			},
 			want:   request{Method: "POST", Path: "/api/v1/namespaces/ns/configmaps"},
+			wantRV: "u-a@43",
 		},
 		{
-			reason:  "a create of a taken name is AlreadyExists",
-			do:      func() (string, error) { return "", rc.create(ctx, cms, "ns", obj("taken", "ns")) },
+			reason: "a create of a taken name is AlreadyExists",
+			do: func() (string, error) {
+				_, err := rc.create(ctx, cms, "ns", obj("taken", "ns"))
+				return "", err
+			},
 			want:    request{Method: "POST", Path: "/api/v1/namespaces/ns/configmaps"},
 			wantErr: apierrors.IsAlreadyExists,
 		},
