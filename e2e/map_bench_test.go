@@ -96,7 +96,9 @@ func BenchmarkMapController(b *testing.B) {
 		})
 	}
 	if len(results) > 0 {
-		b.Logf("MapController vs one CompositeController, %d inputs (2 shared cores: compare ratios, not absolutes):\n%s",
+		// A parent benchmark's log is not printed (only its
+		// sub-benchmarks' are): the comparison goes to stdout.
+		mapBenchPrintf("BenchmarkMapController: MapController vs one CompositeController, %d inputs (compare ratios: the machine's cores are shared):\n%s",
 			n, mapBenchTable(results))
 	}
 }
@@ -113,6 +115,7 @@ type mapBenchResult struct {
 	convergeAPI               benchAPIDelta
 	convergeCPU, convergeKube time.Duration
 	convergeStatusSyncs       string
+	callsPerKey               string
 
 	change             time.Duration
 	changeCalls        int64
@@ -154,7 +157,7 @@ func runMapBench(b *testing.B, mode string, n int) *mapBenchResult {
 	}); err != nil {
 		b.Fatalf("create inputs: %v", err)
 	}
-	b.Logf("%s: created %d input ConfigMaps in %s", mode, n, time.Since(start).Round(time.Millisecond))
+	mapBenchPrintf("%s: created %d input ConfigMaps in %s", mode, n, time.Since(start).Round(time.Millisecond))
 	inputSelector := map[string]any{"matchLabels": map[string]any{mapBenchInputLabel: "yes"}}
 	spec := map[string]any{"selector": inputSelector}
 	if mode == "composite-all" {
@@ -192,7 +195,7 @@ func runMapBench(b *testing.B, mode string, n int) *mapBenchResult {
 	self0, kube0 := benchCPU()
 	start = time.Now()
 	mapBenchController(b, be, mode)
-	tr.wait(b, "converge", timeout, want, statusOK(int64(n)))
+	tr.wait(b, mode+" (a) converge", timeout, want, statusOK(int64(n)))
 	r.converge = time.Since(start)
 	self1, kube1 := benchCPU()
 	r.convergeCPU, r.convergeKube = self1-self0, kube1-kube0
@@ -205,8 +208,9 @@ func runMapBench(b *testing.B, mode string, n int) *mapBenchResult {
 	r.convergeBytes = hook1.bytes(mode) - hook0.bytes(mode)
 	r.maxReqBody = hook1.maxBytes[mapBenchHookPath(mode)]
 	r.convergeStatusSyncs = mapBenchStatusSyncs(mode, before, after, r.convergeCalls)
-	b.Logf("%s (a) converge: %s; hook calls %d (+%d customize); API requests: %s; %s; stages:%s",
-		mode, r.converge.Round(time.Millisecond), r.convergeCalls, r.convergeCustomize, r.convergeAPI,
+	r.callsPerKey = mapBenchCallsPerKey(hook0.byKey, hook1.byKey)
+	mapBenchPrintf("%s (a) converge: %s; hook calls %d (+%d customize), per map key: %s; API requests: %s; %s; stages:%s",
+		mode, r.converge.Round(time.Millisecond), r.convergeCalls, r.convergeCustomize, r.callsPerKey, r.convergeAPI,
 		benchResults(before, after), benchStages(before.hists, after.hists))
 	if mode == "map" {
 		// Every key called once at least; more shows as calls/input.
@@ -227,7 +231,7 @@ func runMapBench(b *testing.B, mode string, n int) *mapBenchResult {
 		b.Fatalf("patch input %s: %v", changed, err)
 	}
 	want["out-"+changed] = changed + "/2"
-	tr.wait(b, "one change", timeout, want, statusOK(int64(n)))
+	tr.wait(b, mode+" (b) one change", timeout, want, statusOK(int64(n)))
 	r.change = tr.seenAt("out-"+changed, changed+"/2").Sub(start)
 	be.waitQuiet(b, 2*time.Second, 2*time.Minute)
 	after, hook1 = be.snap(b), hook.stats()
@@ -235,7 +239,7 @@ func runMapBench(b *testing.B, mode string, n int) *mapBenchResult {
 	r.changeCalls = hook1.calls(mode) - hook0.calls(mode)
 	r.changeBytes = hook1.bytes(mode) - hook0.bytes(mode)
 	r.changeStatusSyncs = mapBenchStatusSyncs(mode, before, after, r.changeCalls)
-	b.Logf("%s (b) one input changed: output updated in %s; hook calls %d; API requests: %s; %s",
+	mapBenchPrintf("%s (b) one input changed: output updated in %s; hook calls %d; API requests: %s; %s",
 		mode, r.change.Round(time.Millisecond), r.changeCalls, r.changeAPI, benchResults(before, after))
 	if mode == "map" {
 		var called []string
@@ -259,7 +263,7 @@ func runMapBench(b *testing.B, mode string, n int) *mapBenchResult {
 		b.Fatalf("delete input %s: %v", deleted, err)
 	}
 	delete(want, "out-"+deleted)
-	tr.wait(b, "one delete", timeout, want, statusOK(int64(n-1)))
+	tr.wait(b, mode+" (c) one delete", timeout, want, statusOK(int64(n-1)))
 	r.deleteTook = time.Since(start)
 	be.waitQuiet(b, 2*time.Second, 2*time.Minute)
 	after, hook1 = be.snap(b), hook.stats()
@@ -267,7 +271,7 @@ func runMapBench(b *testing.B, mode string, n int) *mapBenchResult {
 	r.deleteCalls = hook1.total() - hook0.total()
 	r.deleteStatusSyncs = mapBenchStatusSyncs(mode, before, after, hook1.calls(mode)-hook0.calls(mode))
 	r.deleteStatusWrites = mapBenchStatusWrites(r.deleteAPI)
-	b.Logf("%s (c) one input deleted: status and outputs at %d in %s; hook calls %d; status syncs %s; API requests: %s; %s",
+	mapBenchPrintf("%s (c) one input deleted: status and outputs at %d in %s; hook calls %d; status syncs %s; API requests: %s; %s",
 		mode, n-1, r.deleteTook.Round(time.Millisecond), r.deleteCalls, r.deleteStatusSyncs, r.deleteAPI, benchResults(before, after))
 	return r
 }
@@ -292,7 +296,60 @@ func (r *mapBenchResult) report(b *testing.B) {
 	b.ReportMetric(float64(r.deleteTook)/float64(time.Millisecond), "one-delete-ms")
 	b.ReportMetric(float64(r.deleteAPI.writes()), "one-delete-writes")
 	b.ReportMetric(0, "ns/op")
-	b.Logf("%s:\n%s", r.mode, mapBenchTable([]*mapBenchResult{r}))
+	// The testing package keeps 10 lines of a benchmark's log: the
+	// summary fits, the details went to stdout.
+	b.Logf("%d inputs:\n"+
+		"\t(a) converge %.1fs: %s hook calls (per map key: %s), request %s mean / %s max; writes %s; status syncs %s; CPU proc %.1fs kube %.1fs\n"+
+		"\t(b) one change: output in %.0fms; %d hook calls (%s); writes %s; status syncs %s\n"+
+		"\t(c) one delete: status at N-1 in %.0fms; %d hook calls; writes %s, %d on the status; status syncs %s",
+		r.inputs, r.converge.Seconds(), mapBenchCalls(r), r.callsPerKey, mapBenchBytes(mapBenchMean(r.convergeBytes, r.convergeCalls)),
+		mapBenchBytes(r.maxReqBody), mapBenchWrites(r.convergeAPI), r.convergeStatusSyncs, r.convergeCPU.Seconds(), r.convergeKube.Seconds(),
+		float64(r.change)/float64(time.Millisecond), r.changeCalls, mapBenchBytes(r.changeBytes), mapBenchWrites(r.changeAPI), r.changeStatusSyncs,
+		float64(r.deleteTook)/float64(time.Millisecond), r.deleteCalls, mapBenchWrites(r.deleteAPI), r.deleteStatusWrites, r.deleteStatusSyncs)
+}
+
+// mapBenchPrintf prints details to stdout, where they are not trimmed.
+func mapBenchPrintf(format string, args ...any) {
+	fmt.Printf(strings.TrimRight(format, "\n")+"\n", args...)
+}
+
+func mapBenchMean(total, n int64) int64 {
+	if n == 0 {
+		return 0
+	}
+	return total / n
+}
+
+func mapBenchCalls(r *mapBenchResult) string {
+	if r.convergeCustomize > 0 {
+		return fmt.Sprintf("%d (+%d customize)", r.convergeCalls, r.convergeCustomize)
+	}
+	return fmt.Sprint(r.convergeCalls)
+}
+
+// mapBenchCallsPerKey is the distribution of map calls per key between two
+// snapshots, e.g. "1×4990 2×10" (4,990 keys called once, 10 twice); "-"
+// without map calls.
+func mapBenchCallsPerKey(before, after map[string]int64) string {
+	dist := map[int64]int{}
+	for key, c := range after {
+		if d := c - before[key]; d > 0 {
+			dist[d]++
+		}
+	}
+	if len(dist) == 0 {
+		return "-"
+	}
+	counts := make([]int64, 0, len(dist))
+	for c := range dist {
+		counts = append(counts, c)
+	}
+	sort.Slice(counts, func(i, j int) bool { return counts[i] < counts[j] })
+	parts := make([]string, len(counts))
+	for i, c := range counts {
+		parts[i] = fmt.Sprintf("%d×%d", c, dist[c])
+	}
+	return strings.Join(parts, " ")
 }
 
 // mapBenchTable lines the results up, one column per mode.
@@ -302,12 +359,8 @@ func mapBenchTable(rs []*mapBenchResult) string {
 		f    func(r *mapBenchResult) string
 	}{
 		{"(a) converge", func(r *mapBenchResult) string { return fmt.Sprintf("%.1fs", r.converge.Seconds()) }},
-		{"    hook calls", func(r *mapBenchResult) string {
-			if r.convergeCustomize > 0 {
-				return fmt.Sprintf("%d (+%d customize)", r.convergeCalls, r.convergeCustomize)
-			}
-			return fmt.Sprint(r.convergeCalls)
-		}},
+		{"    hook calls", mapBenchCalls},
+		{"    map calls per key", func(r *mapBenchResult) string { return r.callsPerKey }},
 		{"    hook request bytes, total", func(r *mapBenchResult) string { return mapBenchBytes(r.convergeBytes) }},
 		{"    hook request bytes, largest", func(r *mapBenchResult) string { return mapBenchBytes(r.maxReqBody) }},
 		{"    API writes", func(r *mapBenchResult) string { return mapBenchWrites(r.convergeAPI) }},
@@ -767,7 +820,7 @@ func (tr *mapBenchTracker) wait(b *testing.B, what string, timeout time.Duration
 		case <-tr.changed:
 		case <-time.After(100 * time.Millisecond):
 		case <-progress.C:
-			b.Logf("%s: after %s: %s", what, time.Since(start).Round(time.Second), p)
+			mapBenchPrintf("%s: after %s: %s", what, time.Since(start).Round(time.Second), p)
 		case <-deadline:
 			b.Fatalf("%s: not converged after %s: %s; warnings: %s", what, timeout, p, mapBenchWarnings(tr.ns))
 		}
