@@ -51,7 +51,9 @@ e2e:
 # bench prints figures (never asserts on time): the pure cores and the bus,
 # the bus's scaling with replicas, workers and controllers (bench-bus,
 # ~2.5 min), then end-to-end convergence, idle latency and no-op resync cost
-# against the local control plane (~3 min), then the raw-client and
+# against the local control plane (~3 min) and MapController against one
+# CompositeController over 5,000 inputs (BenchmarkMapController, ~3 min;
+# `go test ./e2e -bench MapController -map-inputs N` sizes it), then the raw-client and
 # bin/metabus columns of hack/benchcmp: B1-B6 (~3 min, more when B6 finds
 # a stall), B7 (dispatcher replicas, ~1 min) and B8 (1,000 controllers,
 # ~6 min; BENCH_ARGS=-scenarios B1,B2,B3,B4,B5,B6,B7 leaves it out).
