@@ -1,13 +1,17 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 
 	"github.com/metabus/metabus/pkg/allinone"
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
@@ -1058,4 +1063,238 @@ func TestMapBadAnswers(t *testing.T) {
 				map[string]*unstructured.Unstructured{mode + "-good-daily": good, mode + "-bad-daily": bad}, sameVersion))
 		})
 	}
+}
+
+// The SnapshotSchedule example (examples/snapshot-schedule): its CRDs,
+// manifests and Python hook, run as a user would.
+const mapExampleDir = "../examples/snapshot-schedule"
+
+var (
+	snapshotSchedulesGVR = schema.GroupVersionResource{Group: "ctl.example.com", Version: "v1", Resource: "snapshotschedules"}
+	pvcSnapshotsGVR      = schema.GroupVersionResource{Group: "ctl.example.com", Version: "v1", Resource: "pvcsnapshots"}
+	pvcsGVR              = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
+)
+
+// exampleManifest reads one of the example's manifests.
+func exampleManifest(t *testing.T, name string) *unstructured.Unstructured {
+	t.Helper()
+	data, err := os.ReadFile(mapExampleDir + "/manifests/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obj map[string]any
+	if err := yaml.Unmarshal(data, &obj); err != nil {
+		t.Fatalf("parse %s: %v", name, err)
+	}
+	return &unstructured.Unstructured{Object: obj}
+}
+
+// startExampleHook runs the example's hook.py on a free loopback port
+// until the test ends, and returns its URL.
+func startExampleHook(t *testing.T) string {
+	t.Helper()
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 is needed to run the example's hook: %v", err)
+	}
+	cmd := exec.Command(python, mapExampleDir+"/hook.py", "--host", "127.0.0.1", "--port", "0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("hook.py's log:\n%s", tail(stderr.String(), 40))
+		}
+	})
+	first := make(chan string, 1)
+	go func() {
+		s := bufio.NewScanner(stdout)
+		if s.Scan() {
+			first <- s.Text()
+		}
+		close(first)
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case line := <-first:
+		url, ok := strings.CutPrefix(line, "listening on ")
+		if !ok {
+			t.Fatalf("hook.py said %q, want its address", line)
+		}
+		return url
+	case <-time.After(20 * time.Second):
+		t.Fatal("hook.py did not start in 20s")
+	}
+	return ""
+}
+
+// exampleCalls records, per map key, the number of map calls and how many
+// outputs each tombstone answer kept.
+type exampleCalls struct {
+	mu   sync.Mutex
+	maps map[string]int
+	kept map[string][]int
+}
+
+// proxy forwards hook calls to the Python hook, recording them.
+func (c *exampleCalls) proxy(target string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		resp, err := http.Post(target+r.URL.Path, "application/json", bytes.NewReader(body))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		answer, err := io.ReadAll(resp.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		var req struct {
+			MapKey string `json:"mapKey"`
+		}
+		var ans struct {
+			Outputs []any `json:"outputs"`
+		}
+		_ = json.Unmarshal(body, &req)
+		_ = json.Unmarshal(answer, &ans)
+		c.mu.Lock()
+		switch r.URL.Path {
+		case "/map":
+			c.maps[req.MapKey]++
+		case "/tombstone":
+			c.kept[req.MapKey] = append(c.kept[req.MapKey], len(ans.Outputs))
+		}
+		c.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(resp.StatusCode)
+		_, _ = w.Write(answer)
+	})
+}
+
+func (c *exampleCalls) keptAnswers(key string) []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]int(nil), c.kept[key]...)
+}
+
+// TestMapSnapshotScheduleExample runs the example as its README says, with
+// the Python hook, a shorter resync and retention: a selected claim gets
+// one snapshot, owned by the schedule and tagged with the claim's key, and
+// the schedule counts them; the other claim gets none. Once the claim is
+// deleted, the tombstone hook keeps its snapshot until the retention has
+// passed, and then lets it go.
+func TestMapSnapshotScheduleExample(t *testing.T) {
+	ctx := context.Background()
+	if err := env.Apply(ctx, mapExampleDir+"/manifests/crd.yaml"); err != nil {
+		t.Fatalf("install the example's CRDs: %v", err)
+	}
+	inst := startMetabus(t, allinone.Config{}, nil)
+	ns := newNamespace(t)
+	cleanupParents(t, snapshotSchedulesGVR, ns)
+	calls := &exampleCalls{maps: map[string]int{}, kept: map[string][]int{}}
+	url := hookServer(t, calls.proxy(startExampleHook(t)))
+
+	mc := exampleManifest(t, "controller.yaml")
+	for _, hook := range []string{"map", "tombstone"} {
+		if err := unstructured.SetNestedField(mc.Object, url+"/"+hook, "spec", "hooks", hook, "webhook", "url"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The tombstone hook is asked again on each resync: every second
+	// rather than every minute, for the test to see the retention pass.
+	if err := unstructured.SetNestedField(mc.Object, int64(1), "spec", "resyncPeriodSeconds"); err != nil {
+		t.Fatal(err)
+	}
+	createController(t, inst, mapCtlKind, mc.GetName(), mc.Object["spec"].(map[string]any))
+
+	create := func(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) *unstructured.Unstructured {
+		t.Helper()
+		out, err := dyn.Resource(gvr).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("create %s %s: %v", obj.GetKind(), obj.GetName(), err)
+		}
+		return out
+	}
+	claim := create(pvcsGVR, exampleManifest(t, "pvc.yaml"))
+	other := exampleManifest(t, "pvc.yaml")
+	other.SetName("scratch")
+	other.SetLabels(map[string]string{"app": "web"})
+	create(pvcsGVR, other)
+	sched := exampleManifest(t, "schedule.yaml")
+	const retention = 30 * time.Second
+	if err := unstructured.SetNestedField(sched.Object, "30s", "spec", "retention"); err != nil {
+		t.Fatal(err)
+	}
+	schedule := create(snapshotSchedulesGVR, sched)
+
+	var snap *unstructured.Unstructured
+	eventually(t, 30*time.Second, "a snapshot of the selected claim", func() error {
+		list, err := dyn.Resource(pvcSnapshotsGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) != 1 {
+			return fmt.Errorf("%d snapshots, want 1", len(list.Items))
+		}
+		s := &list.Items[0]
+		if src := nestedString(s, "spec", "source", "persistentVolumeClaimName"); src != claim.GetName() {
+			return fmt.Errorf("snapshot %s of %q, want %s", s.GetName(), src, claim.GetName())
+		}
+		if ref := metav1.GetControllerOfNoCopy(s); ref == nil || ref.UID != schedule.GetUID() {
+			return fmt.Errorf("snapshot %s controller %v, want the schedule", s.GetName(), ref)
+		}
+		if k := s.GetLabels()[mapKeyLabel]; k != mapKeyOf(claim) {
+			return fmt.Errorf("snapshot %s key %q, want the claim's %q", s.GetName(), k, mapKeyOf(claim))
+		}
+		snap = s
+		return nil
+	})
+	eventually(t, 30*time.Second, "the schedule's status", wantMapStatus(ctx, snapshotSchedulesGVR, ns, schedule.GetName(),
+		map[string]counts{"persistentvolumeclaims": {"total": 1}}, map[string]counts{"pvcsnapshots": {"total": 1}}))
+
+	// The claim goes (the test plays the pvc-protection controller, which
+	// the test cluster does not run).
+	if err := kube.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, claim.GetName(), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, claim.GetName(), types.MergePatchType,
+		[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	key := mapKeyOf(claim)
+	eventually(t, 30*time.Second, "the tombstone hook keeping the snapshot", func() error {
+		if ks := calls.keptAnswers(key); len(ks) == 0 || ks[0] != 1 {
+			return fmt.Errorf("tombstone answers (outputs kept) %v", ks)
+		}
+		return nil
+	})
+	if _, err := dyn.Resource(pvcSnapshotsGVR).Namespace(ns).Get(ctx, snap.GetName(), metav1.GetOptions{}); err != nil {
+		t.Errorf("the snapshot the tombstone hook keeps: %v", err)
+	}
+	eventually(t, retention+60*time.Second, "the snapshot deleted after its retention", func() error {
+		return absent(ctx, pvcSnapshotsGVR, ns, snap.GetName())
+	})
+	// Kept until then: creation timestamps have whole seconds.
+	if age := time.Since(snap.GetCreationTimestamp().Time); age < retention-time.Second {
+		t.Errorf("the snapshot was deleted %s after its creation, before its retention (%s)", age.Round(time.Second), retention)
+	}
+	if ks := calls.keptAnswers(key); ks[len(ks)-1] != 0 {
+		t.Errorf("the last tombstone answer kept %d outputs, want none: %v", ks[len(ks)-1], ks)
+	}
+	eventually(t, 30*time.Second, "the schedule's status without the claim", wantMapStatus(ctx, snapshotSchedulesGVR, ns, schedule.GetName(),
+		map[string]counts{"persistentvolumeclaims": {"total": 0}}, map[string]counts{"pvcsnapshots": {"total": 0}}))
 }
