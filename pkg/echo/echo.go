@@ -39,7 +39,7 @@ import (
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 
-// DefaultSize bounds how many parents (and, separately, written objects) a
+// DefaultSize bounds how many items (and, separately, written objects) a
 // Book remembers in each of its two generations.
 const DefaultSize = 50000
 
@@ -97,13 +97,27 @@ func reaches(seen, rv string, writes func(uid string) []bus.Write, uid string) b
 // the controller, the parent, the children and the related objects, by UID.
 // It returns nil, which is never an echo, when the snapshot asks for
 // ownership changes (adoptions or releases are news to the hook).
+//
+// A keyed snapshot (one map key of a keyed kind's parent, snap.MapKey set)
+// lists the controller, the key's input (snap.Input, when the key is not
+// detached) and the key's outputs (snap.Children), but not the parent: the
+// parent's status is rewritten by its per-parent item all the time, and
+// counting it would make every key's next event news. A change of the
+// parent itself reaches its keys through the per-parent item's fan-out,
+// whose items are resyncs and never echo-checked.
+//
+// A snapshot carrying a Summary (a keyed kind's per-parent snapshot) is
+// computed from the watcher's caches, not from objects a hook is shown, so
+// it is never an echo: nil.
 func Inputs(snap *snapshot.Response) map[string]string {
-	if snap == nil || snap.Parent == nil || snap.Controller == nil {
+	if snap == nil || snap.Parent == nil || snap.Controller == nil || snap.Summary != nil {
 		return nil
 	}
-	in := map[string]string{
-		string(snap.Controller.GetUID()): snap.Controller.GetResourceVersion(),
-		string(snap.Parent.GetUID()):     snap.Parent.GetResourceVersion(),
+	in := map[string]string{string(snap.Controller.GetUID()): snap.Controller.GetResourceVersion()}
+	if snap.MapKey == "" {
+		in[string(snap.Parent.GetUID())] = snap.Parent.GetResourceVersion()
+	} else if snap.Input != nil {
+		in[string(snap.Input.GetUID())] = snap.Input.GetResourceVersion()
 	}
 	for _, groups := range [][]snapshot.Group{snap.Children, snap.Related} {
 		for _, g := range groups {
@@ -118,9 +132,13 @@ func Inputs(snap *snapshot.Response) map[string]string {
 	return in
 }
 
-// Book remembers, per parent, the inputs of the hook's latest call (from
+// Book remembers, per unit of work (a parent, or one map key of a keyed
+// kind's parent: bus.ItemKey), the inputs of the hook's latest call (from
 // this dispatcher's own calls and from every applier's notes, whichever is
-// newer by work sequence) and, per object, its latest writes. Both live in
+// newer by work sequence) and, per object, its latest writes. The keys of
+// one parent are called independently and in parallel, so each keeps its
+// own reference: one key's call never makes another's sync look new (or
+// old). Both live in
 // two generations of bounded maps: when the current one is full it becomes
 // the old one and the older is dropped. Forgetting only costs a hook call.
 // The zero value is not usable; call NewBook.
@@ -128,7 +146,7 @@ type Book struct {
 	size int
 
 	mu        sync.Mutex
-	refs, old map[string]ref         // by controller ID / parent UID
+	refs, old map[string]ref         // by bus.ItemKey
 	writes    map[string][]bus.Write // by controller ID / object UID, newest last
 	wold      map[string][]bus.Write
 	// inflight are writes this process has sent but not yet heard back
@@ -161,7 +179,8 @@ func NewBook(size int) *Book {
 }
 
 // Record takes an applier's note in: its writes, and its inputs (if any)
-// as the parent's reference unless a newer call is known.
+// as the reference of the note's item (a.Key()) unless a newer call is
+// known.
 func (b *Book) Record(a *bus.Applied) {
 	if b == nil || a == nil || a.ParentUID == "" {
 		return
@@ -173,7 +192,7 @@ func (b *Book) Record(a *bus.Applied) {
 		// A note with writes only (sent as each write happens) says
 		// nothing about what the hook was shown, nor that the apply
 		// completed.
-		key := bus.ParentKey(ctrl, a.ParentUID)
+		key := a.Key()
 		b.refLocked(key, a.WorkSeq, a.Inputs)
 		b.appliedLocked(key, a.WorkSeq)
 	}
@@ -245,16 +264,17 @@ func (b *Book) Await(ctrlID string, now map[string]string) <-chan struct{} {
 	return nil
 }
 
-// Called records that the hook of the parent was called at work sequence
-// seq with inputs (nil: a call whose inputs are not just objects, after
-// which nothing is an echo until the next call).
-func (b *Book) Called(ctrlID, parentUID string, seq uint64, inputs map[string]string) {
+// Called records that the hook of the parent's item with map key mapKey
+// ("" for the per-parent item) was called at work sequence seq with inputs
+// (nil: a call whose inputs are not just objects, after which nothing is
+// an echo until the next call).
+func (b *Book) Called(ctrlID, parentUID, mapKey string, seq uint64, inputs map[string]string) {
 	if b == nil {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.refLocked(bus.ParentKey(ctrlID, parentUID), seq, inputs)
+	b.refLocked(bus.ItemKey(ctrlID, parentUID, mapKey), seq, inputs)
 }
 
 func (b *Book) refLocked(key string, seq uint64, inputs map[string]string) {
@@ -297,20 +317,20 @@ func (b *Book) writesLocked(key string) []bus.Write {
 	return b.wold[key]
 }
 
-// Superseded reports whether the parent's latest known hook call was made
-// for a work item later than seq and its desired state was applied
-// completely: then the sync of seq, whose apply conflicted, has nothing
+// Superseded reports whether the latest known hook call of the parent's
+// item with map key mapKey was made for a work item later than seq and its
+// desired state was applied completely: then the sync of seq, whose apply conflicted, has nothing
 // left to do that an echo check of that call would not see. A later call
 // whose apply is unknown, still running or conflicted too does not count:
 // a conflict requeue folded into another parent's queued item (refused
 // as already queued) would otherwise be lost with its apply.
-func (b *Book) Superseded(ctrlID, parentUID string, seq uint64) bool {
+func (b *Book) Superseded(ctrlID, parentUID, mapKey string, seq uint64) bool {
 	if b == nil {
 		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	r, ok := b.lookupLocked(bus.ParentKey(ctrlID, parentUID))
+	r, ok := b.lookupLocked(bus.ItemKey(ctrlID, parentUID, mapKey))
 	return ok && r.seq > seq && r.applied >= r.seq
 }
 
@@ -330,15 +350,16 @@ func (b *Book) Wrote(ctrlID, uid, rv string) bool {
 	return false
 }
 
-// Echo reports whether a sync of the parent whose hook would be shown now is
-// an echo of the hook's latest call.
-func (b *Book) Echo(ctrlID, parentUID string, now map[string]string) bool {
+// Echo reports whether a sync of the parent's item with map key mapKey
+// ("" for the per-parent item) whose hook would be shown now is an echo of
+// that item's latest hook call.
+func (b *Book) Echo(ctrlID, parentUID, mapKey string, now map[string]string) bool {
 	if b == nil || len(now) == 0 {
 		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	r, _ := b.lookupLocked(bus.ParentKey(ctrlID, parentUID))
+	r, _ := b.lookupLocked(bus.ItemKey(ctrlID, parentUID, mapKey))
 	return IsEcho(r.inputs, now, func(uid string) []bus.Write { return b.writesLocked(ctrlID + "/" + uid) })
 }
 

@@ -88,6 +88,24 @@ func TestInputs(t *testing.T) {
 			Children: []snapshot.Group{{Release: []*unstructured.Unstructured{obj("k1", "3")}}},
 		}, nil},
 		{"no parent", "nothing to compare", &snapshot.Response{Controller: obj("c", "1")}, nil},
+		{"keyed", "a map key's hook is shown the controller, the key's input and the key's outputs; the parent, whose status the per-parent item keeps rewriting, is left out", &snapshot.Response{
+			Controller: obj("c", "1"), Parent: obj("p", "2"), MapKey: "k", Input: obj("in", "7"),
+			Children: []snapshot.Group{{Objects: []*unstructured.Unstructured{obj("o1", "3")}}, {}},
+		}, map[string]string{"c": "1", "in": "7", "o1": "3"}},
+		{"keyed and detached", "a detached key has no input: the controller and the outputs are all", &snapshot.Response{
+			Controller: obj("c", "1"), Parent: obj("p", "2"), MapKey: "k",
+			Children: []snapshot.Group{{Objects: []*unstructured.Unstructured{obj("o1", "3")}}},
+		}, map[string]string{"c": "1", "o1": "3"}},
+		{"keyed adoption pending", "ownership changes are news for a key too", &snapshot.Response{
+			Controller: obj("c", "1"), Parent: obj("p", "2"), MapKey: "k", Input: obj("in", "7"),
+			Children: []snapshot.Group{{Objects: []*unstructured.Unstructured{obj("o1", "3")}, Adopt: []*unstructured.Unstructured{obj("o1", "3")}}},
+		}, nil},
+		{"summary", "a per-parent summary is computed from caches, not shown objects: never an echo", &snapshot.Response{
+			Controller: obj("c", "1"), Parent: obj("p", "2"), Summary: map[string]any{"inputs": int64(3)},
+		}, nil},
+		{"empty summary", "an empty summary is a summary all the same", &snapshot.Response{
+			Controller: obj("c", "1"), Parent: obj("p", "2"), Summary: map[string]any{},
+		}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -121,30 +139,30 @@ func TestBook(t *testing.T) {
 		}
 	})
 	t.Run("echo", func(t *testing.T) {
-		if !b.Echo(ctrl.ID(), "p", map[string]string{"p": "2"}) {
+		if !b.Echo(ctrl.ID(), "p", "", map[string]string{"p": "2"}) {
 			t.Error("a sync seeing only our status write must be an echo")
 		}
 	})
 	t.Run("older note keeps newer reference", func(t *testing.T) {
 		b.Record(&bus.Applied{Controller: ctrl, ParentUID: "p", WorkSeq: 4, Inputs: map[string]string{"p": "0"}})
-		if !b.Echo(ctrl.ID(), "p", map[string]string{"p": "2"}) {
+		if !b.Echo(ctrl.ID(), "p", "", map[string]string{"p": "2"}) {
 			t.Error("an older note replaced a newer reference")
 		}
 	})
 	t.Run("later call is the reference", func(t *testing.T) {
 		// The hook was called again (seq 6) with the parent at 3, someone
 		// else's change; our write 1→2 no longer leads there.
-		b.Called(ctrl.ID(), "p", 6, map[string]string{"p": "3"})
-		if b.Echo(ctrl.ID(), "p", map[string]string{"p": "2"}) {
+		b.Called(ctrl.ID(), "p", "", 6, map[string]string{"p": "3"})
+		if b.Echo(ctrl.ID(), "p", "", map[string]string{"p": "2"}) {
 			t.Error("a write from before the latest call's view must not be an echo")
 		}
-		if !b.Echo(ctrl.ID(), "p", map[string]string{"p": "3"}) {
+		if !b.Echo(ctrl.ID(), "p", "", map[string]string{"p": "3"}) {
 			t.Error("what the latest call saw must be an echo")
 		}
 	})
 	t.Run("call without inputs", func(t *testing.T) {
-		b.Called(ctrl.ID(), "p", 7, nil)
-		if b.Echo(ctrl.ID(), "p", map[string]string{"p": "3"}) {
+		b.Called(ctrl.ID(), "p", "", 7, nil)
+		if b.Echo(ctrl.ID(), "p", "", map[string]string{"p": "3"}) {
 			t.Error("after a call with unknown inputs nothing is an echo")
 		}
 	})
@@ -163,16 +181,16 @@ func TestBook(t *testing.T) {
 		for _, uid := range []string{"q1", "q2", "q3", "q4", "q5"} {
 			b.Record(&bus.Applied{Controller: ctrl, ParentUID: uid, WorkSeq: 99, Inputs: map[string]string{uid: "1"}})
 		}
-		if b.Echo(ctrl.ID(), "p", map[string]string{"p": "3"}) {
+		if b.Echo(ctrl.ID(), "p", "", map[string]string{"p": "3"}) {
 			t.Error("a reference survived two generations of newer ones")
 		}
-		if !b.Echo(ctrl.ID(), "q5", map[string]string{"q5": "1"}) {
+		if !b.Echo(ctrl.ID(), "q5", "", map[string]string{"q5": "1"}) {
 			t.Error("the newest reference was dropped")
 		}
 	})
 	t.Run("nil book", func(t *testing.T) {
 		var nb *Book
-		if nb.Wrote("x", "y", "1") || nb.Echo("x", "y", map[string]string{"y": "1"}) {
+		if nb.Wrote("x", "y", "1") || nb.Echo("x", "y", "", map[string]string{"y": "1"}) {
 			t.Error("a nil book must know nothing")
 		}
 	})
@@ -181,7 +199,7 @@ func TestBook(t *testing.T) {
 func TestBookInFlight(t *testing.T) {
 	ctrl := bus.ControllerRef{Kind: "CompositeController", Name: "c"}.ID()
 	b := NewBook(0)
-	b.Called(ctrl, "p", 1, map[string]string{"p": "1"})
+	b.Called(ctrl, "p", "", 1, map[string]string{"p": "1"})
 	now := map[string]string{"p": "2"}
 
 	t.Run("nothing in flight", func(t *testing.T) {
@@ -195,7 +213,7 @@ func TestBookInFlight(t *testing.T) {
 		if wait == nil {
 			t.Fatal("a write in flight on an input must be awaitable")
 		}
-		if b.Echo(ctrl, "p", now) {
+		if b.Echo(ctrl, "p", "", now) {
 			t.Error("before the write returns, its result is unknown")
 		}
 	})
@@ -206,7 +224,7 @@ func TestBookInFlight(t *testing.T) {
 		default:
 			t.Fatal("Await's channel did not close when the write returned")
 		}
-		if !b.Echo(ctrl, "p", now) {
+		if !b.Echo(ctrl, "p", "", now) {
 			t.Error("once the write returned, its result is an echo")
 		}
 		if b.Await(ctrl, now) != nil {
@@ -216,7 +234,7 @@ func TestBookInFlight(t *testing.T) {
 	t.Run("failed write", func(t *testing.T) {
 		done := b.Begin(ctrl, "p", "2")
 		done("")
-		if b.Echo(ctrl, "p", map[string]string{"p": "3"}) {
+		if b.Echo(ctrl, "p", "", map[string]string{"p": "3"}) {
 			t.Error("a failed write produced nothing of ours")
 		}
 	})
@@ -241,22 +259,22 @@ func TestSuperseded(t *testing.T) {
 		want   bool
 	}{
 		{"a later call, applied completely", func(b *Book) {
-			b.Called(ctrl.ID(), "p", 5, in)
+			b.Called(ctrl.ID(), "p", "", 5, in)
 			b.Record(&bus.Applied{Controller: ctrl, ParentUID: "p", WorkSeq: 5, Inputs: in})
 		}, 4, true},
 		{"a later call whose apply is not known to be done", func(b *Book) {
-			b.Called(ctrl.ID(), "p", 5, in)
+			b.Called(ctrl.ID(), "p", "", 5, in)
 		}, 4, false},
 		{"a later call, with an even later one not applied yet", func(b *Book) {
 			b.Record(&bus.Applied{Controller: ctrl, ParentUID: "p", WorkSeq: 5, Inputs: in})
-			b.Called(ctrl.ID(), "p", 6, in)
+			b.Called(ctrl.ID(), "p", "", 6, in)
 		}, 4, false},
 		{"writes-only notes say nothing about completion", func(b *Book) {
-			b.Called(ctrl.ID(), "p", 5, in)
+			b.Called(ctrl.ID(), "p", "", 5, in)
 			b.Record(&bus.Applied{Controller: ctrl, ParentUID: "p", WorkSeq: 5, Writes: []bus.Write{{UID: "x", From: "1", To: "2"}}})
 		}, 4, false},
 		{"the requeue is of the latest call itself", func(b *Book) {
-			b.Called(ctrl.ID(), "p", 5, in)
+			b.Called(ctrl.ID(), "p", "", 5, in)
 			b.Record(&bus.Applied{Controller: ctrl, ParentUID: "p", WorkSeq: 5, Inputs: in})
 		}, 5, false},
 		{"no call known for the parent", func(*Book) {}, 1, false},
@@ -264,8 +282,61 @@ func TestSuperseded(t *testing.T) {
 		t.Run(tc.reason, func(t *testing.T) {
 			b := NewBook(0)
 			tc.book(b)
-			if got := b.Superseded(ctrl.ID(), "p", tc.seq); got != tc.want {
+			if got := b.Superseded(ctrl.ID(), "p", "", tc.seq); got != tc.want {
 				t.Errorf("Superseded(%d) = %v, want %v", tc.seq, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestBookKeys: the keys of one parent, and its per-parent item, each keep
+// their own reference and completion: one key's call or note never makes
+// another's sync an echo, nor settles another's conflict requeue.
+func TestBookKeys(t *testing.T) {
+	ctrl := bus.ControllerRef{Kind: "MapController", Name: "m"}
+	inA := map[string]string{"c": "1", "inA": "5"}
+	inB := map[string]string{"c": "1", "inB": "6"}
+	type verdicts struct {
+		EchoA, EchoB, EchoParent             bool
+		SupersededA, SupersededB, Superseded bool
+	}
+	for _, tc := range []struct {
+		reason string
+		book   func(b *Book)
+		want   verdicts
+	}{
+		{reason: "a call of key a is a reference for key a only", book: func(b *Book) {
+			b.Called(ctrl.ID(), "p", "a", 5, inA)
+		}, want: verdicts{EchoA: true}},
+		{reason: "an applier's note of key b (a call applied completely) is key b's reference and supersedes key b's older requeues only", book: func(b *Book) {
+			b.Record(&bus.Applied{Controller: ctrl, ParentUID: "p", MapKey: "b", WorkSeq: 5, Inputs: inB})
+		}, want: verdicts{EchoB: true, SupersededB: true}},
+		{reason: "a later call of key b does not replace key a's reference", book: func(b *Book) {
+			b.Called(ctrl.ID(), "p", "a", 5, inA)
+			b.Called(ctrl.ID(), "p", "b", 9, inB)
+		}, want: verdicts{EchoA: true, EchoB: true}},
+		{reason: "a per-parent call is no key's reference", book: func(b *Book) {
+			b.Called(ctrl.ID(), "p", "", 5, inA)
+		}, want: verdicts{EchoParent: true}},
+		{reason: "key a's call not known to be applied supersedes nothing, while key b's applied one does", book: func(b *Book) {
+			b.Called(ctrl.ID(), "p", "a", 9, inA)
+			b.Called(ctrl.ID(), "p", "b", 9, inB)
+			b.Record(&bus.Applied{Controller: ctrl, ParentUID: "p", MapKey: "b", WorkSeq: 9, Inputs: inB})
+		}, want: verdicts{EchoA: true, EchoB: true, SupersededB: true}},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			b := NewBook(0)
+			tc.book(b)
+			got := verdicts{
+				EchoA:       b.Echo(ctrl.ID(), "p", "a", inA),
+				EchoB:       b.Echo(ctrl.ID(), "p", "b", inB),
+				EchoParent:  b.Echo(ctrl.ID(), "p", "", inA),
+				SupersededA: b.Superseded(ctrl.ID(), "p", "a", 1),
+				SupersededB: b.Superseded(ctrl.ID(), "p", "b", 1),
+				Superseded:  b.Superseded(ctrl.ID(), "p", "", 1),
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("verdicts (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -119,8 +119,11 @@ type Registry struct {
 
 type entry struct {
 	informer cache.SharedIndexInformer
-	stop     chan struct{}
-	refs     int
+	// reg is the registration of the one handler: it has synced once the
+	// initial list went through fanOut.
+	reg  cache.ResourceEventHandlerRegistration
+	stop chan struct{}
+	refs int
 
 	// subs are the subscribers' handlers (copy on write; subsMu orders
 	// the writers). The informer has one handler of ours, which calls
@@ -169,7 +172,7 @@ func (r *Registry) Acquire(gvr schema.GroupVersionResource) *Handle {
 		// subscriber has had the event before "seen" covers it, so a
 		// reader that waited for "seen" finds the object in lookups and
 		// its subscribers' work already enqueued.
-		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		e.reg, _ = inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 			AddFunc: func(obj any, initial bool) {
 				e.fanOut(func(h cache.ResourceEventHandler) { h.OnAdd(obj, initial) })
 				e.observe(obj)
@@ -196,6 +199,8 @@ func (r *Registry) Acquire(gvr schema.GroupVersionResource) *Handle {
 type subscriber struct {
 	mu sync.Mutex
 	h  cache.ResourceEventHandler
+	// replayed is set once the replay is done.
+	replayed atomic.Bool
 }
 
 func (e *entry) fanOut(call func(cache.ResourceEventHandler)) {
@@ -270,6 +275,7 @@ func (h *Handle) AddHandler(handler cache.ResourceEventHandler) error {
 		for _, obj := range items {
 			handler.OnAdd(obj, true)
 		}
+		s.replayed.Store(true)
 	}()
 	h.subs = append(h.subs, s)
 	return nil
@@ -277,6 +283,27 @@ func (h *Handle) AddHandler(handler cache.ResourceEventHandler) error {
 
 // HasSynced reports whether the informer finished its initial list.
 func (h *Handle) HasSynced() bool { return h.e.informer.HasSynced() }
+
+// HandlersSynced reports whether every handler added through h has been
+// given the initial state: the informer's initial list went through the
+// shared handler, and each handler's replay is done. HasSynced is not
+// enough for a subscriber that keeps its own index of the objects (the
+// watcher's map-key indexes): the replay runs on its own goroutine, and
+// client-go's HasSynced does not wait for handlers at all, so a lookup in
+// such an index could still miss objects the cache holds.
+func (h *Handle) HandlersSynced() bool {
+	if !h.e.informer.HasSynced() || (h.e.reg != nil && !h.e.reg.HasSynced()) {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, s := range h.subs {
+		if !s.replayed.Load() {
+			return false
+		}
+	}
+	return true
+}
 
 // Release removes the handle's handlers and stops the informer when no other
 // subscriber remains. Safe to call twice.

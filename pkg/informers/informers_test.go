@@ -11,9 +11,11 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -598,5 +600,62 @@ func TestManySubscribersShareOneHandler(t *testing.T) {
 	}
 	for _, h := range handles[n/2:] {
 		h.Release()
+	}
+}
+
+// TestHandlersSynced: a handle's handlers count as synced only once each
+// has been replayed the cached objects, whatever the informer says; runs
+// on a fake client, without a control plane.
+func TestHandlersSynced(t *testing.T) {
+	objs := make([]runtime.Object, 3)
+	for i := range objs {
+		objs[i] = &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": "cm-" + strconv.Itoa(i), "namespace": "ns", "uid": "u" + strconv.Itoa(i), "resourceVersion": strconv.Itoa(10 + i)},
+		}}
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{cmGVR: "ConfigMapList"}, objs...)
+	reg := New(dyn, 0)
+	first := reg.Acquire(cmGVR)
+	defer first.Release()
+	syncHandle(t, first)
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(waitFor)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// The shared handler's registration syncs just after the informer.
+	eventually("a handle without handlers never synced", first.HandlersSynced)
+
+	h := reg.Acquire(cmGVR)
+	defer h.Release()
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	adds := 0
+	if err := h.AddHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) {
+		<-gate // a slow handler: the replay is still going on
+		mu.Lock()
+		adds++
+		mu.Unlock()
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if !h.HasSynced() {
+		t.Fatal("the shared informer synced before: HasSynced says so")
+	}
+	if h.HandlersSynced() {
+		t.Error("HandlersSynced while the handler's replay has not begun")
+	}
+	close(gate)
+	eventually("HandlersSynced never became true after the replay", h.HandlersSynced)
+	mu.Lock()
+	defer mu.Unlock()
+	if adds != len(objs) {
+		t.Errorf("HandlersSynced after %d of %d replayed adds", adds, len(objs))
 	}
 }

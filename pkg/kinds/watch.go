@@ -71,7 +71,8 @@ type WatchPlan struct {
 // it before or selects it now, plus that parent's per-parent item when the
 // selection changed (the status counts inputs). An event on an owned
 // object becomes a work item for (its owner, its OutputKey), plus the
-// owner's per-parent item. A parent event or resync becomes the per-parent
+// owner's per-parent item unless it is an update that changes nothing a
+// summary counts (owner, key, deletionTimestamp, status.conditions). A parent event or resync becomes the per-parent
 // item and one item per key of the parent: the keys of the inputs it
 // selects and the keys its outputs are tagged with (so a spec change
 // re-maps every key and a resync asks the tombstone hook again for every

@@ -14,12 +14,14 @@ import (
 	"github.com/metabus/metabus/pkg/composite"
 	"github.com/metabus/metabus/pkg/decorator"
 	"github.com/metabus/metabus/pkg/kinds"
+	"github.com/metabus/metabus/pkg/mapctl"
 )
 
 // Kinds are the controller kinds metabus serves.
 var Kinds = []kinds.Kind{
 	{Name: v1alpha1.CompositeControllerKind, GVR: v1alpha1.CompositeControllerGVR, Decode: composite.New, Finalizer: composite.Finalizer},
 	{Name: v1alpha1.DecoratorControllerKind, GVR: v1alpha1.DecoratorControllerGVR, Decode: decorator.New, Finalizer: decorator.Finalizer},
+	{Name: v1alpha1.MapControllerKind, GVR: v1alpha1.MapControllerGVR, Decode: mapctl.New, Finalizer: mapctl.Finalizer},
 }
 
 // Lookup returns the row of a kind.

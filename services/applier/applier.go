@@ -187,14 +187,16 @@ func (a *Applier) desiredStream(ctx context.Context) (jetstream.Stream, error) {
 	return a.stream, a.streamErr
 }
 
-// superseded reports whether a newer desired state for the same parent is
-// already in the stream: applying this one would only be undone.
+// superseded reports whether a newer desired state for the same item (the
+// parent, or the same map key of it) is already in the stream: applying
+// this one would only be undone. Another key's, or the per-parent one's,
+// says nothing about this one.
 func (a *Applier) superseded(ctx context.Context, ds *bus.DesiredState, seq uint64) bool {
 	st, err := a.desiredStream(ctx)
 	if err != nil {
 		return false
 	}
-	last, err := st.GetLastMsgForSubject(ctx, bus.StoredDesiredSubject(ds.Controller.ID(), ds.Parent.UID))
+	last, err := st.GetLastMsgForSubject(ctx, bus.StoredDesiredSubjectKey(ds.Controller.ID(), ds.Parent.UID, ds.MapKey))
 	if err != nil {
 		return false // apply: correctness does not depend on skipping
 	}
@@ -235,7 +237,9 @@ func (a *Applier) handle(ctx context.Context, m jetstream.Msg) {
 // message is settled (the ack releases the partition to other replicas).
 func (a *Applier) traced(ctx context.Context, ds *bus.DesiredState) error {
 	if a.trace != nil {
-		defer a.trace("applier", ds.Parent.UID)()
+		// The unit that must never be applied twice at once is the item:
+		// the keys of one parent are applied in parallel.
+		defer a.trace("applier", bus.ParentToken(ds.Parent.UID, ds.MapKey))()
 	}
 	return a.apply(ctx, ds)
 }
@@ -294,11 +298,12 @@ type scheduler interface {
 	Schedule(ctx context.Context, item bus.WorkItem, at time.Time) error
 }
 
-// workItem is the work item that re-runs this parent's sync. A conflict
-// requeue names the sync it repeats (AfterSeq), so that a dispatcher that
-// has called the hook for a later change since can skip it.
+// workItem is the work item that re-runs the sync of ds's item (the
+// parent, or its map key). A conflict requeue names the sync it repeats
+// (AfterSeq), so that a dispatcher that has called the hook for a later
+// change of the same item since can skip it.
 func workItem(ds *bus.DesiredState, reason string, attempt int) bus.WorkItem {
-	item := bus.WorkItem{Controller: ds.Controller, Parent: ds.Parent, Reason: reason, Attempt: attempt}
+	item := bus.WorkItem{Controller: ds.Controller, Parent: ds.Parent, MapKey: ds.MapKey, Reason: reason, Attempt: attempt}
 	if reason == bus.ReasonConflict {
 		item.AfterSeq = ds.WorkSeq
 	}
@@ -358,7 +363,7 @@ func (a *Applier) settle(ctx context.Context, m jetstream.Msg, ds *bus.DesiredSt
 			msg = forbiddenMessage(denied, delay)
 		}
 		a.log.Warn("apply failed; retrying with backoff", zap.String("controller", ds.Controller.Name),
-			zap.String("parent", ds.Parent.Namespace+"/"+ds.Parent.Name), zap.Int("attempt", n),
+			zap.String("parent", ds.Parent.Namespace+"/"+ds.Parent.Name), zap.String("mapKey", ds.MapKey), zap.Int("attempt", n),
 			zap.Duration("retryIn", delay), zap.String("reason", reason), zap.Error(err))
 		if reason != "" {
 			a.rec.Warning(ds.Parent.Stub(), reason, msg)

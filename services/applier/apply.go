@@ -38,10 +38,12 @@ func (a *Applier) apply(ctx context.Context, ds *bus.DesiredState) error {
 }
 
 // observe fetches fresh observed state, at least as fresh as what the hook
-// saw (and as this replica's own last write of the parent).
+// saw (and as this replica's own last write of the parent). A keyed desired
+// state is applied against its map key's snapshot: only that key's outputs,
+// so it plans, and deletes, nothing of the parent's other keys.
 func (a *Applier) observe(ctx context.Context, ds *bus.DesiredState) (*snapshot.Response, error) {
 	snap, err := snapshot.Fetch(ctx, a.snaps, snapshot.Request{
-		Controller: ds.Controller, ParentUID: ds.Parent.UID, MinResourceVersions: a.freshness(ds),
+		Controller: ds.Controller, ParentUID: ds.Parent.UID, MinResourceVersions: a.freshness(ds), MapKey: ds.MapKey,
 	}, a.cfg.SnapshotWait)
 	if err != nil {
 		reason := ""
@@ -104,24 +106,43 @@ func (a *Applier) applyParent(ctx context.Context, ds *bus.DesiredState, snap *s
 	}
 
 	decl := ctrl.ApplyChildRules()
-	rules, err := a.resolveRules(ctx, decl)
-	if err != nil {
-		return retryAfter(events.ReasonApplyError, err)
+	var (
+		rules   []children.Rule
+		owner   children.Owner
+		desired []children.Desired
+		claims  claims
+		roll    kinds.ApplyRolloutSpec
+		rolls   bool
+		actions []children.Action
+		// planned: the child actions are known (none at all without
+		// observed children).
+		planned = !observesChildren(snap)
+	)
+	if planned {
+		// A keyed kind's per-parent snapshot holds the parent and its
+		// summary, never children: its desired state is about the parent
+		// alone (an aggregated status). Nothing about children can be
+		// planned from it, and above all nothing deleted: every output
+		// would look undesired. A desired state that names children here
+		// is a kind's mistake, refused before any write.
+		if len(ds.Children)+len(ds.Revisions) > 0 {
+			return retryAfter(events.ReasonApplyError, fmt.Errorf("%s desired state names %s, but its snapshot observes none (a per-parent snapshot): nothing applied", ds.Hook, decl.Noun))
+		}
+	} else {
+		if rules, err = a.resolveRules(ctx, decl); err != nil {
+			return retryAfter(events.ReasonApplyError, err)
+		}
+		if owner, err = ctrl.ApplyOwner(parent, ds); err != nil {
+			return retryAfter(events.ReasonSyncError, err)
+		}
+		if desired, err = children.Normalize(owner, rules, ds.Children); err != nil {
+			a.metrics.rejected.Inc()
+			return retryAfter(events.ReasonInvalidDesired, fmt.Errorf("%s hook response rejected, nothing applied: %w", ds.Hook, err))
+		}
+		claims = claimsOf(ctrl.ApplyClaims(), len(rules), snap.Children)
+		roll, rolls = ctrl.ApplyRollout(parent, ds.Parent.Resource)
 	}
-	owner, err := ctrl.ApplyOwner(parent, ds)
-	if err != nil {
-		return retryAfter(events.ReasonSyncError, err)
-	}
-	desired, err := children.Normalize(owner, rules, ds.Children)
-	if err != nil {
-		a.metrics.rejected.Inc()
-		return retryAfter(events.ReasonInvalidDesired, fmt.Errorf("%s hook response rejected, nothing applied: %w", ds.Hook, err))
-	}
-	claims := claimsOf(ctrl.ApplyClaims(), len(rules), snap.Children)
-	roll, rolls := ctrl.ApplyRollout(parent, ds.Parent.Resource)
-	var actions []children.Action
-	planned := false
-	if !rolls && !claims.writes() {
+	if !planned && !rolls && !claims.writes() {
 		// Nothing to adopt: the children can be planned before the first
 		// write, so a plan that fails writes nothing.
 		if actions, err = children.Plan(owner, rules, claims.observed, desired); err != nil {
@@ -217,6 +238,12 @@ func (a *Applier) applyParent(ctx context.Context, ds *bus.DesiredState, snap *s
 	}
 	return nil
 }
+
+// observesChildren reports whether snap can be planned against: every
+// snapshot holds its parent's children (one group per child rule, empty
+// ones included) except a keyed kind's per-parent one, which carries the
+// parent's Summary instead (snapshot.Request.MapKey).
+func observesChildren(snap *snapshot.Response) bool { return snap.Summary == nil }
 
 // parentWriteFailed is how a failed parent (or adoption) write ends an
 // apply: a conflict syncs again now (the parent changed), a parent gone

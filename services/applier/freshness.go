@@ -23,6 +23,10 @@ const maxWritten = 100000
 // taken before the write; without this the applier would compare against
 // the stale cached parent and write with its stale resourceVersion: a 409,
 // a requeue and one more hook call (measured on 11-25% of idle changes).
+//
+// It is kept per parent, not per item: the write is of the parent, and
+// every item of it (each map key, the per-parent one) observes the parent.
+// Keys apply in parallel, so the newest write wins, not the last to report.
 func (a *Applier) wrote(ds *bus.DesiredState, out *unstructured.Unstructured) {
 	if out == nil || out.GetResourceVersion() == "" {
 		return
@@ -31,20 +35,31 @@ func (a *Applier) wrote(ds *bus.DesiredState, out *unstructured.Unstructured) {
 	if err != nil {
 		return
 	}
-	key := ds.Key()
+	key := parentKey(ds)
+	gr, rv := bus.FreshnessKey(gv.Group, ds.Parent.Resource), out.GetResourceVersion()
 	a.wmu.Lock()
 	defer a.wmu.Unlock()
 	if len(a.written) >= maxWritten {
 		a.written = map[string]string{}
 	}
-	a.written[key] = bus.FreshnessKey(gv.Group, ds.Parent.Resource) + "=" + out.GetResourceVersion()
+	if prev, ok := a.written[key]; ok {
+		if pgr, prv, _ := strings.Cut(prev, "="); pgr == gr {
+			if c, err := resourceversion.CompareResourceVersion(prv, rv); err == nil && c > 0 {
+				return
+			}
+		}
+	}
+	a.written[key] = gr + "=" + rv
 }
+
+// parentKey keys this replica's own writes of ds's parent.
+func parentKey(ds *bus.DesiredState) string { return bus.ParentKey(ds.Controller.ID(), ds.Parent.UID) }
 
 // freshness is the snapshot floor for applying ds: what the hook saw, and
 // this replica's own last write of the parent.
 func (a *Applier) freshness(ds *bus.DesiredState) map[string]string {
 	a.wmu.Lock()
-	w, ok := a.written[ds.Key()]
+	w, ok := a.written[parentKey(ds)]
 	a.wmu.Unlock()
 	if !ok {
 		return ds.MinResourceVersions
@@ -119,20 +134,21 @@ func (a *Applier) newWriteLog(ds *bus.DesiredState) *writeLog {
 			wl.begin = func(uid, from string) func(string) { return a.echoes.Begin(ctrl, uid, from) }
 		}
 		wl.onWrite = func(w bus.Write) {
-			a.publishNote(&bus.Applied{Controller: ds.Controller, ParentUID: ds.Parent.UID, WorkSeq: ds.WorkSeq, Writes: []bus.Write{w}})
+			a.publishNote(&bus.Applied{Controller: ds.Controller, ParentUID: ds.Parent.UID, MapKey: ds.MapKey, WorkSeq: ds.WorkSeq, Writes: []bus.Write{w}})
 		}
 	}
 	return wl
 }
 
-// noteApplied broadcasts that ds was applied completely. Only desired
-// states that list their inputs take part: a rolling update's sync also
+// noteApplied broadcasts that ds was applied completely, for ds's item (its
+// map key's echo reference, never another key's). Only desired states that
+// list their inputs take part: a rolling update's sync also
 // depends on ControllerRevisions, so its writes are never treated as echoes.
 func (a *Applier) noteApplied(ds *bus.DesiredState, wl *writeLog) {
 	if len(ds.Inputs) == 0 {
 		return
 	}
-	a.publishNote(&bus.Applied{Controller: ds.Controller, ParentUID: ds.Parent.UID, WorkSeq: ds.WorkSeq, Inputs: ds.Inputs, Writes: wl.writes})
+	a.publishNote(&bus.Applied{Controller: ds.Controller, ParentUID: ds.Parent.UID, MapKey: ds.MapKey, WorkSeq: ds.WorkSeq, Inputs: ds.Inputs, Writes: wl.writes})
 }
 
 // publishNote records a note in this process's Book, if it shares one, and

@@ -34,7 +34,7 @@ func (m *settledMsg) NakWithDelay(d time.Duration) error {
 }
 
 // schedules records the work items scheduled, as "reason attempt in
-// [after]".
+// [after] [key]".
 type schedules struct {
 	items []string
 	err   error
@@ -48,6 +48,9 @@ func (s *schedules) Schedule(_ context.Context, item bus.WorkItem, at time.Time)
 	entry := fmt.Sprintf("%s attempt=%d in=%s", item.Reason, item.Attempt, in)
 	if item.AfterSeq > 0 {
 		entry += fmt.Sprintf(" after=%d", item.AfterSeq)
+	}
+	if item.MapKey != "" {
+		entry += " key=" + item.MapKey
 	}
 	s.items = append(s.items, entry)
 	return nil
@@ -153,7 +156,7 @@ func TestSettle(t *testing.T) {
 			if tt.wantEvent != "" && !strings.Contains(event, tt.wantEvent) {
 				t.Errorf("Event %q, want reason %s", event, tt.wantEvent)
 			}
-			noted := book.Echo(ds.Controller.ID(), ds.Parent.UID, map[string]string{"p-uid": "41"})
+			noted := book.Echo(ds.Controller.ID(), ds.Parent.UID, ds.MapKey, map[string]string{"p-uid": "41"})
 			if noted != tt.wantNote {
 				t.Errorf("applied note recorded: %v, want %v", noted, tt.wantNote)
 			}

@@ -28,12 +28,18 @@ type customizeEntry struct {
 	rules      *bus.RelatedRules
 }
 
+// relatedKey keys the customize cache: per parent, not per item, since the
+// customize hook answers for the parent (and its generation) as a whole.
+func relatedKey(item bus.WorkItem) string {
+	return bus.ParentKey(item.Controller.ID(), item.Parent.UID)
+}
+
 // cachedRelated returns the rules last computed for the parent, to send
 // with the snapshot request (nil if none).
 func (d *Dispatcher) cachedRelated(item bus.WorkItem) *bus.RelatedRules {
 	d.cmu.Lock()
 	defer d.cmu.Unlock()
-	if e, ok := d.customize[d.failureKey(item)]; ok {
+	if e, ok := d.customize[relatedKey(item)]; ok {
 		return e.rules
 	}
 	return nil
@@ -43,7 +49,7 @@ func (d *Dispatcher) cachedRelated(item bus.WorkItem) *bus.RelatedRules {
 // customize hook again.
 func (d *Dispatcher) forgetRelated(item bus.WorkItem) {
 	d.cmu.Lock()
-	delete(d.customize, d.failureKey(item))
+	delete(d.customize, relatedKey(item))
 	d.cmu.Unlock()
 }
 
@@ -52,7 +58,7 @@ func (d *Dispatcher) forgetRelated(item bus.WorkItem) {
 // generation changed since the last call (as upstream caches by UID and
 // generation).
 func (d *Dispatcher) customizeRules(ctx context.Context, item bus.WorkItem, c kinds.Controller, hook *v1alpha1.Hook, ctrlObj any, parent *unstructured.Unstructured) (*bus.RelatedRules, error) {
-	key := d.failureKey(item)
+	key := relatedKey(item)
 	d.cmu.Lock()
 	e, ok := d.customize[key]
 	d.cmu.Unlock()

@@ -266,7 +266,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 // onDeadLetter reports a poison message on its parent.
 func (d *Dispatcher) onDeadLetter(dl bus.DeadLetter) {
 	d.log.Error("message moved to dead-letter queue", zap.String("stream", dl.Stream), zap.String("subject", dl.Subject),
-		zap.Uint64("deliveries", dl.Deliveries))
+		zap.String("mapKey", dl.MapKey), zap.Uint64("deliveries", dl.Deliveries))
 	if dl.Parent.UID != "" {
 		d.rec.Warning(dl.Parent.Stub(), events.ReasonDeadLetter,
 			fmt.Sprintf("a %s message for this object failed %d deliveries and was moved to %s", dl.Stream, dl.Deliveries, bus.DLQStream))
@@ -291,7 +291,9 @@ func (d *Dispatcher) handle(ctx context.Context, m jetstream.Msg) {
 	d.metrics.queueLatency.Observe(start.Sub(item.EnqueuedAt).Seconds())
 	var endTrace func()
 	if d.trace != nil {
-		endTrace = d.trace("dispatcher", item.Parent.UID)
+		// The unit that must never be handled twice at once is the item:
+		// the keys of one parent run in parallel (bus.ParentToken).
+		endTrace = d.trace("dispatcher", bus.ParentToken(item.Parent.UID, item.MapKey))
 	}
 	d.settle(ctx, m, item, start, d.syncParent(ctx, item, seq), endTrace)
 }
@@ -428,7 +430,7 @@ func (d *Dispatcher) failed(ctx context.Context, item bus.WorkItem, reason strin
 	d.failures.record(d.failureKey(item), n, time.Now())
 	delay := bus.Backoff(n)
 	d.log.Warn("sync failed; retrying with backoff", zap.String("controller", item.Controller.Name),
-		zap.String("parent", item.Parent.Namespace+"/"+item.Parent.Name), zap.Int("attempt", n),
+		zap.String("parent", item.Parent.Namespace+"/"+item.Parent.Name), zap.String("mapKey", item.MapKey), zap.Int("attempt", n),
 		zap.Duration("retryIn", delay), zap.Error(err))
 	if reason != "" {
 		d.rec.Warning(item.Parent.Stub(), reason, err.Error())
@@ -450,6 +452,9 @@ func (d *Dispatcher) failed(ctx context.Context, item bus.WorkItem, reason strin
 	return "error", false
 }
 
+// failureKey keys what is kept per unit of work (failure counts, resync
+// timers): the item, so that one failing map key does not back off, or
+// skip the echo check of, the parent's other keys.
 func (d *Dispatcher) failureKey(item bus.WorkItem) string { return item.Key() }
 
 // retry schedules the next attempt.

@@ -56,7 +56,7 @@ func TestEchoNotSkippedAfterFailure(t *testing.T) {
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			d := &Dispatcher{echoes: echo.NewBook(0)}
-			d.echoes.Called(item.Controller.ID(), item.Parent.UID, 1, inputs)
+			d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, inputs)
 			it := item
 			it.Reason = tc.itemWhy
 			if tc.failures > 0 {

@@ -25,7 +25,7 @@ type syncCall struct {
 	seq       uint64
 	parent    bus.ObjectRef
 	hook      *v1alpha1.Hook
-	kind      string // the hook kind: sync or finalize
+	kind      string // the hook kind (bus.HookSync, HookFinalize, HookMap...)
 	ctrlType  string
 	ctrlName  string
 	endpoints []v1alpha1.EndpointConfig
@@ -79,10 +79,11 @@ func (d *Dispatcher) doHooks(ctx context.Context, c syncCall, calls []kinds.Hook
 }
 
 // doHook makes one call, recording its latency. revision keeps the hook
-// response caches of a parent's revisions apart.
+// response caches of a parent's revisions apart. The partition key is the
+// item's (bus.ItemKey), so a hook sharded by it sees one map key's calls in
+// order, as metabus makes them.
 func (d *Dispatcher) doHook(ctx context.Context, c syncCall, call kinds.HookCall, revision string) error {
 	start := time.Now()
-	key := bus.ParentKey(c.item.Controller.ID(), c.parent.UID)
 	err := d.hooks.Do(ctx, hooks.Call{
 		Hook:            c.hook,
 		EndpointConfigs: c.endpoints,
@@ -95,9 +96,9 @@ func (d *Dispatcher) doHook(ctx context.Context, c syncCall, call kinds.HookCall
 		Extensions: map[string]string{
 			bus.ExtParentUID:    c.parent.UID,
 			bus.ExtWorkSeq:      bus.WorkSeqString(c.seq),
-			bus.ExtPartitionKey: key,
+			bus.ExtPartitionKey: c.item.Key(),
 		},
-		CacheKey: cacheKey(c.parent.UID, revision),
+		CacheKey: cacheKey(c.parent.UID, c.item.MapKey, revision),
 		Request:  call.Request,
 	}, call.Response)
 	d.metrics.hookSeconds.WithLabelValues(c.kind).Observe(time.Since(start).Seconds())
@@ -119,9 +120,10 @@ func hookError(kind string, err error) error {
 	return failure(fmt.Errorf("%s hook failed: %w", kind, err))
 }
 
-// publishDesired completes ds (freshness floor, attempt, timestamps),
-// publishes it before the work item is acked, and arranges the hook's
-// resyncAfterSeconds.
+// publishDesired completes ds (routing: controller, parent, map key, work
+// sequence and hook; freshness floor, attempt, timestamps), publishes it
+// before the work item is acked, and arranges the hook's
+// resyncAfterSeconds for the same item (a keyed one resyncs its key).
 func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.DesiredState, observed []snapshot.Group) error {
 	minRVs := map[string]string{}
 	for k, v := range c.item.MinResourceVersions {
@@ -130,7 +132,7 @@ func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.Desi
 	if gv, err := schema.ParseGroupVersion(c.parent.APIVersion); err == nil && c.parent.ResourceVersion != "" {
 		minRVs[bus.FreshnessKey(gv.Group, c.parent.Resource)] = c.parent.ResourceVersion
 	}
-	ds.Controller, ds.Parent, ds.WorkSeq, ds.Hook = c.item.Controller, c.parent, c.seq, c.kind
+	ds.Controller, ds.Parent, ds.MapKey, ds.WorkSeq, ds.Hook = c.item.Controller, c.parent, c.item.MapKey, c.seq, c.kind
 	ds.Observed, ds.MinResourceVersions = ObservedRefs(observed), minRVs
 	ds.Inputs = c.inputs
 	ds.Attempt, ds.ProducedAt = d.attempt(c.item), time.Now()
@@ -147,7 +149,7 @@ func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.Desi
 	}
 	// The answer is on its way: until the world changes beyond our own
 	// writes, syncing again would show the hook what it has answered.
-	d.echoes.Called(c.item.Controller.ID(), c.parent.UID, c.seq, c.inputs)
+	d.echoes.Called(c.item.Controller.ID(), c.parent.UID, c.item.MapKey, c.seq, c.inputs)
 	if delay, ok := resyncDelay(ds.ResyncAfterSeconds); ok {
 		next := c.item
 		next.Reason, next.Attempt, next.EnqueuedAt = bus.ReasonResyncAfter, 0, time.Time{}
@@ -163,8 +165,9 @@ func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.Desi
 // the next resync, like any lost message.
 const shortResync = 2 * time.Second
 
-// resyncAfter arranges the hook's one-time resync request. A parent has at
-// most one pending resync per replica: a newer request replaces the older
+// resyncAfter arranges the hook's one-time resync request. An item (a
+// parent, or one map key of it) has at most one pending resync per
+// replica: a newer request replaces the older
 // one, as a newer schedule replaces the older in MC_SCHED, so a hook that
 // always asks for a resync keeps one chain going, not one per sync.
 func (d *Dispatcher) resyncAfter(ctx context.Context, item bus.WorkItem, delay time.Duration) {
@@ -215,11 +218,15 @@ func resyncDelay(seconds float64) (delay time.Duration, ok bool) {
 	return time.Duration(seconds * float64(time.Second)), true
 }
 
-// cacheKey keys a parent's hook response cache (ETags): per revision, since
-// each older revision is its own request.
-func cacheKey(parentUID, revision string) string {
+// cacheKey keys an item's hook response cache (ETags): per map key, since
+// each key of a parent is its own request (keys sharing an entry would
+// evict each other's ETag at every call, and a 304 to one key could be
+// decoded from the other's cached body), and per revision, since each
+// older revision is its own request.
+func cacheKey(parentUID, mapKey, revision string) string {
+	key := bus.ParentToken(parentUID, mapKey)
 	if revision == "" {
-		return parentUID
+		return key
 	}
-	return parentUID + "/" + revision
+	return key + "/" + revision
 }

@@ -49,7 +49,7 @@ func TestUnservableCachedRelatedRules(t *testing.T) {
 		Parent:     bus.ObjectRef{APIVersion: "example.com/v1", Kind: "Thing", Resource: "things", Namespace: "ns", Name: "a", UID: "u1"},
 		Reason:     bus.ReasonEvent,
 	}
-	d.customize[d.failureKey(item)] = customizeEntry{generation: 1, rules: &bus.RelatedRules{Controller: item.Controller, ParentUID: "u1"}}
+	d.customize[relatedKey(item)] = customizeEntry{generation: 1, rules: &bus.RelatedRules{Controller: item.Controller, ParentUID: "u1"}}
 
 	_, _, err = d.observe(ctx, item, 7, kinds.Kind{})
 	if err == nil {
@@ -58,7 +58,7 @@ func TestUnservableCachedRelatedRules(t *testing.T) {
 	if result, nak := d.resolve(ctx, item, err); result != "error" || nak {
 		t.Errorf("settled as %q (nak %v), want a failed sync with a retry scheduled", result, nak)
 	}
-	if _, cached := d.customize[d.failureKey(item)]; cached {
+	if _, cached := d.customize[relatedKey(item)]; cached {
 		t.Error("the unservable rules are still cached: every retry would fail the same way")
 	}
 	st, err := js.Stream(ctx, bus.SchedStream)

@@ -20,8 +20,15 @@ import (
 // Syncing seam: observe the parent, let the kind gate it (stale finalizer,
 // garbage collection), run the customize hook and observe the related
 // objects, skip echoes of metabus's own writes, choose the hook, call it
-// (once, or once per live revision), and publish the answer as one desired
-// state. It settles nothing: its error says how the item ends (settle).
+// (once, or once per live revision) or let the kind answer by itself, and
+// publish the answer as one desired state. It settles nothing: its error
+// says how the item ends (settle).
+//
+// The unit of work is the item: a parent, or one map key of a keyed kind's
+// parent (item.MapKey). Everything below that is kept per unit (echo
+// references, failures, resync timers, the hook's ETag cache) is keyed by
+// the item, so the keys of one parent, which run in parallel, never share
+// it.
 func (d *Dispatcher) syncParent(ctx context.Context, item bus.WorkItem, seq uint64) error {
 	k, ok := kindtable.Lookup(item.Controller.Kind)
 	if !ok {
@@ -78,7 +85,7 @@ func (d *Dispatcher) syncParent(ctx context.Context, item bus.WorkItem, seq uint
 	if err != nil {
 		return failure(err)
 	}
-	if choice.Hook == nil {
+	if choice.Hook == nil && !choice.Local {
 		// Deleting or deselected with nothing to finalize: the garbage
 		// collector (or nobody) takes the children.
 		return settled{result: "skipped", forget: true}
@@ -91,6 +98,16 @@ func (d *Dispatcher) syncParent(ctx context.Context, item bus.WorkItem, seq uint
 		item: item, seq: seq, parent: pref, hook: choice.Hook, kind: choice.Kind,
 		ctrlType: item.Controller.Kind, ctrlName: c.Object().GetName(), endpoints: c.SyncEndpoints(),
 		inputs: inputs,
+	}
+	if choice.Local {
+		// The kind's own answer (an aggregated status, the deletion of a
+		// detached key's outputs): no hook to call, no revisions to
+		// render, published like any answer.
+		ds, err := localAnswer(c, choice, calls)
+		if err != nil {
+			return failure(err)
+		}
+		return d.publishDesired(ctx, call, ds, snap.Children)
 	}
 	revs, err := c.SyncRevisions(parent)
 	if err != nil {
@@ -108,13 +125,34 @@ func (d *Dispatcher) syncParent(ctx context.Context, item bus.WorkItem, seq uint
 	return d.publishDesired(ctx, call, ds, snap.Children)
 }
 
+// localAnswer is the desired state of a kind that answers by itself
+// (kinds.HookChoice.Local): its calls come with their answers filled in
+// and nothing is sent. A call carrying a request would be a hook call that
+// is never made, its answer taken from whatever the kind preset: refused.
+func localAnswer(k kinds.Syncing, choice kinds.HookChoice, calls []kinds.HookCall) (bus.DesiredState, error) {
+	if choice.Hook != nil {
+		return bus.DesiredState{}, fmt.Errorf("%s: the kind chose both a hook and its own answer", choice.Kind)
+	}
+	for i, c := range calls {
+		if c.Request != nil {
+			return bus.DesiredState{}, fmt.Errorf("%s: the kind answers by itself but built a hook request (call %d)", choice.Kind, i)
+		}
+	}
+	ds, err := k.SyncDesired(calls)
+	if err != nil {
+		return bus.DesiredState{}, fmt.Errorf("%s: %w", choice.Kind, err)
+	}
+	return ds, nil
+}
+
 // observe fetches the parent's observed state (with its cached related
-// rules). An error ends the sync: the parent is gone, its controller is
-// gone (its finalizer is released), or the snapshot failed.
+// rules), or the item's map key's for a keyed item. An error ends the
+// sync: the parent is gone, its controller is gone (its finalizer, if its
+// kind has one, is released), or the snapshot failed.
 func (d *Dispatcher) observe(ctx context.Context, item bus.WorkItem, seq uint64, k kinds.Kind) (snapshot.Request, *snapshot.Response, error) {
 	sreq := snapshot.Request{
 		Controller: item.Controller, ParentUID: item.Parent.UID, MinResourceVersions: item.MinResourceVersions,
-		Related: d.cachedRelated(item),
+		Related: d.cachedRelated(item), MapKey: item.MapKey,
 	}
 	snap, err := snapshot.Fetch(ctx, d.snaps, sreq, d.cfg.SnapshotWait)
 	if err != nil {
@@ -137,7 +175,8 @@ func (d *Dispatcher) observe(ctx context.Context, item bus.WorkItem, seq uint64,
 	case snapshot.ControllerGone:
 		// Make sure the deleted controller's finalizer does not outlive it
 		// (the watcher also asks for this; this covers an item that raced
-		// with that request).
+		// with that request). A kind without a finalizer has nothing to
+		// release: release settles the item then.
 		d.succeeded(item)
 		item.Finalizer = k.Finalizer(item.Controller.Name)
 		return sreq, nil, d.release(ctx, item, seq)
@@ -161,8 +200,14 @@ func (d *Dispatcher) observe(ctx context.Context, item bus.WorkItem, seq uint64,
 }
 
 // release forwards a finalizer release to the applier: there is no
-// controller left to ask, so no snapshot and no hook.
+// controller left to ask, so no snapshot and no hook. A kind without a
+// finalizer (item.Finalizer "") has nothing to release: the item is
+// settled without a desired state, which would only cost the applier a
+// GET of the parent.
 func (d *Dispatcher) release(ctx context.Context, item bus.WorkItem, seq uint64) error {
+	if item.Finalizer == "" {
+		return settled{result: "skipped", forget: true}
+	}
 	ds := bus.DesiredState{
 		Controller: item.Controller,
 		Parent:     item.Parent,
@@ -203,7 +248,7 @@ func (d *Dispatcher) echoed(ctx context.Context, item bus.WorkItem, inputs map[s
 	ctrl := item.Controller.ID()
 	switch {
 	case item.Reason == bus.ReasonEvent:
-	case item.Reason == bus.ReasonConflict && item.AfterSeq > 0 && d.echoes.Superseded(ctrl, item.Parent.UID, item.AfterSeq):
+	case item.Reason == bus.ReasonConflict && item.AfterSeq > 0 && d.echoes.Superseded(ctrl, item.Parent.UID, item.MapKey, item.AfterSeq):
 		// The requeue of an apply that conflicted while the parent kept
 		// changing: the hook has answered a later change since, and
 		// that answer was applied completely. Unless something else
@@ -221,7 +266,7 @@ func (d *Dispatcher) echoed(ctx context.Context, item bus.WorkItem, inputs map[s
 		return false
 	}
 	for try := 0; ; try++ {
-		if d.echoes.Echo(ctrl, item.Parent.UID, inputs) {
+		if d.echoes.Echo(ctrl, item.Parent.UID, item.MapKey, inputs) {
 			return true
 		}
 		wait := d.echoes.Await(ctrl, inputs)

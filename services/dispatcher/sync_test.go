@@ -459,7 +459,7 @@ func TestSyncParent(t *testing.T) {
 			},
 			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
 				s, _ := snap(snapshot.Request{})
-				d.echoes.Called(item.Controller.ID(), item.Parent.UID, 1, echo.Inputs(s))
+				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
 			},
 			want: func(string) syncResult { return syncResult{Result: "echo"} },
 		},
@@ -472,7 +472,7 @@ func TestSyncParent(t *testing.T) {
 			},
 			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
 				s, _ := snap(snapshot.Request{})
-				d.echoes.Called(item.Controller.ID(), item.Parent.UID, 1, echo.Inputs(s))
+				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
 			},
 			want: func(uid string) syncResult {
 				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
@@ -488,7 +488,7 @@ func TestSyncParent(t *testing.T) {
 			},
 			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
 				s, _ := snap(snapshot.Request{})
-				d.echoes.Called(item.Controller.ID(), item.Parent.UID, 2, echo.Inputs(s))
+				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 2, echo.Inputs(s))
 				d.echoes.Record(&bus.Applied{Controller: item.Controller, ParentUID: item.Parent.UID, WorkSeq: 2, Inputs: echo.Inputs(s)})
 			},
 			want: func(string) syncResult { return syncResult{Result: "echo"} },
@@ -502,7 +502,7 @@ func TestSyncParent(t *testing.T) {
 			},
 			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
 				s, _ := snap(snapshot.Request{})
-				d.echoes.Called(item.Controller.ID(), item.Parent.UID, 2, echo.Inputs(s))
+				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 2, echo.Inputs(s))
 			},
 			want: func(uid string) syncResult {
 				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
@@ -518,7 +518,7 @@ func TestSyncParent(t *testing.T) {
 			},
 			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
 				s, _ := snap(snapshot.Request{})
-				d.echoes.Called(item.Controller.ID(), item.Parent.UID, 2, echo.Inputs(s))
+				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 2, echo.Inputs(s))
 			},
 			want: func(uid string) syncResult {
 				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
@@ -534,7 +534,7 @@ func TestSyncParent(t *testing.T) {
 			},
 			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
 				older := map[string]string{item.Parent.UID: "older"}
-				d.echoes.Called(item.Controller.ID(), item.Parent.UID, 2, older)
+				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 2, older)
 				d.echoes.Record(&bus.Applied{Controller: item.Controller, ParentUID: item.Parent.UID, WorkSeq: 2, Inputs: older})
 			},
 			want: func(uid string) syncResult {
@@ -683,7 +683,7 @@ func TestSyncParent(t *testing.T) {
 			},
 			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
 				s, _ := snap(snapshot.Request{})
-				d.echoes.Called(item.Controller.ID(), item.Parent.UID, 1, echo.Inputs(s))
+				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
 			},
 			want: func(string) syncResult { return syncResult{Result: "echo"} },
 		},
@@ -728,17 +728,25 @@ func TestSyncParent(t *testing.T) {
 }
 
 // TestFinalizerOfDeletedController: every kind's row names the finalizer
-// of a deleted controller from its name alone, as upstream names it.
+// of a deleted controller from its name alone, as upstream names it, or ""
+// for a kind that puts none on parents (then nothing is released).
 func TestFinalizerOfDeletedController(t *testing.T) {
 	want := map[string]string{
 		v1alpha1.CompositeControllerKind: "metacontroller.io/compositecontroller-gone.example",
 		v1alpha1.DecoratorControllerKind: "metacontroller.io/decoratorcontroller-gone.example",
+		// MapController has no finalize hook: the garbage collector
+		// deletes a parent's outputs with it (package mapctl).
+		v1alpha1.MapControllerKind: "",
 	}
 	for _, k := range kindtable.Kinds {
 		t.Run(k.Name, func(t *testing.T) {
 			got := k.Finalizer("gone.example")
-			if w, known := want[k.Name]; (known && got != w) || !strings.Contains(got, "gone.example") {
+			w, known := want[k.Name]
+			switch {
+			case known && got != w:
 				t.Errorf("finalizer %q, want %q (upstream's name, which existing parents carry)", got, w)
+			case !known && got != "" && !strings.Contains(got, "gone.example"):
+				t.Errorf("finalizer %q does not name the controller: parents of two controllers would share it", got)
 			}
 		})
 	}

@@ -89,8 +89,12 @@ func (w *Watcher) syncController(ctx context.Context, key string) error {
 	for i, p := range plan.Parents {
 		parents[i] = p.Res.GVR.String()
 	}
+	inputs := 0
+	if plan.Keyed != nil {
+		inputs = len(plan.Keyed.Inputs)
+	}
 	w.log.Info("controller wired", zap.String("kind", kind), zap.String("controller", name),
-		zap.Strings("parents", parents), zap.Int("ownedResources", len(plan.Owned)))
+		zap.Strings("parents", parents), zap.Int("ownedResources", len(plan.Owned)), zap.Int("inputResources", inputs))
 	return nil
 }
 

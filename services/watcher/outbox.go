@@ -18,10 +18,11 @@ import (
 	"github.com/metabus/metabus/pkg/echo"
 )
 
-// outbox holds the work items waiting to be published, merged per parent,
-// and publishes them: real changes through the paced publish queue, resyncs
-// through their own queue, fed in only while MC_WORK's backlog is low.
-// Informer handlers only ever add to it; they never wait on NATS.
+// outbox holds the work items waiting to be published, merged per unit of
+// work (a parent, or one map key of a keyed kind's parent: bus.ItemKey),
+// and publishes them: real changes through the paced publish queue,
+// resyncs through their own lanes, fed in only while MC_WORK's backlog is
+// low. Informer handlers only ever add to it; they never wait on NATS.
 type outbox struct {
 	log     *zap.Logger
 	pub     workPublisher
@@ -36,9 +37,9 @@ type outbox struct {
 	resyncBacklog int
 
 	// queue publishes real changes (and retries of failed publishes);
-	// resyncQueue publishes resyncs, paced by MC_WORK's backlog.
-	queue       workqueue.TypedRateLimitingInterface[string]
-	resyncQueue workqueue.TypedInterface[string]
+	// resyncs publishes resyncs, paced by MC_WORK's backlog.
+	queue   workqueue.TypedRateLimitingInterface[string]
+	resyncs *resyncLanes
 
 	mu      sync.Mutex
 	pending map[string]*bus.WorkItem
@@ -67,7 +68,7 @@ func newOutbox(log *zap.Logger, pub workPublisher, js jetstream.JetStream, resyn
 		pending:       map[string]*bus.WorkItem{},
 		suspects:      map[string]*suspects{},
 		pace:          newPacer(),
-		resyncQueue:   workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: "metabus-watcher-resync"}),
+		resyncs:       newResyncLanes(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "metabus-watcher-publish"}),
@@ -77,22 +78,31 @@ func newOutbox(log *zap.Logger, pub workPublisher, js jetstream.JetStream, resyn
 // shutDown stops both queues (the runners return).
 func (o *outbox) shutDown() {
 	o.queue.ShutDown()
-	o.resyncQueue.ShutDown()
+	o.resyncs.shutDown()
 }
 
-// workKey is the outbox key of a parent of a controller, "<ctrl>/<uid>":
-// the same as the subject token pair of its work items, so one pending
-// item per parent maps to one MC_WORK message.
-func workKey(ref bus.ControllerRef, parentUID string) string {
-	return bus.ParentKey(ref.ID(), parentUID)
+// workKey is the outbox key of a unit of work of a controller: its
+// bus.ItemKey, "<ctrl>/<uid>" for a parent and "<ctrl>/<uid>~<mapKey>" for
+// one map key of it. It is the subject token pair of its work items, so
+// one pending item per unit maps to one MC_WORK message, and two keys of a
+// parent (or a key and its parent's per-parent item) never merge.
+func workKey(ref bus.ControllerRef, parentUID, mapKey string) string {
+	return bus.ItemKey(ref.ID(), parentUID, mapKey)
 }
 
-// entry is one reason to sync a parent.
+// entry is one reason to sync a parent, or one map key of it.
 type entry struct {
 	// ref is the controller, with its weight.
 	ref       bus.ControllerRef
 	parentRes *discovery.Resource
 	parent    *unstructured.Unstructured
+	// mapKey is the map key of a keyed kind's unit of work ("" for the
+	// parent as a whole).
+	mapKey string
+	// prompt marks a resync that carries a real change (a keyed parent's
+	// change fanned out to its keys): it goes before resync waves (see
+	// resyncLanes).
+	prompt bool
 	// reason is bus.ReasonEvent, ReasonResync or ReasonRelease.
 	reason string
 	// gvr and rv: an object of gvr changed to resourceVersion rv (rv ""
@@ -107,11 +117,12 @@ type entry struct {
 	update *unstructured.Unstructured
 }
 
-// add records e in the pending item of its parent and queues the parent:
-// a resync in the resync queue, anything else in the publish queue after
-// its pacing delay.
+// add records e in the pending item of its unit of work and queues it: a
+// resync in the resync lanes, anything else in the publish queue after its
+// pacing delay.
 func (o *outbox) add(e entry) {
-	key := workKey(e.ref, string(e.parent.GetUID()))
+	uid := string(e.parent.GetUID())
+	key := workKey(e.ref, uid, e.mapKey)
 	now := time.Now()
 	o.mu.Lock()
 	sus := o.suspects[key]
@@ -136,7 +147,7 @@ func (o *outbox) add(e entry) {
 	resync := item.Reason == bus.ReasonResync
 	o.mu.Unlock()
 	if resync {
-		o.resyncQueue.Add(key)
+		o.resyncs.add(key, bus.ParentKey(e.ref.ID(), uid), e.prompt)
 		return
 	}
 	if d := o.pace.event(key, now); d > 0 {
@@ -146,7 +157,7 @@ func (o *outbox) add(e entry) {
 	}
 }
 
-// newItem is the first pending item of a parent.
+// newItem is the first pending item of a unit of work.
 func newItem(e entry, now time.Time) *bus.WorkItem {
 	return &bus.WorkItem{
 		Controller: e.ref,
@@ -158,6 +169,7 @@ func newItem(e entry, now time.Time) *bus.WorkItem {
 			Name:       e.parent.GetName(),
 			UID:        string(e.parent.GetUID()),
 		},
+		MapKey:              e.mapKey,
 		Reason:              e.reason,
 		MinResourceVersions: map[string]string{},
 		EnqueuedAt:          now,
@@ -267,7 +279,7 @@ func (o *outbox) runPublisher(ctx context.Context) {
 }
 
 // runResyncPacer publishes resync items only while MC_WORK's backlog is
-// below the resync backlog.
+// below the resync backlog, in the order the resync lanes give them.
 func (o *outbox) runResyncPacer(ctx context.Context) {
 	limit := o.resyncBacklog
 	if limit == 0 {
@@ -276,7 +288,7 @@ func (o *outbox) runResyncPacer(ctx context.Context) {
 	var stream jetstream.Stream
 	budget := 0
 	for {
-		key, shutdown := o.resyncQueue.Get()
+		key, shutdown := o.resyncs.get()
 		if shutdown {
 			return
 		}
@@ -313,7 +325,6 @@ func (o *outbox) runResyncPacer(ctx context.Context) {
 			o.publish(ctx, key, item)
 			budget--
 		}
-		o.resyncQueue.Done(key)
 	}
 }
 

@@ -139,14 +139,14 @@ func TestOutboxMerge(t *testing.T) {
 			for _, e := range tc.entries {
 				o.add(e)
 			}
-			key := workKey(ref, "pu")
+			key := workKey(ref, "pu", "")
 			item, sus := o.pending[key], o.suspects[key]
 			if item == nil || sus == nil {
 				t.Fatalf("no pending item for %s", key)
 			}
 			got := state{
 				Reason: item.Reason, Finalizer: item.Finalizer, MinResourceVersions: item.MinResourceVersions, Attempt: item.Attempt,
-				News: sus.news, Updates: len(sus.updates), Published: o.queue.Len(), Resyncs: o.resyncQueue.Len(),
+				News: sus.news, Updates: len(sus.updates), Published: o.queue.Len(), Resyncs: o.resyncs.len(),
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
@@ -245,6 +245,79 @@ func TestEchoOnly(t *testing.T) {
 		t.Run(tc.reason, func(t *testing.T) {
 			if got := o.echoOnly(tc.ctrl, tc.sus); got != tc.want {
 				t.Errorf("echoOnly = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestOutboxItemKeys: a keyed kind's units of work are (parent, map key):
+// entries of one key merge into its one item, which names the key; two
+// keys of a parent, and a key and the parent's per-parent item, never
+// merge.
+func TestOutboxItemKeys(t *testing.T) {
+	ref := bus.ControllerRef{Kind: "MapLikeController", Name: "m", UID: "mu"}
+	parent := testObject("example.com/v1", "Thing", "ns", "p", "pu", "10")
+	at := func(mapKey, reason, rv string, prompt bool) entry {
+		return entry{ref: ref, parentRes: thingsRes, parent: parent, mapKey: mapKey, reason: reason, gvr: configmapsGVR, rv: rv, prompt: prompt}
+	}
+	type item struct {
+		MapKey, Reason      string
+		MinResourceVersions map[string]string
+	}
+	cases := []struct {
+		reason             string
+		entries            []entry
+		want               map[string]item // by outbox key
+		published, resyncs int
+	}{
+		{
+			reason:  "two keys of a parent and its per-parent item are three items",
+			entries: []entry{at("k1", bus.ReasonEvent, "20", false), at("k2", bus.ReasonEvent, "21", false), at("", bus.ReasonEvent, "22", false)},
+			want: map[string]item{
+				bus.ItemKey(ref.ID(), "pu", "k1"): {MapKey: "k1", Reason: bus.ReasonEvent, MinResourceVersions: map[string]string{"/configmaps": "20"}},
+				bus.ItemKey(ref.ID(), "pu", "k2"): {MapKey: "k2", Reason: bus.ReasonEvent, MinResourceVersions: map[string]string{"/configmaps": "21"}},
+				bus.ItemKey(ref.ID(), "pu", ""):   {Reason: bus.ReasonEvent, MinResourceVersions: map[string]string{"/configmaps": "22"}},
+			},
+			published: 3,
+		},
+		{
+			reason:  "entries of one key merge, with the usual rules (a change outranks a resync)",
+			entries: []entry{at("k1", bus.ReasonResync, "", true), at("k1", bus.ReasonEvent, "20", false), at("k1", bus.ReasonEvent, "23", false)},
+			want: map[string]item{
+				bus.ItemKey(ref.ID(), "pu", "k1"): {MapKey: "k1", Reason: bus.ReasonEvent, MinResourceVersions: map[string]string{"/configmaps": "23"}},
+			},
+			published: 1, resyncs: 1,
+		},
+		{
+			reason:  "a fan-out's resyncs wait in the resync lanes, one per key",
+			entries: []entry{at("k1", bus.ReasonResync, "", true), at("k2", bus.ReasonResync, "", true), at("k1", bus.ReasonResync, "", false)},
+			want: map[string]item{
+				bus.ItemKey(ref.ID(), "pu", "k1"): {MapKey: "k1", Reason: bus.ReasonResync, MinResourceVersions: map[string]string{}},
+				bus.ItemKey(ref.ID(), "pu", "k2"): {MapKey: "k2", Reason: bus.ReasonResync, MinResourceVersions: map[string]string{}},
+			},
+			resyncs: 2,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.reason, func(t *testing.T) {
+			o := newOutbox(zap.NewNop(), nil, nil, 0)
+			defer o.shutDown()
+			for _, e := range tc.entries {
+				o.add(e)
+			}
+			got := map[string]item{}
+			for key, it := range o.pending {
+				got[key] = item{MapKey: it.MapKey, Reason: it.Reason, MinResourceVersions: it.MinResourceVersions}
+				wi := bus.WorkItem{Controller: it.Controller, Parent: it.Parent, MapKey: it.MapKey}
+				if wi.Key() != key {
+					t.Errorf("item under %s has ItemKey %s", key, wi.Key())
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("pending items (-want +got):\n%s", diff)
+			}
+			if o.queue.Len() != tc.published || o.resyncs.len() != tc.resyncs {
+				t.Errorf("queued %d to publish and %d to resync, want %d and %d", o.queue.Len(), o.resyncs.len(), tc.published, tc.resyncs)
 			}
 		})
 	}

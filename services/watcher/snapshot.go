@@ -69,7 +69,8 @@ func (w *Watcher) waitFresh(ctx context.Context, req snapshot.Request, handleFor
 
 // snapshot of a parent of any kind: the parent, its owned objects per
 // owned resource in spec order (as the kind's core claims them), and the
-// objects its related rules select.
+// objects its related rules select. For a keyed plan, the parent with one
+// map key's input and outputs, or with its summary (keyedSnapshot).
 func (wr *wiring) snapshot(ctx context.Context, req snapshot.Request) *snapshot.Response {
 	w := wr.w
 	w.mu.RLock()
@@ -80,9 +81,23 @@ func (wr *wiring) snapshot(ctx context.Context, req snapshot.Request) *snapshot.
 			return &snapshot.Response{Result: snapshot.Retry, Message: "parent cache " + h.GVR().String() + " not synced"}
 		}
 	}
+	if req.MapKey != "" && wr.keyed == nil {
+		return &snapshot.Response{Result: snapshot.Invalid, Message: "controller " + req.Controller.ID() + " has no map keys"}
+	}
+	// A keyed plan's indexes are fed by the handlers of its owned and
+	// input informers: the caches having synced is not enough.
+	synced := (*informers.Handle).HasSynced
+	if wr.keyed != nil {
+		synced = (*informers.Handle).HandlersSynced
+	}
 	for _, h := range wr.owned {
-		if !h.HasSynced() {
+		if !synced(h) {
 			return &snapshot.Response{Result: snapshot.Retry, Message: "owned cache " + h.GVR().String() + " not synced"}
+		}
+	}
+	for _, h := range wr.inputs {
+		if !synced(h) {
+			return &snapshot.Response{Result: snapshot.Retry, Message: "input cache " + h.GVR().String() + " not synced"}
 		}
 	}
 	var rules []relatedRule
@@ -115,7 +130,11 @@ func (wr *wiring) snapshot(ctx context.Context, req snapshot.Request) *snapshot.
 		ParentResource:  parentRes.GVR.Resource,
 		ParentHasStatus: parentRes.HasStatus,
 	}
-	resp.Children, resp.SelectorError = wr.plan.Rules.Observe(parentRes, parent, wr.caches)
+	if wr.keyed != nil {
+		wr.keyedSnapshot(resp, req.MapKey, parentRes, parent)
+	} else {
+		resp.Children, resp.SelectorError = wr.plan.Rules.Observe(parentRes, parent, wr.caches)
+	}
 	if len(rules) > 0 {
 		groups, ok := wr.related.snapshot(rules)
 		if !ok {

@@ -11,7 +11,10 @@
 // Every controller kind of the kind table (pkg/kindtable) goes through one
 // generic path: its core (pkg/kinds.Watching) says what to watch, which
 // parents it selects, which objects it owns or adopts, and how a parent's
-// snapshot is assembled; the watcher does the I/O.
+// snapshot is assembled; the watcher does the I/O. A keyed kind's plan
+// (kinds.KeyedPlan) also names input resources, and its work items and
+// snapshots are per (parent, map key), with one per-parent item for what
+// needs the whole parent (keyed.go).
 //
 // Only the leader (with --leader-elect) publishes work items; every replica
 // serves snapshots. Informer handlers never block on NATS: they feed a local
@@ -65,7 +68,9 @@ type Config struct {
 	// Real changes bypass it: a resync wave (cache flush, resyncPeriod,
 	// a new leader) is fed in as the dispatchers drain it, so a real
 	// change waits behind at most about one resync item in its partition
-	// instead of behind the whole wave (upstream #78).
+	// instead of behind the whole wave (upstream #78). A keyed parent's
+	// change fanned out to its map keys is paced the same way, ahead of
+	// resync waves (resyncLanes).
 	ResyncBacklog int
 	// SnapshotWait bounds how long a snapshot request waits for the cache to
 	// reach the requested resourceVersions before answering "retry".
@@ -354,11 +359,20 @@ func (w *Watcher) runCacheFlush(ctx context.Context) {
 	}
 }
 
-// resyncAll enqueues every parent of every controller.
+// resyncAll enqueues every parent of every controller (and every map key
+// of a keyed controller's parents).
 func (w *Watcher) resyncAll(reason string) {
 	w.mu.RLock()
-	defer w.mu.RUnlock()
+	wirings := make([]*wiring, 0, len(w.wirings))
 	for _, wr := range w.wirings {
+		wirings = append(wirings, wr)
+	}
+	w.mu.RUnlock()
+	// Not under the lock: every enqueue reads the controller's weight
+	// under a read lock of its own, and a nested read lock deadlocks once
+	// a writer (a controller being rewired) waits in between. A keyed
+	// controller's fan-out makes the walk long enough for that to happen.
+	for _, wr := range wirings {
 		wr.resync(reason)
 	}
 }

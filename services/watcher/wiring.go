@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/kinds"
 )
@@ -36,12 +37,21 @@ type wiring struct {
 	caches  []kinds.WatchCache  // owned, as the kind's core reads them
 	related *relatedIndex
 	cancel  context.CancelFunc
+
+	// A keyed plan's inputs (per plan.Keyed.Inputs) and map-key indexes
+	// (keyed.go); nil for a per-parent plan.
+	inputs []*informers.Handle
+	keyed  *keyedState
 }
 
 // newWiring builds the wiring of a controller from its plan; start
 // subscribes it.
 func (w *Watcher) newWiring(ref bus.ControllerRef, obj *unstructured.Unstructured, specJSON string, resyncSeconds *int32, plan *kinds.WatchPlan) *wiring {
-	return &wiring{w: w, ref: ref, obj: obj, specJSON: specJSON, resyncSeconds: resyncSeconds, plan: plan}
+	wr := &wiring{w: w, ref: ref, obj: obj, specJSON: specJSON, resyncSeconds: resyncSeconds, plan: plan}
+	if plan.Keyed != nil {
+		wr.keyed = newKeyedState(len(plan.Owned))
+	}
+	return wr
 }
 
 // sameSpec reports whether the wiring was built from this spec of this
@@ -50,11 +60,19 @@ func (wr *wiring) sameSpec(spec string, obj *unstructured.Unstructured) bool {
 	return wr.specJSON == spec && wr.obj.GetUID() == obj.GetUID()
 }
 
-// start subscribes to the informers of the plan's resources. On error the
-// caller stops the wiring, which releases what was acquired.
+// start subscribes to the informers of the plan's resources (a keyed
+// plan's inputs too). On error the caller stops the wiring, which releases
+// what was acquired.
 func (wr *wiring) start(ctx context.Context) error {
 	ctx, wr.cancel = context.WithCancel(ctx)
 	wr.related = newRelatedIndex(ctx, wr.w, wr.enqueueRelated)
+	if wr.keyed != nil {
+		// Before any handler: the parents' replay fans out to the keys
+		// of the inputs, which it reads from these.
+		for _, res := range wr.plan.Keyed.Inputs {
+			wr.inputs = append(wr.inputs, wr.w.registry.Acquire(res.GVR))
+		}
+	}
 	for i := range wr.plan.Parents {
 		src := &wr.plan.Parents[i]
 		h := wr.w.registry.Acquire(src.Res.GVR)
@@ -79,22 +97,34 @@ func (wr *wiring) start(ctx context.Context) error {
 				}
 				if p, ok := obj.(*unstructured.Unstructured); ok {
 					wr.related.drop(string(p.GetUID()))
+					if wr.keyed != nil {
+						wr.keyed.dropSelector(p.GetUID())
+					}
 				}
 			},
 		}); err != nil {
 			return err
 		}
 	}
-	for _, res := range wr.plan.Owned {
+	for i, res := range wr.plan.Owned {
 		h := wr.w.registry.Acquire(res.GVR)
 		wr.owned = append(wr.owned, h)
 		wr.caches = append(wr.caches, h)
 		gvr := res.GVR
-		if err := h.AddHandler(cache.ResourceEventHandlerFuncs{
+		var handler cache.ResourceEventHandler = cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { wr.onOwned(gvr, nil, obj) },
 			UpdateFunc: func(old, obj any) { wr.onOwned(gvr, old, obj) },
 			DeleteFunc: func(obj any) { wr.onOwned(gvr, nil, obj) },
-		}); err != nil {
+		}
+		if wr.keyed != nil {
+			handler = wr.keyedOwnedHandler(i)
+		}
+		if err := h.AddHandler(handler); err != nil {
+			return err
+		}
+	}
+	if wr.keyed != nil {
+		if err := wr.startKeyed(); err != nil {
 			return err
 		}
 	}
@@ -114,6 +144,9 @@ func (wr *wiring) stop() {
 		h.Release()
 	}
 	for _, h := range wr.owned {
+		h.Release()
+	}
+	for _, h := range wr.inputs {
 		h.Release()
 	}
 }
@@ -151,13 +184,15 @@ func hasFinalizer(obj *unstructured.Unstructured, f string) bool {
 	return f != "" && slices.Contains(obj.GetFinalizers(), f)
 }
 
-// resync enqueues every cached parent the controller handles.
+// resync enqueues every cached parent the controller handles (and, for a
+// keyed plan, every map key of each).
 func (wr *wiring) resync(reason string) {
 	for i, h := range wr.parents {
 		res := wr.plan.Parents[i].Res
 		for _, p := range h.List() {
 			if wr.selects(p) {
 				wr.w.enqueue(wr.ref, res, p, reason, res.GVR, "")
+				wr.fanOut(res, p, "", false)
 			}
 		}
 	}
@@ -199,29 +234,40 @@ func (wr *wiring) releaseFinalizers(mask []bool, why string) {
 	}
 }
 
-// resyncOne enqueues a resync of one parent the controller handles.
+// resyncOne enqueues a resync of one parent the controller handles (and,
+// for a keyed plan, of every map key of it).
 func (wr *wiring) resyncOne(src *kinds.WatchParent, obj any) {
 	if parent, ok := obj.(*unstructured.Unstructured); ok && wr.selects(parent) {
 		wr.w.enqueue(wr.ref, src.Res, parent, bus.ReasonResync, src.Res.GVR, parent.GetResourceVersion())
+		wr.fanOut(src.Res, parent, parent.GetResourceVersion(), false)
 	}
 }
 
+// onParent handles a parent's creation or update. For a keyed plan, one
+// beyond the status also fans out to every map key of the parent (its
+// status is the controller's own aggregation: fanning out on each status
+// write would resync every key for nothing), ahead of resync waves.
 func (wr *wiring) onParent(src *kinds.WatchParent, oldObj, obj any) {
 	parent, ok := obj.(*unstructured.Unstructured)
 	if !ok || !wr.selects(parent) {
 		return
 	}
+	rv := parent.GetResourceVersion()
 	if old, ok := oldObj.(*unstructured.Unstructured); ok {
-		if old.GetResourceVersion() == parent.GetResourceVersion() {
+		if old.GetResourceVersion() == rv {
 			return // informer resync: the bus has its own
 		}
-		if src.IgnoreStatusChanges && !parentChangedBeyondStatus(old, parent) {
-			return
+		beyondStatus := parentChangedBeyondStatus(old, parent)
+		if !src.IgnoreStatusChanges || beyondStatus {
+			wr.w.enqueueUpdate(wr.ref, src.Res, parent, src.Res.GVR, parent)
 		}
-		wr.w.enqueueUpdate(wr.ref, src.Res, parent, src.Res.GVR, parent)
+		if beyondStatus {
+			wr.fanOut(src.Res, parent, rv, true)
+		}
 		return
 	}
-	wr.w.enqueue(wr.ref, src.Res, parent, bus.ReasonEvent, src.Res.GVR, parent.GetResourceVersion())
+	wr.w.enqueue(wr.ref, src.Res, parent, bus.ReasonEvent, src.Res.GVR, rv)
+	wr.fanOut(src.Res, parent, rv, true)
 }
 
 // parentChangedBeyondStatus reports a change that ignoreStatusChanges must
@@ -268,6 +314,13 @@ func (wr *wiring) onOwned(gvr schema.GroupVersionResource, oldObj, obj any) {
 		wr.enqueueOwner(gvr, ref, rv, update)
 		return
 	}
+	wr.offerOrphan(gvr, cur, rv)
+}
+
+// offerOrphan enqueues, for a kind that adopts, every parent that would
+// adopt cur if it is an orphan (it has no controller at all).
+func (wr *wiring) offerOrphan(gvr schema.GroupVersionResource, cur *unstructured.Unstructured, rv string) {
+	rules := wr.plan.Rules
 	if !wr.plan.Adopts || metav1.GetControllerOfNoCopy(cur) != nil {
 		return
 	}
@@ -305,12 +358,26 @@ func sameOwner(old, cur *metav1.OwnerReference, adopts bool) bool {
 // the controller handles; update is the owned object if the event is an
 // update that may be the controller's own write (nil otherwise).
 func (wr *wiring) enqueueOwner(gvr schema.GroupVersionResource, ref *metav1.OwnerReference, rv string, update *unstructured.Unstructured) {
-	if ref == nil {
+	res, parent := wr.ownerOf(ref)
+	if parent == nil {
 		return
+	}
+	if update != nil {
+		wr.w.enqueueUpdate(wr.ref, res, parent, gvr, update)
+	} else {
+		wr.w.enqueue(wr.ref, res, parent, bus.ReasonEvent, gvr, rv)
+	}
+}
+
+// ownerOf returns the parent that ref names and its resource, if it is a
+// cached parent the controller handles (nil otherwise).
+func (wr *wiring) ownerOf(ref *metav1.OwnerReference) (*discovery.Resource, *unstructured.Unstructured) {
+	if ref == nil {
+		return nil, nil
 	}
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
 	if err != nil {
-		return
+		return nil, nil
 	}
 	for i, h := range wr.parents {
 		res := wr.plan.Parents[i].Res
@@ -322,15 +389,11 @@ func (wr *wiring) enqueueOwner(gvr schema.GroupVersionResource, ref *metav1.Owne
 			continue
 		}
 		if !wr.selects(parent) {
-			return
+			return nil, nil
 		}
-		if update != nil {
-			wr.w.enqueueUpdate(wr.ref, res, parent, gvr, update)
-		} else {
-			wr.w.enqueue(wr.ref, res, parent, bus.ReasonEvent, gvr, rv)
-		}
-		return
+		return res, parent
 	}
+	return nil, nil
 }
 
 // enqueueRelated resyncs a parent whose related object changed.
@@ -353,6 +416,11 @@ func (wr *wiring) handleFor(key string) *informers.Handle {
 		}
 	}
 	for _, h := range wr.owned {
+		if grKey(h.GVR()) == key {
+			return h
+		}
+	}
+	for _, h := range wr.inputs {
 		if grKey(h.GVR()) == key {
 			return h
 		}

@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/metabus/metabus/pkg/decorator"
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/informers"
+	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/kindtable"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
@@ -121,6 +123,20 @@ var (
 // the controller wired and its caches synced.
 func wired(t *testing.T, ctrlObj *unstructured.Unstructured, objs ...runtime.Object) (*Watcher, *wiring) {
 	t.Helper()
+	ctrl, err := kindtable.Decode(ctrlObj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := ctrl.WatchPlan(fakeResolve)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wiredPlan(t, ctrl.Ref(), ctrlObj, plan, objs...)
+}
+
+// wiredPlan is wired for a plan built by the test (a fake kind).
+func wiredPlan(t *testing.T, ref bus.ControllerRef, ctrlObj *unstructured.Unstructured, plan *kinds.WatchPlan, objs ...runtime.Object) (*Watcher, *wiring) {
+	t.Helper()
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), fakeListKinds, objs...)
 	w := &Watcher{
 		cfg:         Config{SnapshotWait: time.Second},
@@ -133,15 +149,7 @@ func wired(t *testing.T, ctrlObj *unstructured.Unstructured, objs ...runtime.Obj
 	w.metrics = newMetrics(nil, w)
 	w.out.metrics = w.metrics
 	w.leader.Store(true)
-	ctrl, err := kindtable.Decode(ctrlObj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := ctrl.WatchPlan(fakeResolve)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wr := w.newWiring(ctrl.Ref(), ctrlObj, "", nil, plan)
+	wr := w.newWiring(ref, ctrlObj, "", nil, plan)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() {
 		wr.stop()
@@ -151,15 +159,24 @@ func wired(t *testing.T, ctrlObj *unstructured.Unstructured, objs ...runtime.Obj
 	if err := wr.start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range append(append([]*informers.Handle{}, wr.parents...), wr.owned...) {
+	for _, h := range slices.Concat(wr.parents, wr.owned, wr.inputs) {
 		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
 		ok := h.WaitForSync(sctx)
+		// The handlers' replay too: the start's items (and a keyed
+		// plan's indexes) are complete once it is done.
+		for ok && !h.HandlersSynced() {
+			select {
+			case <-sctx.Done():
+				ok = false
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
 		scancel()
 		if !ok {
 			t.Fatalf("cache of %s did not sync", h.GVR())
 		}
 	}
-	w.wirings[ctrl.Ref().ID()] = wr
+	w.wirings[ref.ID()] = wr
 	return w, wr
 }
 

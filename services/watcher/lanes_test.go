@@ -1,0 +1,96 @@
+package watcher
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestResyncLanes: the order in which the resync pacer gets waiting keys.
+func TestResyncLanes(t *testing.T) {
+	type add struct {
+		key, parent string
+		prompt      bool
+	}
+	wave := func(key string) add { return add{key: key, parent: key} }
+	fan := func(parent, key string) add { return add{key: parent + "~" + key, parent: parent, prompt: true} }
+	cases := []struct {
+		reason string
+		adds   []add
+		want   []string
+	}{
+		{
+			reason: "waves go first in, first out; a key waiting already keeps its place",
+			adds:   []add{wave("a"), wave("b"), wave("a")},
+			want:   []string{"a", "b"},
+		},
+		{
+			reason: "a real change's fan-out goes before a resync wave queued earlier",
+			adds:   []add{wave("a"), wave("b"), fan("p", "1"), fan("p", "2")},
+			want:   []string{"p~1", "p~2", "a", "b"},
+		},
+		{
+			reason: "parents of the prompt lane take turns, one key at a time",
+			adds:   []add{fan("big", "1"), fan("big", "2"), fan("big", "3"), fan("small", "1")},
+			want:   []string{"big~1", "small~1", "big~2", "big~3"},
+		},
+		{
+			reason: "a key waiting in a wave moves to the prompt lane when a real change fans out to it",
+			adds:   []add{wave("a"), {key: "p~1", parent: "p"}, fan("p", "1")},
+			want:   []string{"p~1", "a"},
+		},
+		{
+			reason: "a key waiting in the prompt lane stays there when a wave reaches it",
+			adds:   []add{wave("a"), fan("p", "1"), {key: "p~1", parent: "p"}},
+			want:   []string{"p~1", "a"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.reason, func(t *testing.T) {
+			q := newResyncLanes()
+			for _, a := range tc.adds {
+				q.add(a.key, a.parent, a.prompt)
+			}
+			if got := q.len(); got != len(tc.want) {
+				t.Errorf("len = %d, want %d", got, len(tc.want))
+			}
+			var got []string
+			for q.len() > 0 {
+				key, shutdown := q.get()
+				if shutdown {
+					t.Fatal("shut down while keys wait")
+				}
+				got = append(got, key)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("order (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestResyncLanesShutDown: a waiting get returns when the lanes shut down,
+// and nothing is queued after.
+func TestResyncLanesShutDown(t *testing.T) {
+	q := newResyncLanes()
+	done := make(chan bool)
+	go func() {
+		_, shutdown := q.get()
+		done <- shutdown
+	}()
+	time.Sleep(10 * time.Millisecond)
+	q.shutDown()
+	select {
+	case shutdown := <-done:
+		if !shutdown {
+			t.Error("get returned a key from empty lanes")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("get did not return on shutdown")
+	}
+	q.add("a", "a", false)
+	if q.len() != 0 {
+		t.Error("a key was queued after shutdown")
+	}
+}
