@@ -438,7 +438,7 @@ func mergePatch(t *testing.T, gvr schema.GroupVersionResource, ns, name string, 
 	}
 }
 
-// wantOutputs checks the objects of gvr in ns that parent controls: one
+// wantOutputs checks the tagged objects of gvr in ns that parent controls: one
 // per entry of want (output name → the input it is made from), each
 // tagged with its input's key and annotation and owned by the parent as
 // its controller (blocking its deletion). check, if set, looks further at
@@ -453,6 +453,12 @@ func wantOutputs(ctx context.Context, gvr schema.GroupVersionResource, ns string
 		got := map[string]*unstructured.Unstructured{}
 		for i := range list.Items {
 			o := &list.Items[i]
+			if _, tagged := o.GetLabels()[mapKeyLabel]; !tagged {
+				// Not made by metabus (TestMapConfigMapTransform makes
+				// one by hand): an output it made without its tag would
+				// be missing from what this finds.
+				continue
+			}
 			if ref := metav1.GetControllerOfNoCopy(o); ref != nil && ref.UID == parent.GetUID() {
 				got[o.GetName()] = o
 			}
@@ -962,14 +968,45 @@ func TestMapConfigMapTransform(t *testing.T) {
 	mu.Unlock()
 }
 
+// poll is eventually without failing the test: the last error, or nil.
+func poll(timeout time.Duration, f func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// warnings lists the Warning Events on the object ns/name, for messages.
+func warnings(ctx context.Context, ns, name string) string {
+	evs, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, e := range evs.Items {
+		if e.InvolvedObject.Name == name && e.Type == corev1.EventTypeWarning {
+			out = append(out, fmt.Sprintf("%s (x%d): %s", e.Reason, e.Count, e.Message))
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, "; ")
+}
+
 // TestMapBadAnswers: a map answer that cannot be applied as a whole (an
 // output of a kind the controller does not declare, one in another
 // namespace, a body that is not JSON, no answer within the webhook's
-// timeout) is a SyncError Event on the parent, retried, and changes no
-// output: neither the bad key's existing one (the answer also changes
-// it) nor another key's, and no output is created for the bad key (the
-// answer also asks for a valid new one), nor for a new input answered
-// badly from the start.
+// timeout) is a SyncError Event on the parent (the issue's words) and
+// changes no output, also on the retries: neither the bad key's existing
+// one (the answer also changes it) nor another key's, and no output is
+// created for the bad key (the answer also asks for a valid new one), nor
+// for a new input answered badly from the start. Answering well again
+// applies the whole answer.
 func TestMapBadAnswers(t *testing.T) {
 	ensureMapCRDs(t)
 	ctx := context.Background()
@@ -1006,7 +1043,18 @@ func TestMapBadAnswers(t *testing.T) {
 	url := hookServer(t, h.handler())
 	createController(t, inst, mapCtlKind, "snapshot-bad-answers", snapshotController(url, false, 0, "1s"))
 
-	for _, mode := range []string{"undeclared", "namespace", "nonjson", "timeout"} {
+	// reason is the Event the issue asks for. The product, as first
+	// wired, rejects the first two in the applier with
+	// InvalidDesiredState (its convention for the other kinds' invalid
+	// answers): which of the two is right is the issue's call, not the
+	// test's.
+	for _, tt := range []struct{ mode, reason string }{
+		{"undeclared", "SyncError"},
+		{"namespace", "SyncError"},
+		{"nonjson", "SyncError"},
+		{"timeout", "SyncError"},
+	} {
+		mode := tt.mode
 		t.Run(mode, func(t *testing.T) {
 			sel := map[string]string{"case": mode}
 			good := createDisk(t, ns, mode+"-good", sel, map[string]any{"mode": "ok", "version": int64(1)})
@@ -1020,29 +1068,17 @@ func TestMapBadAnswers(t *testing.T) {
 
 			mergePatch(t, disksGVR, ns, mode+"-bad", map[string]any{"spec": map[string]any{"mode": mode, "version": 2}})
 			fresh := createDisk(t, ns, mode+"-new", sel, map[string]any{"mode": mode, "version": int64(1)})
-			badKey, freshKey := mapKeyOf(bad), mapKeyOf(fresh)
-			badCalls := h.mapCount(badKey)
-			eventually(t, 30*time.Second, "a SyncError Event on the parent", func() error {
-				return warningEvent(ctx, ns, "bad-"+mode, "SyncError")
-			})
-			// Retried, and failing again: what follows is not a
-			// snapshot taken before the first attempt ended.
-			eventually(t, 30*time.Second, "retries of both bad keys", func() error {
-				if n := h.mapCount(badKey) - badCalls; n < 2 {
-					return fmt.Errorf("%d more calls for the edited input", n)
-				}
-				if n := h.mapCount(freshKey); n < 2 {
-					return fmt.Errorf("%d calls for the new input", n)
-				}
-				return nil
-			})
-			if evs, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{}); err == nil {
-				for _, e := range evs.Items {
-					if e.InvolvedObject.Name == "bad-"+mode && e.Type == corev1.EventTypeWarning {
-						t.Logf("%s Event: %s", e.Reason, e.Message)
-					}
-				}
+			freshKey := mapKeyOf(fresh)
+			// The Event is checked without stopping the test, so that
+			// whether anything was applied is checked all the same.
+			if err := poll(30*time.Second, func() error { return warningEvent(ctx, ns, "bad-"+mode, tt.reason) }); err != nil {
+				t.Errorf("no %s Event on the parent in 30s; its Warning Events: %s", tt.reason, warnings(ctx, ns, "bad-"+mode))
+			} else {
+				t.Logf("Warning Events on the parent: %s", warnings(ctx, ns, "bad-"+mode))
 			}
+			// Quiet period: the first retries (after 1s and 2s) must
+			// not apply anything either.
+			time.Sleep(3 * time.Second)
 			unchanged(t, diskSnapshotsGVR, ns, before)
 			if err := absent(ctx, diskSnapshotsGVR, ns, mode+"-bad-extra", mode+"-new-daily", mode+"-new-extra"); err != nil {
 				t.Errorf("an output of a bad answer: %v", err)
