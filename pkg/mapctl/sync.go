@@ -206,6 +206,12 @@ func (c *Controller) SyncDesired(calls []kinds.HookCall) (bus.DesiredState, erro
 		}
 		d := DecideTombstone(a.outputs, answer, a.parentNamespace)
 		ds := bus.DesiredState{Children: []*unstructured.Unstructured{}, MapInput: inputOf(a.outputs)}
+		if ds.MapInput == "" {
+			// Outputs that name no input cannot be owned as kept
+			// (ApplyOwner has no input to tag them with): they are only
+			// deleted, whatever the hook answered.
+			return ds, nil
+		}
 		for _, g := range d.Keep {
 			for _, o := range g.Objects {
 				kept, err := asApplied(g, o)
