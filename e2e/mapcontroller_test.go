@@ -1043,11 +1043,10 @@ func TestMapBadAnswers(t *testing.T) {
 	url := hookServer(t, h.handler())
 	createController(t, inst, mapCtlKind, "snapshot-bad-answers", snapshotController(url, false, 0, "1s"))
 
-	// reason is the Event the issue asks for. The product, as first
-	// wired, rejects the first two in the applier with
-	// InvalidDesiredState (its convention for the other kinds' invalid
-	// answers): which of the two is right is the issue's call, not the
-	// test's.
+	// reason is the Event of each bad answer: a failed call and an answer
+	// the applier rejects as a whole are both SyncErrors for a
+	// MapController (its kind row's RejectReason; the other kinds keep
+	// InvalidDesiredState for the latter).
 	for _, tt := range []struct{ mode, reason string }{
 		{"undeclared", "SyncError"},
 		{"namespace", "SyncError"},

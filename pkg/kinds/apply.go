@@ -50,6 +50,11 @@ type ApplyChildRules struct {
 	// Rules are the declared resources, in spec order (the order of the
 	// snapshot's groups).
 	Rules []ApplyChildRule
+	// RejectReason is the Event reason of an answer rejected as a whole
+	// before any write (a child of an undeclared kind, in another
+	// namespace...): "" is metabus's InvalidDesiredState. MapController
+	// reports it as a SyncError, as its design asks of bad map answers.
+	RejectReason string
 	// OwnerUIDLabels are labels whose value is the UID of the child's
 	// controlling parent (composite's generateSelector label). Adopting a
 	// child left by an earlier parent of the same name rewrites them to

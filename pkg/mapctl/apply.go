@@ -8,6 +8,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/children"
+	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/kinds"
 )
 
@@ -18,7 +19,7 @@ func (c *Controller) ApplyChildRules() kinds.ApplyChildRules {
 		rules[i].ResourceRule = r.ResourceRule
 		rules[i].Method = OutputMethod(r)
 	}
-	return kinds.ApplyChildRules{Field: "spec.outputResources", Noun: "outputs", Rules: rules}
+	return kinds.ApplyChildRules{Field: "spec.outputResources", Noun: "outputs", Rules: rules, RejectReason: events.ReasonSyncError}
 }
 
 // ApplyOwner is the owner of one key's outputs (OutputOwner): the parent,
