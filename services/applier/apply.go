@@ -138,10 +138,10 @@ func (a *Applier) applyParent(ctx context.Context, ds *bus.DesiredState, snap *s
 		if desired, err = children.Normalize(owner, rules, ds.Children); err != nil {
 			a.metrics.rejected.Inc()
 			reason := decl.RejectReason
-		if reason == "" {
-			reason = events.ReasonInvalidDesired
-		}
-		return retryAfter(reason, fmt.Errorf("%s hook response rejected, nothing applied: %w", ds.Hook, err))
+			if reason == "" {
+				reason = events.ReasonInvalidDesired
+			}
+			return retryAfter(reason, fmt.Errorf("%s hook response rejected, nothing applied: %w", ds.Hook, err))
 		}
 		claims = claimsOf(ctrl.ApplyClaims(), len(rules), snap.Children)
 		roll, rolls = ctrl.ApplyRollout(parent, ds.Parent.Resource)
