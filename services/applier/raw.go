@@ -61,12 +61,24 @@ func (r *rawClient) create(ctx context.Context, gvr schema.GroupVersionResource,
 	if err != nil {
 		return written{}, fmt.Errorf("encode %s: %w", obj.GetName(), err)
 	}
-	raw, err := r.rc.Post().AbsPath(path(gvr, namespace, "", "")...).
-		SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Raw()
+	res := r.rc.Post().AbsPath(path(gvr, namespace, "", "")...).
+		SetHeader("Content-Type", "application/json").Body(body).Do(ctx)
+	raw, err := answer(res)
 	if err != nil {
 		return written{}, err
 	}
 	return readWritten(raw, obj.GetName(), "create")
+}
+
+// answer is the body of a write's answer, or its error as the typed API
+// error (Forbidden, Conflict...): Result.Raw returns a failed request's
+// error without decoding the Status in its body, so a 403 would read as
+// an "unknown" error and never become an ApplyForbidden Event.
+func answer(res rest.Result) ([]byte, error) {
+	if err := res.Error(); err != nil {
+		return nil, err
+	}
+	return res.Raw()
 }
 
 // written is the identity of an object as a write left it.
@@ -95,8 +107,8 @@ func (r *rawClient) update(ctx context.Context, gvr schema.GroupVersionResource,
 	if err != nil {
 		return "", fmt.Errorf("encode %s: %w", obj.GetName(), err)
 	}
-	raw, err := r.rc.Put().AbsPath(path(gvr, obj.GetNamespace(), obj.GetName(), subresource)...).
-		SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Raw()
+	raw, err := answer(r.rc.Put().AbsPath(path(gvr, obj.GetNamespace(), obj.GetName(), subresource)...).
+		SetHeader("Content-Type", "application/json").Body(body).Do(ctx))
 	if err != nil {
 		return "", err
 	}

@@ -40,6 +40,9 @@ func TestRawClient(t *testing.T) {
 		case "taken":
 			answer(w, http.StatusConflict, metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 				Status: metav1.StatusFailure, Reason: metav1.StatusReasonAlreadyExists, Code: http.StatusConflict})
+		case "forbidden":
+			answer(w, http.StatusForbidden, metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+				Status: metav1.StatusFailure, Reason: metav1.StatusReasonForbidden, Code: http.StatusForbidden})
 		case "stale":
 			answer(w, http.StatusConflict, metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 				Status: metav1.StatusFailure, Reason: metav1.StatusReasonConflict, Code: http.StatusConflict})
@@ -86,6 +89,23 @@ func TestRawClient(t *testing.T) {
 			},
 			want:    request{Method: "POST", Path: "/api/v1/namespaces/ns/configmaps"},
 			wantErr: apierrors.IsAlreadyExists,
+		},
+		{
+			reason: "a create RBAC refuses is Forbidden (what becomes an ApplyForbidden Event)",
+			do: func() (string, error) {
+				_, err := rc.create(ctx, cms, "ns", obj("forbidden", "ns"))
+				return "", err
+			},
+			want:    request{Method: "POST", Path: "/api/v1/namespaces/ns/configmaps"},
+			wantErr: apierrors.IsForbidden,
+		},
+		{
+			reason: "an update RBAC refuses is Forbidden",
+			do: func() (string, error) {
+				return rc.update(ctx, cms, obj("forbidden", "ns"), "")
+			},
+			want:    request{Method: "PUT", Path: "/api/v1/namespaces/ns/configmaps/forbidden"},
+			wantErr: apierrors.IsForbidden,
 		},
 		{
 			reason: "an update puts to the object and reads back its resourceVersion",
