@@ -267,6 +267,7 @@ func (o *outbox) runPublisher(ctx context.Context) {
 		if item == nil || (item.Reason == bus.ReasonEvent && o.echoOnly(item.Controller.ID(), sus)) {
 			if item != nil {
 				o.metrics.echoes.Inc()
+				o.pace.dropped(key)
 			}
 			o.queue.Forget(key)
 			o.queue.Done(key)

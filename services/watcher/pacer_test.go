@@ -88,3 +88,43 @@ func TestPacerForgetsQuietParents(t *testing.T) {
 		t.Errorf("%d parents with pacing state after one went quiet for %s, want 1", n, paceIdle)
 	}
 }
+
+// TestPacerEchoesDoNotWiden: a parent changed every 300 ms, each change
+// echoed twice by the controller's own writes inside the window (the
+// pending item then dropped as echo-only), keeps the minimum window: each
+// change goes at once. Counting the dropped echoes as a burst widened the
+// window to paceMax and made every change wait for it.
+func TestPacerEchoesDoNotWiden(t *testing.T) {
+	for _, tc := range []struct {
+		reason string
+		drop   bool // the echo-only item is reported dropped
+		want   []time.Duration
+	}{
+		{"dropped echoes are not a burst", true, []time.Duration{0, 0, 0, 0, 0, 0}},
+		{"counted as a burst (echoes never reported dropped), they widen the window until changes wait", false,
+			[]time.Duration{0, 0, 0, 0, 200 * time.Millisecond, 400 * time.Millisecond}},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			p := newPacer()
+			t0 := time.Unix(1000, 0)
+			const key = "cc-x/uid"
+			var delays []time.Duration
+			for i := range 6 {
+				at := t0.Add(time.Duration(i) * 300 * time.Millisecond)
+				d := p.event(key, at)
+				delays = append(delays, d)
+				p.published(key, at.Add(d))
+				// Two echoes 5 and 10 ms later wait for the window...
+				p.event(key, at.Add(d+5*time.Millisecond))
+				p.event(key, at.Add(d+10*time.Millisecond))
+				if tc.drop {
+					// ...and their item is dropped as echo-only.
+					p.dropped(key)
+				}
+			}
+			if diff := cmp.Diff(tc.want, delays); diff != "" {
+				t.Errorf("%s: delay of each change (-want +got):\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
