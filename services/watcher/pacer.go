@@ -9,16 +9,17 @@ import (
 // quiet spell is published at once; while the parent keeps changing, its
 // publishes are spaced by a window that starts at paceMin and grows
 // paceFactor-fold each time more than one event was merged into the item,
-// up to paceMax. The last change of a burst is always published (it is
+// or its change came inside the window, up to paceMax. Events of an item
+// dropped as echo-only (our own writes) count for nothing. The last change of a burst is always published (it is
 // merged into the pending item), so the hook always sees the final state.
 //
 // Why: MC_WORK already keeps at most one pending item per parent, but a fast
 // sync drains it before the next change of a burst arrives, so 100
 // back-to-back updates of one parent cost about 100 hook calls. Spacing
 // bounds a burst of any length to about log_paceFactor(burst/paceMin) + 2
-// syncs (5 for a 0.5 s burst) without delaying an isolated change.
+// syncs (4 for a 0.5 s burst) without delaying an isolated change.
 const (
-	paceMin    = 16 * time.Millisecond
+	paceMin    = 32 * time.Millisecond
 	paceMax    = 500 * time.Millisecond
 	paceFactor = 4
 	// paceIdle is how long a parent's pacing state is kept after its last
@@ -38,7 +39,10 @@ type pace struct {
 	next   time.Time     // earliest time the next item may be published
 	step   time.Duration // the window after the last publish
 	events int           // events merged since the last publish
-	last   time.Time     // last publish
+	// waited: an event came inside the window and had to wait, i.e. the
+	// parent changed again right after a publish.
+	waited bool
+	last   time.Time // last publish
 }
 
 func newPacer() *pacer { return &pacer{keys: map[string]*pace{}} }
@@ -53,6 +57,7 @@ func (p *pacer) event(key string, now time.Time) time.Duration {
 	if !now.Before(st.next) {
 		return 0
 	}
+	st.waited = true
 	return st.next.Sub(now)
 }
 
@@ -63,12 +68,12 @@ func (p *pacer) published(key string, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := p.stateLocked(key)
-	if st.events > 1 {
+	if st.events > 1 || st.waited {
 		st.step = min(max(st.step*paceFactor, paceMin), paceMax)
 	} else {
 		st.step = paceMin
 	}
-	st.events = 0
+	st.events, st.waited = 0, false
 	st.last = now
 	st.next = now.Add(st.step)
 	if now.Sub(p.lastSweep) > paceIdle {
@@ -92,7 +97,7 @@ func (p *pacer) dropped(key string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if st := p.keys[key]; st != nil {
-		st.events = 0
+		st.events, st.waited = 0, false
 	}
 }
 

@@ -20,14 +20,17 @@ func TestPacer(t *testing.T) {
 	}{
 		{"isolated", "a lone change goes at once", []time.Duration{0}, []time.Duration{0}},
 		{"spaced changes", "changes further apart than the minimum window all go at once",
+			[]time.Duration{0, 40 * time.Millisecond, 80 * time.Millisecond},
+			[]time.Duration{0, 40 * time.Millisecond, 80 * time.Millisecond}},
+		{"close changes", "a change inside the window waits for it, and widens the next",
 			[]time.Duration{0, 20 * time.Millisecond, 40 * time.Millisecond},
-			[]time.Duration{0, 20 * time.Millisecond, 40 * time.Millisecond}},
-		{"burst", "a 500 ms burst of changes 4 ms apart costs 5 publishes, the last after the burst",
+			[]time.Duration{0, 32 * time.Millisecond, 160 * time.Millisecond}},
+		{"burst", "a 500 ms burst of changes 4 ms apart costs 4 publishes, the last after the burst",
 			burst(126, 4*time.Millisecond),
-			[]time.Duration{0, 16 * time.Millisecond, 80 * time.Millisecond, 336 * time.Millisecond, 836 * time.Millisecond}},
+			[]time.Duration{0, 32 * time.Millisecond, 160 * time.Millisecond, 660 * time.Millisecond}},
 		{"quiet after burst", "after a burst and a quiet spell, a change goes at once again",
 			append(burst(50, 4*time.Millisecond), 3*time.Second),
-			[]time.Duration{0, 16 * time.Millisecond, 80 * time.Millisecond, 336 * time.Millisecond, 3 * time.Second}},
+			[]time.Duration{0, 32 * time.Millisecond, 160 * time.Millisecond, 660 * time.Millisecond, 3 * time.Second}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -102,7 +105,7 @@ func TestPacerEchoesDoNotWiden(t *testing.T) {
 	}{
 		{"dropped echoes are not a burst", true, []time.Duration{0, 0, 0, 0, 0, 0}},
 		{"counted as a burst (echoes never reported dropped), they widen the window until changes wait", false,
-			[]time.Duration{0, 0, 0, 0, 200 * time.Millisecond, 400 * time.Millisecond}},
+			[]time.Duration{0, 0, 0, 200 * time.Millisecond, 400 * time.Millisecond, 600 * time.Millisecond}},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			p := newPacer()
