@@ -136,13 +136,7 @@ func (r *watchRules) Observe(parentRes *discovery.Resource, parent *unstructured
 	var groups []snapshot.Group
 	for i, h := range caches {
 		res := r.owned[i]
-		g := snapshot.Group{
-			APIVersion: res.APIVersion(),
-			Resource:   res.GVR.Resource,
-			Kind:       res.Kind,
-			Namespaced: res.Namespaced,
-			Objects:    []*unstructured.Unstructured{},
-		}
+		g := snapshot.GroupOf(res)
 		var owned []*unstructured.Unstructured
 		for _, c := range h.OwnedBy(parentUID) {
 			if watchControlledByKind(c, parentGroup, parentRes.Kind) {

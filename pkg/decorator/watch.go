@@ -127,13 +127,7 @@ func (r *watchRules) Observe(parentRes *discovery.Resource, target *unstructured
 	var groups []snapshot.Group
 	for i, h := range caches {
 		res := r.owned[i]
-		g := snapshot.Group{
-			APIVersion: res.APIVersion(),
-			Resource:   res.GVR.Resource,
-			Kind:       res.Kind,
-			Namespaced: res.Namespaced,
-			Objects:    []*unstructured.Unstructured{},
-		}
+		g := snapshot.GroupOf(res)
 		for _, c := range h.OwnedBy(uid) {
 			if r.watchAttachmentOf(c, parentRes, ns) {
 				g.Objects = append(g.Objects, c)

@@ -88,15 +88,9 @@ func Detached(groups []snapshot.Group, live map[string]bool) []string {
 // observed outputs (ForKey), so outputs of other keys are never touched.
 func OutputOwner(parent *unstructured.Unstructured, input InputRef) children.Owner {
 	key := input.Key()
-	return children.Owner{
-		APIVersion:       parent.GetAPIVersion(),
-		Kind:             parent.GetKind(),
-		Namespace:        parent.GetNamespace(),
-		Name:             parent.GetName(),
-		UID:              string(parent.GetUID()),
-		Namespaced:       parent.GetNamespace() != "",
-		Selector:         labels.SelectorFromSet(labels.Set{MapKeyLabel: key}),
-		ExtraLabels:      map[string]string{MapKeyLabel: key},
-		ExtraAnnotations: map[string]string{InputAnnotation: input.Annotation()},
-	}
+	owner := children.OwnerOf(parent)
+	owner.Selector = labels.SelectorFromSet(labels.Set{MapKeyLabel: key})
+	owner.ExtraLabels = map[string]string{MapKeyLabel: key}
+	owner.ExtraAnnotations = map[string]string{InputAnnotation: input.Annotation()}
+	return owner
 }

@@ -107,7 +107,7 @@ func (r *watchRules) Observe(_ *discovery.Resource, parent *unstructured.Unstruc
 	uid := string(parent.GetUID())
 	groups := make([]snapshot.Group, len(caches))
 	for i, h := range caches {
-		groups[i] = ResourceGroup(r.outputs[i])
+		groups[i] = snapshot.GroupOf(r.outputs[i])
 		groups[i].Objects = append(groups[i].Objects, h.OwnedBy(uid)...)
 	}
 	return groups, ""
@@ -140,15 +140,4 @@ func (r *watchRules) OutputKey(owned *unstructured.Unstructured) (string, bool) 
 // Summarize is the parent's aggregated status (Aggregate).
 func (r *watchRules) Summarize(parent *unstructured.Unstructured, inputs, outputs []snapshot.Group) map[string]any {
 	return Aggregate(Observed{Generation: parent.GetGeneration(), Inputs: inputs, Outputs: outputs})
-}
-
-// ResourceGroup is an empty snapshot group of a resolved resource.
-func ResourceGroup(res *discovery.Resource) snapshot.Group {
-	return snapshot.Group{
-		APIVersion: res.APIVersion(),
-		Resource:   res.GVR.Resource,
-		Kind:       res.Kind,
-		Namespaced: res.Namespaced,
-		Objects:    []*unstructured.Unstructured{},
-	}
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/discovery"
 )
 
 // Request asks for the observed state of one parent.
@@ -150,5 +151,18 @@ func Fetch(ctx context.Context, src Source, req Request, wait time.Duration) (*R
 		if delay < 500*time.Millisecond {
 			delay *= 2
 		}
+	}
+}
+
+// GroupOf is an empty group of a resolved resource: every group a snapshot
+// holds starts so, with an empty list rather than null, so that a hook
+// request lists every declared type.
+func GroupOf(res *discovery.Resource) Group {
+	return Group{
+		APIVersion: res.APIVersion(),
+		Resource:   res.GVR.Resource,
+		Kind:       res.Kind,
+		Namespaced: res.Namespaced,
+		Objects:    []*unstructured.Unstructured{},
 	}
 }

@@ -588,7 +588,7 @@ func (wr *wiring) keyedSnapshot(resp *snapshot.Response, mapKey string, parentRe
 	if mapKey == "" {
 		inputs := make([]snapshot.Group, len(wr.plan.Keyed.Inputs))
 		for i, res := range wr.plan.Keyed.Inputs {
-			inputs[i] = emptyGroup(res)
+			inputs[i] = snapshot.GroupOf(res)
 			if sel != nil {
 				objs := wr.selectedInputs(i, sel)
 				sortObjects(objs)
@@ -608,21 +608,9 @@ func (wr *wiring) keyedSnapshot(resp *snapshot.Response, mapKey string, parentRe
 	outputs := wr.keyed.outputsOf(parent.GetUID(), mapKey)
 	resp.Children = make([]snapshot.Group, len(wr.plan.Owned))
 	for i, res := range wr.plan.Owned {
-		resp.Children[i] = emptyGroup(res)
+		resp.Children[i] = snapshot.GroupOf(res)
 		if len(outputs[i]) > 0 {
 			resp.Children[i].Objects = outputs[i]
 		}
-	}
-}
-
-// emptyGroup is a snapshot group of res with no objects (an empty list,
-// not null, as the kinds' Observe builds them).
-func emptyGroup(res *discovery.Resource) snapshot.Group {
-	return snapshot.Group{
-		APIVersion: res.APIVersion(),
-		Resource:   res.GVR.Resource,
-		Kind:       res.Kind,
-		Namespaced: res.Namespaced,
-		Objects:    []*unstructured.Unstructured{},
 	}
 }

@@ -50,7 +50,7 @@ func (fakeKeyedRules) WantsOrphan(_, _ *unstructured.Unstructured) bool { return
 func (fakeKeyedRules) Observe(_ *discovery.Resource, parent *unstructured.Unstructured, caches []kinds.WatchCache) ([]snapshot.Group, string) {
 	groups := make([]snapshot.Group, len(caches))
 	for i, c := range caches {
-		groups[i] = emptyGroup(cmRes)
+		groups[i] = snapshot.GroupOf(cmRes)
 		groups[i].Objects = append(groups[i].Objects, c.OwnedBy(string(parent.GetUID()))...)
 	}
 	return groups, ""
