@@ -96,9 +96,9 @@ type Applier struct {
 	echoes  *echo.Book
 
 	// written is this replica's last write of each parent (read your
-	// writes), "<group>/<resource>=<resourceVersion>" by controller/parent.
+	// writes), by controller/parent.
 	wmu     sync.Mutex
-	written map[string]string
+	written map[string]ownWrite
 
 	streamOnce sync.Once
 	stream     jetstream.Stream
@@ -155,7 +155,7 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 		trace:   deps.Trace,
 		nc:      deps.NC,
 		echoes:  deps.Echoes,
-		written: map[string]string{},
+		written: map[string]ownWrite{},
 	}, nil
 }
 

@@ -43,7 +43,7 @@ func testApplier(t *testing.T, objs ...runtime.Object) (*Applier, *dynamicfake.F
 	}
 	dyn := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), objs...)
 	return &Applier{
-		log: zap.NewNop(), dyn: dyn, disc: m, metrics: newMetrics(nil), written: map[string]string{},
+		log: zap.NewNop(), dyn: dyn, disc: m, metrics: newMetrics(nil), written: map[string]ownWrite{},
 		rec: &events.Recorder{EventRecorder: record.NewFakeRecorder(16)},
 	}, dyn
 }

@@ -2,7 +2,6 @@ package applier
 
 import (
 	"context"
-	"strings"
 
 	"go.uber.org/zap"
 
@@ -40,17 +39,19 @@ func (a *Applier) wrote(ds *bus.DesiredState, out *unstructured.Unstructured) {
 	a.wmu.Lock()
 	defer a.wmu.Unlock()
 	if len(a.written) >= maxWritten {
-		a.written = map[string]string{}
+		a.written = map[string]ownWrite{}
 	}
-	if prev, ok := a.written[key]; ok {
-		if pgr, prv, _ := strings.Cut(prev, "="); pgr == gr {
-			if c, err := resourceversion.CompareResourceVersion(prv, rv); err == nil && c > 0 {
-				return
-			}
+	if prev, ok := a.written[key]; ok && prev.gr == gr {
+		if c, err := resourceversion.CompareResourceVersion(prev.rv, rv); err == nil && c > 0 {
+			return
 		}
 	}
-	a.written[key] = gr + "=" + rv
+	a.written[key] = ownWrite{gr: gr, rv: rv}
 }
+
+// ownWrite is this replica's write of a parent: its freshness key
+// (bus.FreshnessKey) and the resourceVersion the write produced.
+type ownWrite struct{ gr, rv string }
 
 // parentKey keys this replica's own writes of ds's parent.
 func parentKey(ds *bus.DesiredState) string { return bus.ParentKey(ds.Controller.ID(), ds.Parent.UID) }
@@ -64,7 +65,7 @@ func (a *Applier) freshness(ds *bus.DesiredState) map[string]string {
 	if !ok {
 		return ds.MinResourceVersions
 	}
-	gr, rv, _ := strings.Cut(w, "=")
+	gr, rv := w.gr, w.rv
 	out := make(map[string]string, len(ds.MinResourceVersions)+1)
 	for k, v := range ds.MinResourceVersions {
 		out[k] = v

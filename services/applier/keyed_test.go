@@ -310,7 +310,7 @@ func TestWriteFreshnessPerParent(t *testing.T) {
 			asker: "ka", want: nil},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
-			a := &Applier{written: map[string]string{}}
+			a := &Applier{written: map[string]ownWrite{}}
 			for _, w := range tc.writes {
 				key, rv, _ := strings.Cut(w, "=")
 				a.wrote(ds(key), written(rv))

@@ -590,9 +590,8 @@ func (wr *wiring) keyedSnapshot(resp *snapshot.Response, mapKey string, parentRe
 		for i, res := range wr.plan.Keyed.Inputs {
 			inputs[i] = snapshot.GroupOf(res)
 			if sel != nil {
-				objs := wr.selectedInputs(i, sel)
-				sortObjects(objs)
-				inputs[i].Objects = objs
+				// Counted, never sent: no need to sort them.
+				inputs[i].Objects = wr.selectedInputs(i, sel)
 			}
 		}
 		outputs, selectorError := wr.plan.Rules.Observe(parentRes, parent, wr.caches)
