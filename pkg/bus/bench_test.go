@@ -34,10 +34,11 @@ import (
 // JetStream handle on an in-process connection. Setup is not timed.
 func benchBus(b *testing.B) jetstream.JetStream { return benchBusWith(b, false) }
 
-// benchBusWith optionally keeps the partition consumers' state in memory
-// (ConsumerConfig.MemoryStorage) instead of the file store, to measure
-// what the consumer state files cost.
-func benchBusWith(b *testing.B, memConsumerState bool) jetstream.JetStream {
+// benchBusWith starts an embedded server with metabus's streams, with
+// MC_WORK and MC_DESIRED in memory as the all-in-one keeps them
+// (bus.Options.MemoryQueues) or on file as a standalone NATS does. The
+// partition consumers' state is in memory either way (their config says so).
+func benchBusWith(b *testing.B, memoryQueues bool) jetstream.JetStream {
 	b.Helper()
 	b.StopTimer()
 	defer b.StartTimer()
@@ -53,30 +54,8 @@ func benchBusWith(b *testing.B, memConsumerState bool) jetstream.JetStream {
 	b.Cleanup(nc.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if !memConsumerState {
-		if err := bus.Ensure(ctx, js, bus.Options{}); err != nil {
-			b.Fatalf("Ensure: %v", err)
-		}
-		return js
-	}
-	for _, cfg := range []jetstream.StreamConfig{bus.WorkStreamConfig(bus.Options{}), bus.DesiredStreamConfig(bus.Options{})} {
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for p := 0; p < bus.DefaultPartitions; p++ {
-		for _, c := range []struct {
-			stream string
-			cfg    jetstream.ConsumerConfig
-		}{
-			{bus.WorkStream, bus.WorkConsumerConfig(bus.Options{}, bus.DefaultPartitions, p)},
-			{bus.DesiredStream, bus.DesiredConsumerConfig(bus.Options{}, bus.DefaultPartitions, p)},
-		} {
-			c.cfg.MemoryStorage = true
-			if _, err := js.CreateOrUpdateConsumer(ctx, c.stream, c.cfg); err != nil {
-				b.Fatal(err)
-			}
-		}
+	if err := bus.Ensure(ctx, js, bus.Options{MemoryQueues: memoryQueues}); err != nil {
+		b.Fatalf("Ensure: %v", err)
 	}
 	return js
 }
@@ -234,10 +213,11 @@ func BenchmarkPublishWork(b *testing.B) {
 //   - pipelined: 16 publishers push b.N different parents as fast as they
 //     can; throughput is until the last one is acked, latency per message
 //     includes queueing behind busy partitions;
-//   - */mem-consumer-state: the same with ConsumerConfig.MemoryStorage.
+//   - */memory-queues: the same with MC_WORK in memory, as in the
+//     all-in-one process (bus.Options.MemoryQueues).
 func BenchmarkWorkRoundTrip(b *testing.B) {
-	run := func(b *testing.B, publishers int, memConsumerState bool) {
-		js := benchBusWith(b, memConsumerState)
+	run := func(b *testing.B, publishers int, memoryQueues bool) {
+		js := benchBusWith(b, memoryQueues)
 		pub := bus.Publisher{JS: js}
 		ctx, cancel := context.WithCancel(context.Background())
 		var mu sync.Mutex
@@ -341,8 +321,8 @@ func BenchmarkWorkRoundTrip(b *testing.B) {
 	// The same with the partition consumers' state kept in memory: what the
 	// file-store consumer state (a state file rewritten up to 10 times a
 	// second per consumer, 128 consumers) costs.
-	b.Run("serial/mem-consumer-state", func(b *testing.B) { run(b, 1, true) })
-	b.Run("pipelined/mem-consumer-state", func(b *testing.B) { run(b, 16, true) })
+	b.Run("serial/memory-queues", func(b *testing.B) { run(b, 1, true) })
+	b.Run("pipelined/memory-queues", func(b *testing.B) { run(b, 16, true) })
 }
 
 func waitHandled(b *testing.B, handled *atomic.Int64, signal <-chan struct{}, n int64) {
