@@ -324,6 +324,7 @@ func allRows(cfg *config) []row {
 		row{key: "b4.per", label: "B4 API requests / parent / no-op resync", prec: 2},
 		row{key: "b4.hooks", label: "B4 hook calls in 25s (resync 10s)", prec: 0},
 		row{key: "b5.rss", label: "B5 controller RSS MiB after B1", prec: 0},
+		row{key: "idle.cpu", label: "idle controller CPU ms/s (1 parent)", prec: 1},
 	)
 	if cfg.rssParents > 0 {
 		rows = append(rows, row{key: "b5.rssbig", label: fmt.Sprintf("B5 controller RSS MiB, +%d parents", cfg.rssParents), prec: 0})

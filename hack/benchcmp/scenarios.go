@@ -1,12 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -83,6 +86,9 @@ func (r *run) do(ctx context.Context) error {
 		return fmt.Errorf("warm-up: %w", err)
 	}
 	r.waitQuiet(ctx, time.Second, 30*time.Second)
+	if err := r.idleCPU(ctx, 5*time.Second, 15*time.Second); err != nil {
+		return err
+	}
 
 	sc := r.cfg.scenarios
 	if sc["B1"] {
@@ -275,6 +281,38 @@ func (r *run) setGen(ctx context.Context, name string, gen int64) error {
 	return err
 }
 
+// idleCPU measures the controller's CPU over d while nothing happens (one
+// converged parent, no changes), after settle: what its leases, heartbeats, pull
+// requests and timers cost, and what it adds to every other figure's CPU
+// per parent in proportion to how long that scenario runs.
+func (r *run) idleCPU(ctx context.Context, settle, d time.Duration) error {
+	pid := r.ctrl.pid()
+	if pid == 0 {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(settle):
+	}
+	before, err := procCPU(pid)
+	if err != nil {
+		return fmt.Errorf("idle CPU: %w", err)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+	}
+	after, err := procCPU(pid)
+	if err != nil {
+		return fmt.Errorf("idle CPU: %w", err)
+	}
+	r.fig["idle.cpu"] = (after - before) * 1000 / d.Seconds()
+	r.logf("%s idle: %.1f ms CPU per second", r.name, r.fig["idle.cpu"])
+	return nil
+}
+
 // waitQuiet waits until neither the hook nor the harness's watches have
 // seen anything for d (checking in-process counters, not the API server),
 // or until max has passed.
@@ -399,12 +437,27 @@ func (r *run) b2(ctx context.Context) error {
 	}
 	r.fig["b2.cm.p50"], r.fig["b2.cm.p99"] = percentile(cmLat, 50), percentile(cmLat, 99)
 	r.fig["b2.st.p50"], r.fig["b2.st.p99"] = percentile(stLat, 50), percentile(stLat, 99)
-	r.logf("%s B2: ConfigMap p50 %.1f ms p99 %.1f ms, status p50 %.1f ms p99 %.1f ms; %d hook calls for the 100 updates", r.name,
-		r.fig["b2.cm.p50"], r.fig["b2.cm.p99"], r.fig["b2.st.p50"], r.fig["b2.st.p99"], r.hook.total.Load()-h0)
+	r.logf("%s B2: ConfigMap p50 %.1f ms p99 %.1f ms, status p50 %.1f ms p99 %.1f ms; %d hook calls for the 100 updates; slowest ConfigMaps (ms, update #): %s", r.name,
+		r.fig["b2.cm.p50"], r.fig["b2.cm.p99"], r.fig["b2.st.p50"], r.fig["b2.st.p99"], r.hook.total.Load()-h0, slowest(cmLat, 5))
 	return nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// slowest lists the n largest of xs with their indexes, for telling a
+// steady tail from a few stalls (and when in the run they came).
+func slowest(xs []float64, n int) string {
+	idx := make([]int, len(xs))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(xs[b], xs[a]) })
+	var parts []string
+	for _, i := range idx[:min(n, len(idx))] {
+		parts = append(parts, fmt.Sprintf("%.1f@%d", xs[i], i))
+	}
+	return strings.Join(parts, " ")
+}
 
 // b3 is coalescing: one converged parent gets 100 back-to-back updates
 // (sequential requests, no waiting for convergence); hook calls for it are
