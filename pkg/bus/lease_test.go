@@ -2,29 +2,11 @@ package bus
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/metabus/metabus/pkg/fairq"
 )
-
-// lateKV applies one Update on the server but reports a timeout, as a
-// client does when the reply comes later than its deadline.
-type lateKV struct {
-	jetstream.KeyValue
-	fail atomic.Bool
-}
-
-func (k *lateKV) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
-	r, err := k.KeyValue.Update(ctx, key, value, rev)
-	if err == nil && k.fail.CompareAndSwap(true, false) {
-		return 0, context.DeadlineExceeded
-	}
-	return r, err
-}
 
 // TestRenewalAppliedButTimedOut: a renewal the server applied but whose
 // reply was lost made the next renewal fail with a revision mismatch, and
@@ -38,25 +20,43 @@ func TestRenewalAppliedButTimedOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lk := &lateKV{KeyValue: kv}
 	var errs []error
-	o := &owner{js: js, kv: lk,
+	o := &owner{js: js, kv: kv,
 		c:     ConsumeConfig{Stage: WorkStage, Member: "me", Lease: OwnerLease, AckWait: WorkAckWait, OnError: func(e error) { errs = append(errs, e) }},
 		parts: map[string]*partition{}, held: map[*held]struct{}{}, members: map[string]time.Time{}, wake: make(chan struct{}, 1),
 		q: fairq.New[*held](fairq.Limits{PerGroup: 16, Total: 256}, nil)}
-	rev, err := kv.Create(ctx, LeaseKey(WorkStage, DefaultPartitions, 0), []byte("me"))
+	key := LeaseKey(WorkStage, DefaultPartitions, 0)
+	rev, err := kv.Create(ctx, key, []byte("me"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	p := &partition{name: PartitionConsumerName("", DefaultPartitions, 0), n: DefaultPartitions, p: 0, rev: rev, deadline: time.Now().Add(6 * time.Second), state: partActive, ctx: pctx, cancel: cancel}
 	o.parts[p.name] = p
-	lk.fail.Store(true)
-	o.renewLeases(ctx) // applied by the server, the reply "lost"
+	// A renewal applied by the server whose reply never reached the
+	// owner: the lease moved on, the owner still holds the old revision.
+	if _, err := kv.Update(ctx, key, []byte("me"), rev); err != nil {
+		t.Fatal(err)
+	}
 	o.renewLeases(ctx) // the next renewal, 2 s later in real life
-	e, _ := kv.Get(ctx, LeaseKey(WorkStage, DefaultPartitions, 0))
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("lease value %q; errors: %v", e.Value(), errs)
 	if p.fenced {
 		t.Errorf("partition fenced although the lease is still this replica's")
+	}
+	if p.rev != e.Revision() {
+		t.Errorf("owner holds lease revision %d, the bucket %d", p.rev, e.Revision())
+	}
+
+	// A lease another replica holds now is lost, and the partition fenced.
+	if _, err := kv.Put(ctx, key, []byte("other")); err != nil {
+		t.Fatal(err)
+	}
+	o.renewLeases(ctx)
+	if !p.fenced {
+		t.Errorf("partition not fenced although its lease names another replica")
 	}
 }

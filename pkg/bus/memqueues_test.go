@@ -8,9 +8,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// TestMemoryQueues: an embedded server keeps MC_WORK and MC_DESIRED in
-// memory (the rest stays on file), and a store left by a file-stored
-// release is converted when the streams are ensured again.
+// TestMemoryQueues: an embedded server keeps MC_WORK, MC_DESIRED and the
+// lease bucket in memory (the rest stays on file), and a store left by a
+// file-stored release is converted when the streams are ensured again.
 func TestMemoryQueues(t *testing.T) {
 	js := startBus(t, Options{}) // file-stored queues, as an older release left them
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -21,6 +21,7 @@ func TestMemoryQueues(t *testing.T) {
 	for name, want := range map[string]jetstream.StorageType{
 		WorkStream: jetstream.MemoryStorage, DesiredStream: jetstream.MemoryStorage,
 		SchedStream: jetstream.FileStorage, DLQStream: jetstream.FileStorage,
+		"KV_" + OwnersBucket: jetstream.MemoryStorage,
 	} {
 		st, err := js.Stream(ctx, name)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/metabus/metabus/pkg/fairq"
@@ -413,55 +414,102 @@ func (o *owner) liveMembers() []string {
 	return out
 }
 
-// renewLeases renews every lease held, in parallel, and fences the
-// partitions whose lease is gone or whose deadline passed. A partition
-// being handed back is renewed too: its handlers may still run (up to
-// AckWait), and the lease must not expire under them.
+// renewLeases renews every lease held and fences the partitions whose
+// lease is gone or whose deadline passed. A partition being handed back is
+// renewed too: its handlers may still run (up to AckWait), and the lease
+// must not expire under them.
+//
+// The renewals are pipelined: published at once as asynchronous
+// compare-and-set writes (what KeyValue.Update sends), then their
+// acknowledgements awaited. Renewals are nearly all an idle process does
+// (64 partitions per stage every Lease/5), and a goroutine, a timer and a
+// request round trip for each made an idle all-in-one spend several times
+// the CPU of the writes themselves.
 func (o *owner) renewLeases(ctx context.Context) {
+	type renewal struct {
+		p    *partition
+		sent time.Time
+		ack  jetstream.PubAckFuture
+		rev  uint64
+		err  error
+	}
 	o.mu.Lock()
-	ps := make([]*partition, 0, len(o.parts))
+	rs := make([]renewal, 0, len(o.parts))
+	revs := make([]uint64, 0, len(o.parts))
 	for _, p := range o.parts {
-		ps = append(ps, p)
+		rs = append(rs, renewal{p: p})
+		revs = append(revs, p.rev)
 	}
 	o.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, p := range ps {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sent := time.Now()
+	for i := range rs {
+		r := &rs[i]
+		r.sent = time.Now()
+		r.ack, r.err = o.js.PublishMsgAsync(&nats.Msg{Subject: kvPutSubject(leaseKeyOf(o.c.Stage, r.p.name)), Data: []byte(o.c.Member)},
+			jetstream.WithExpectLastSequencePerSubject(revs[i]))
+	}
+	wait := time.NewTimer(o.c.Lease / 5)
+	defer wait.Stop()
+	expired := false
+	for i := range rs {
+		r := &rs[i]
+		if r.err != nil {
+			continue
+		}
+		if expired {
+			r.err = context.DeadlineExceeded
+			continue
+		}
+		select {
+		case pa := <-r.ack.Ok():
+			r.rev = pa.Sequence
+		case err := <-r.ack.Err():
+			r.err = err
+		case <-wait.C:
+			expired, r.err = true, context.DeadlineExceeded
+		case <-ctx.Done():
+			expired, r.err = true, ctx.Err()
+		}
+	}
+	for i := range rs {
+		r := &rs[i]
+		if errors.Is(r.err, jetstream.ErrKeyExists) {
+			// A revision mismatch may be our own renewal, applied by the
+			// server after its reply was lost: if the lease still names
+			// this replica, renew against what it holds.
 			rctx, cancel := context.WithTimeout(ctx, o.c.Lease/5)
-			rev, err := o.kv.Update(rctx, leaseKeyOf(o.c.Stage, p.name), []byte(o.c.Member), p.rev)
-			if errors.Is(err, jetstream.ErrKeyExists) {
-				// A revision mismatch may be our own renewal, applied by
-				// the server after its reply was lost: if the lease still
-				// names this replica, renew against what it holds.
-				if cur, gerr := o.kv.Get(rctx, leaseKeyOf(o.c.Stage, p.name)); gerr == nil && string(cur.Value()) == o.c.Member {
-					rev, err = o.kv.Update(rctx, leaseKeyOf(o.c.Stage, p.name), []byte(o.c.Member), cur.Revision())
-				}
+			if cur, gerr := o.kv.Get(rctx, leaseKeyOf(o.c.Stage, r.p.name)); gerr == nil && string(cur.Value()) == o.c.Member {
+				r.sent = time.Now()
+				r.rev, r.err = o.kv.Update(rctx, leaseKeyOf(o.c.Stage, r.p.name), []byte(o.c.Member), cur.Revision())
 			}
 			cancel()
-			o.mu.Lock()
-			defer o.mu.Unlock()
-			switch {
-			case err == nil:
-				p.rev = rev
-				p.deadline = sent.Add(o.c.Lease * 3 / 5)
-				return
-			case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
-				o.c.OnError(fmt.Errorf("lease of %s partition %s lost: %w", o.c.Stage, p.name, err))
-				o.fenceLocked(p)
-			case time.Now().After(p.deadline):
-				o.c.OnError(fmt.Errorf("lease of %s partition %s not renewed in time: %w", o.c.Stage, p.name, err))
-				o.fenceLocked(p)
-			default:
-				if ctx.Err() == nil {
-					o.c.OnError(fmt.Errorf("renew lease of %s partition %s: %w", o.c.Stage, p.name, err))
-				}
-			}
-		}()
+		}
+		o.settleRenewal(ctx, r.p, r.sent, r.rev, r.err)
 	}
-	wg.Wait()
+}
+
+// kvPutSubject is where a write of key in the lease bucket is published
+// (KeyValue.Put and Update publish there; metabus uses no JetStream domain).
+func kvPutSubject(key string) string { return "$KV." + OwnersBucket + "." + key }
+
+// settleRenewal records the outcome of one lease renewal sent at sent.
+func (o *owner) settleRenewal(ctx context.Context, p *partition, sent time.Time, rev uint64, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case err == nil:
+		p.rev = rev
+		p.deadline = sent.Add(o.c.Lease * 3 / 5)
+	case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+		o.c.OnError(fmt.Errorf("lease of %s partition %s lost: %w", o.c.Stage, p.name, err))
+		o.fenceLocked(p)
+	case time.Now().After(p.deadline):
+		o.c.OnError(fmt.Errorf("lease of %s partition %s not renewed in time: %w", o.c.Stage, p.name, err))
+		o.fenceLocked(p)
+	default:
+		if ctx.Err() == nil {
+			o.c.OnError(fmt.Errorf("renew lease of %s partition %s: %w", o.c.Stage, p.name, err))
+		}
+	}
 }
 
 // fenceExpired fences every partition whose renewal deadline has passed.

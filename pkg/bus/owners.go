@@ -50,14 +50,21 @@ func (o Options) ownerLease() time.Duration {
 
 // OwnersConfig is the lease bucket: one value per key, expiring Lease after
 // its last write. File-stored, so leases outlive a server restart and
-// owners keep their partitions across it.
+// owners keep their partitions across it; in memory with MemoryQueues,
+// whose server (the all-in-one's embedded one) never restarts without its
+// owners restarting too. Renewals are nearly all an idle process does (64
+// partitions per stage, every Lease/5), and on file each one is a write.
 func OwnersConfig(o Options) jetstream.KeyValueConfig {
+	storage := jetstream.FileStorage
+	if o.MemoryQueues {
+		storage = jetstream.MemoryStorage
+	}
 	return jetstream.KeyValueConfig{
 		Bucket:      OwnersBucket,
 		Description: "metabus partition leases and stage members",
 		History:     1,
 		TTL:         o.ownerLease(),
-		Storage:     jetstream.FileStorage,
+		Storage:     storage,
 		Replicas:    o.replicas(),
 	}
 }

@@ -320,7 +320,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
 		}
 	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, OwnersConfig(o)); err != nil {
+	if err := ensureOwners(ctx, js, o); err != nil {
 		return fmt.Errorf("ensure bucket %s: %w", OwnersBucket, err)
 	}
 	for _, ps := range partitionedStreams() {
@@ -369,6 +369,28 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 		return fmt.Errorf("replace stream stored differently: %w", err)
 	}
 	_, err = js.CreateOrUpdateStream(ctx, cfg)
+	return err
+}
+
+// ensureOwners creates or updates the lease bucket. A file-stored bucket
+// that should be in memory (an embedded server's store from before
+// MemoryQueues covered it) is replaced, as ensureStream replaces the
+// queues: Ensure runs before any owner starts, and an owner that finds
+// its lease gone fences the partition and claims it again.
+func ensureOwners(ctx context.Context, js jetstream.JetStream, o Options) error {
+	cfg := OwnersConfig(o)
+	_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+	if err == nil || cfg.Storage != jetstream.MemoryStorage {
+		return err
+	}
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || !strings.Contains(apiErr.Description, "can not change storage type") {
+		return err
+	}
+	if err := js.DeleteKeyValue(ctx, OwnersBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return fmt.Errorf("replace bucket stored differently: %w", err)
+	}
+	_, err = js.CreateOrUpdateKeyValue(ctx, cfg)
 	return err
 }
 

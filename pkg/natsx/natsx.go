@@ -144,7 +144,10 @@ func Connect(o ConnOptions) (*nats.Conn, jetstream.JetStream, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to nats %s: %w", redact(url), err)
 	}
-	js, err := jetstream.New(nc)
+	// An asynchronous publish whose acknowledgement never comes (a reply
+	// lost with a server restart) is failed after this long rather than
+	// tracked for ever; the lease renewals publish asynchronously.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(30*time.Second))
 	if err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("jetstream: %w", err)
