@@ -19,10 +19,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -111,6 +114,9 @@ func stripManagedFields(obj any) (any, error) {
 // Registry owns the shared informers.
 type Registry struct {
 	client dynamic.Interface
+	// rest, if set, serves the informers' watches with one-pass decoding
+	// (watchJSON); lists still go through client.
+	rest   rest.Interface
 	resync time.Duration
 
 	mu      sync.Mutex
@@ -146,6 +152,39 @@ func New(client dynamic.Interface, resync time.Duration) *Registry {
 	return &Registry{client: client, resync: resync, entries: map[schema.GroupVersionResource]*entry{}}
 }
 
+// NewForConfig returns a registry on cfg whose watches decode each event in
+// one pass (see watchJSON). One REST client serves lists and watches, so
+// they share its rate limiter and connection.
+func NewForConfig(cfg *rest.Config, resync time.Duration) (*Registry, error) {
+	rc, err := rest.UnversionedRESTClientFor(dynamic.ConfigFor(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("informers: REST client: %w", err)
+	}
+	r := New(dynamic.New(rc), resync)
+	r.rest = rc
+	return r, nil
+}
+
+// informerFor builds the informer of gvr in every namespace: the dynamic
+// client's own (dynamicinformer) unless the registry has a REST client for
+// one-pass watches.
+func (r *Registry) informerFor(gvr schema.GroupVersionResource) cache.SharedIndexInformer {
+	if r.rest == nil {
+		return dynamicinformer.NewFilteredDynamicInformer(r.client, gvr, metav1.NamespaceAll, r.resync, indexers(), nil).Informer()
+	}
+	res := r.client.Resource(gvr)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return res.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return watchJSON(ctx, r.rest, gvr, o)
+		},
+	}
+	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, r.client), &unstructured.Unstructured{},
+		cache.SharedIndexInformerOptions{ResyncPeriod: r.resync, Indexers: indexers(), ObjectDescription: gvr.String()})
+}
+
 // Handle is one subscription to a resource's informer.
 type Handle struct {
 	r     *Registry
@@ -163,7 +202,7 @@ func (r *Registry) Acquire(gvr schema.GroupVersionResource) *Handle {
 	defer r.mu.Unlock()
 	e, ok := r.entries[gvr]
 	if !ok {
-		inf := dynamicinformer.NewFilteredDynamicInformer(r.client, gvr, metav1.NamespaceAll, r.resync, indexers(), nil).Informer()
+		inf := r.informerFor(gvr)
 		_ = inf.SetTransform(stripManagedFields)
 		e = &entry{informer: inf, stop: make(chan struct{})}
 		e.cond = sync.NewCond(&e.mu)

@@ -187,7 +187,7 @@ func TestSharedInformerIndexesAndRefcounts(t *testing.T) {
 	multi := createConfigMap(t, dyn, ns, "multi", controllerRef(pc, false), controllerRef(pa, true))
 	elsewhere := createConfigMap(t, dyn, other, "elsewhere", controllerRef(pa, true))
 
-	reg := New(dyn, 0)
+	reg := newRegistry(t)
 	h1 := reg.Acquire(cmGVR)
 	defer h1.Release()
 	h2 := reg.Acquire(cmGVR)
@@ -378,7 +378,7 @@ func TestWaitSeen(t *testing.T) {
 	ns := createNamespace(t, dyn, "inf-waitseen")
 	first := createConfigMap(t, dyn, ns, "first")
 
-	reg := New(dyn, 0)
+	reg := newRegistry(t)
 	h := reg.Acquire(cmGVR)
 	defer h.Release()
 	syncHandle(t, h)
@@ -445,7 +445,7 @@ func TestWaitSeen(t *testing.T) {
 // resource whose informer has delivered nothing yet it does.
 func TestWaitSeenUnparseableOnEmptyResource(t *testing.T) {
 	requireEnv(t)
-	reg := New(dynClient(t), 0)
+	reg := newRegistry(t)
 	h := reg.Acquire(ptGVR) // no PodTemplates exist in a fresh cluster
 	defer h.Release()
 	syncHandle(t, h)
@@ -461,7 +461,7 @@ func TestWaitSeenUnparseableOnEmptyResource(t *testing.T) {
 
 func TestConcurrentAcquireSharesOneInformer(t *testing.T) {
 	requireEnv(t)
-	reg := New(dynClient(t), 0)
+	reg := newRegistry(t)
 	const n = 8
 	hs := make([]*Handle, n)
 	var wg sync.WaitGroup
@@ -514,7 +514,7 @@ func TestManySubscribersShareOneHandler(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reg := New(dynClient(t), 0)
+	reg := newRegistry(t)
 	first := reg.Acquire(cmGVR)
 	defer first.Release()
 	syncHandle(t, first)
@@ -615,7 +615,7 @@ func TestHandlersSynced(t *testing.T) {
 		}}
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{cmGVR: "ConfigMapList"}, objs...)
-	reg := New(dyn, 0)
+	reg := New(dyn, 0) // a fake cluster: the dynamic client's informers
 	first := reg.Acquire(cmGVR)
 	defer first.Release()
 	syncHandle(t, first)

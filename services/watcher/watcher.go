@@ -188,6 +188,10 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
+	registry, err := informers.NewForConfig(deps.REST, 0)
+	if err != nil {
+		return nil, err
+	}
 	targets := labels.Everything()
 	if cfg.TargetLabelSelector != "" {
 		if targets, err = labels.Parse(cfg.TargetLabelSelector); err != nil {
@@ -212,7 +216,7 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 		dyn:         dyn,
 		kube:        kube,
 		disc:        discovery.New(kube.Discovery()),
-		registry:    informers.New(dyn, 0),
+		registry:    registry,
 		nc:          deps.NC,
 		js:          deps.JS,
 		health:      health,
