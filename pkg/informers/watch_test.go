@@ -200,4 +200,3 @@ func toMap(t *testing.T, obj runtime.Object) map[string]any {
 	}
 	return u.Object
 }
-
