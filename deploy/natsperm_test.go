@@ -306,7 +306,7 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 			}
 			// As services/applier's publishNote.
 			if err := echo.Publish(applier.nc, &bus.Applied{Controller: ds.Controller, ParentUID: uid, WorkSeq: ds.WorkSeq,
-				Inputs: ds.Inputs, Writes: []bus.Write{{UID: child, From: "1", To: "2"}}}); err != nil {
+				Inputs: ds.Inputs, Writes: []bus.Write{{UID: child, From: "1", To: "2"}}}, ""); err != nil {
 				applier.busError(err)
 			}
 			if err := m.Ack(); err != nil {

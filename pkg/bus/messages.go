@@ -321,6 +321,12 @@ type Write struct {
 // dispatcher replica.
 const AppliedSubject = "mc.applied"
 
+// AppliedOriginHeader, on an Applied note, names the echo book of the
+// process whose applier made it (package echo): that book recorded the
+// note directly and skips it when it comes back. Notes from other
+// processes, or without the header, are decoded and recorded.
+const AppliedOriginHeader = "Metabus-Origin"
+
 // DueMessage is the body of a schedule in MC_SCHED: the work item to
 // publish when it fires.
 type DueMessage = WorkItem

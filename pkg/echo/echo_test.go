@@ -8,7 +8,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/snapshot"
+	"time"
 )
 
 func TestIsEcho(t *testing.T) {
@@ -359,5 +361,58 @@ func TestBookKeys(t *testing.T) {
 				t.Errorf("verdicts (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestNotesOverNATS: a book records the notes other processes broadcast,
+// and skips its own process's (recorded directly when made).
+func TestNotesOverNATS(t *testing.T) {
+	s, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, _, err := natsx.Connect(natsx.ConnOptions{InProcess: s, Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctrl := bus.ControllerRef{Kind: "CompositeController", Name: "c"}
+	b, elsewhere := NewBook(0), NewBook(0)
+	if b.Origin() == "" || b.Origin() == elsewhere.Origin() {
+		t.Fatalf("books need distinct origins: %q, %q", b.Origin(), elsewhere.Origin())
+	}
+	sub, err := b.Subscribe(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	note := func(uid string) *bus.Applied {
+		return &bus.Applied{Controller: ctrl, ParentUID: "p", WorkSeq: 1, Writes: []bus.Write{{UID: uid, From: "1", To: "2"}}}
+	}
+	for _, n := range []struct {
+		uid, origin string
+	}{{"own", b.Origin()}, {"other", elsewhere.Origin()}, {"unnamed", ""}} {
+		if err := Publish(nc, note(n.uid), n.origin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !(b.Wrote(ctrl.ID(), "other", "2") && b.Wrote(ctrl.ID(), "unnamed", "2")) {
+		if time.Now().After(deadline) {
+			t.Fatalf("notes of other processes not recorded: other %v, unnamed %v", b.Wrote(ctrl.ID(), "other", "2"), b.Wrote(ctrl.ID(), "unnamed", "2"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Published first, so delivered before the others on one connection.
+	if b.Wrote(ctrl.ID(), "own", "2") {
+		t.Error("the book recorded its own process's note from NATS; it must skip it (recorded directly when made)")
+	}
+	var nilBook *Book
+	if nilBook.Origin() != "" {
+		t.Error("a nil book has an origin")
 	}
 }

@@ -174,7 +174,7 @@ func (a *Applier) publishNote(note *bus.Applied) {
 	if a.nc == nil {
 		return
 	}
-	if err := echo.Publish(a.nc, note); err != nil {
+	if err := echo.Publish(a.nc, note, a.echoes.Origin()); err != nil {
 		a.log.Debug("publish applied note", zap.Error(err))
 	}
 }
