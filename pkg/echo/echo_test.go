@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/pkg/natsx/natstest"
 	"github.com/metabus/metabus/pkg/snapshot"
 	"time"
 )
@@ -367,16 +367,7 @@ func TestBookKeys(t *testing.T) {
 // TestNotesOverNATS: a book records the notes other processes broadcast,
 // and skips its own process's (recorded directly when made).
 func TestNotesOverNATS(t *testing.T) {
-	s, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "-"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, _, err := natsx.Connect(natsx.ConnOptions{InProcess: s, Name: t.Name()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc, _ := natstest.Start(t)
 	ctrl := bus.ControllerRef{Kind: "CompositeController", Name: "c"}
 	b, elsewhere := NewBook(0), NewBook(0)
 	if b.Origin() == "" || b.Origin() == elsewhere.Origin() {
