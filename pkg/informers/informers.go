@@ -453,6 +453,9 @@ func (h *Handle) WaitSeen(ctx context.Context, rv string) bool {
 	if _, err := resourceversion.CompareResourceVersion(rv, rv); err != nil {
 		return true
 	}
+	if h.HasSeen(rv) {
+		return true // the usual case: no goroutine to wake us
+	}
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -478,6 +481,25 @@ func (h *Handle) WaitSeen(ctx context.Context, rv string) bool {
 		}
 		h.e.cond.Wait()
 	}
+}
+
+// HasSeen is WaitSeen without the wait: whether the informer has
+// delivered resourceVersion rv or a later one (true for "" and for an
+// unparseable rv).
+func (h *Handle) HasSeen(rv string) bool {
+	if rv == "" {
+		return true
+	}
+	if _, err := resourceversion.CompareResourceVersion(rv, rv); err != nil {
+		return true
+	}
+	h.e.mu.Lock()
+	defer h.e.mu.Unlock()
+	if h.e.seen == "" {
+		return false
+	}
+	c, err := resourceversion.CompareResourceVersion(h.e.seen, rv)
+	return err != nil || c >= 0
 }
 
 // WaitForSync waits for the initial list of the informer.

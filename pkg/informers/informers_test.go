@@ -402,6 +402,13 @@ func TestWaitSeen(t *testing.T) {
 			t.Fatal("WaitSeen(not-a-number) = false")
 		}
 	})
+	t.Run("HasSeen answers the same without waiting", func(t *testing.T) {
+		for rv, want := range map[string]bool{first.GetResourceVersion(): true, "": true, "not-a-number": true, "999999999": false} {
+			if got := h.HasSeen(rv); got != want {
+				t.Errorf("HasSeen(%q) = %v, want %v (Seen = %s)", rv, got, want, h.Seen())
+			}
+		}
+	})
 	t.Run("an RV far in the future times out", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()

@@ -53,6 +53,16 @@ func (w *Watcher) waitFresh(ctx context.Context, req snapshot.Request, handleFor
 	if len(req.MinResourceVersions) == 0 {
 		return true, ""
 	}
+	fresh := true
+	for key, rv := range req.MinResourceVersions {
+		if h := handleFor(key); h != nil && !h.HasSeen(rv) {
+			fresh = false
+			break
+		}
+	}
+	if fresh {
+		return true, "" // the usual case, without a timer
+	}
 	wctx, cancel := context.WithTimeout(ctx, w.cfg.SnapshotWait)
 	defer cancel()
 	for key, rv := range req.MinResourceVersions {
