@@ -290,19 +290,15 @@ func (r *run) idleCPU(ctx context.Context, settle, d time.Duration) error {
 	if pid == 0 {
 		return nil
 	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(settle):
+	if err := sleepCtx(ctx, settle); err != nil {
+		return err
 	}
 	before, err := procCPU(pid)
 	if err != nil {
 		return fmt.Errorf("idle CPU: %w", err)
 	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
+	if err := sleepCtx(ctx, d); err != nil {
+		return err
 	}
 	after, err := procCPU(pid)
 	if err != nil {
@@ -311,6 +307,18 @@ func (r *run) idleCPU(ctx context.Context, settle, d time.Duration) error {
 	r.fig["idle.cpu"] = (after - before) * 1000 / d.Seconds()
 	r.logf("%s idle: %.1f ms CPU per second", r.name, r.fig["idle.cpu"])
 	return nil
+}
+
+// sleepCtx waits d, or until ctx ends (its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // waitQuiet waits until neither the hook nor the harness's watches have
