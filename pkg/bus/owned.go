@@ -435,17 +435,15 @@ func (o *owner) renewLeases(ctx context.Context) {
 	}
 	o.mu.Lock()
 	rs := make([]renewal, 0, len(o.parts))
-	revs := make([]uint64, 0, len(o.parts))
 	for _, p := range o.parts {
-		rs = append(rs, renewal{p: p})
-		revs = append(revs, p.rev)
+		rs = append(rs, renewal{p: p, rev: p.rev}) // rev: held, then renewed
 	}
 	o.mu.Unlock()
 	for i := range rs {
 		r := &rs[i]
 		r.sent = time.Now()
 		r.ack, r.err = o.js.PublishMsgAsync(&nats.Msg{Subject: kvPutSubject(leaseKeyOf(o.c.Stage, r.p.name)), Data: []byte(o.c.Member)},
-			jetstream.WithExpectLastSequencePerSubject(revs[i]))
+			jetstream.WithExpectLastSequencePerSubject(r.rev))
 	}
 	wait := time.NewTimer(o.c.Lease / 5)
 	defer wait.Stop()

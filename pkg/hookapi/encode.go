@@ -9,7 +9,6 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // Encoder writes hook request bodies: exactly the bytes json.Marshal gives
@@ -104,7 +103,7 @@ func (e *Encoder) appendController(b []byte, u *unstructured.Unstructured) ([]by
 	if err != nil {
 		return nil, err
 	}
-	e.ctrls.Store(types.UID(uid), encodedObject{rv: rv, data: data})
+	e.ctrls.Store(uid, encodedObject{rv: rv, data: data})
 	return append(b, data...), nil
 }
 

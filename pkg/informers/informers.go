@@ -447,14 +447,8 @@ func (h *Handle) Seen() string {
 // unparseable rv is treated as satisfied: freshness is an optimisation on
 // top of the periodic resync, never a reason to block forever.
 func (h *Handle) WaitSeen(ctx context.Context, rv string) bool {
-	if rv == "" {
-		return true
-	}
-	if _, err := resourceversion.CompareResourceVersion(rv, rv); err != nil {
-		return true
-	}
 	if h.HasSeen(rv) {
-		return true // the usual case: no goroutine to wake us
+		return true // also "" and unparseable; the usual case, no waker
 	}
 	done := make(chan struct{})
 	defer close(done)
