@@ -10,8 +10,9 @@ import (
 // publishes are spaced by a window that starts at paceMin and grows
 // paceFactor-fold each time more than one event was merged into the item,
 // or its change came inside the window, up to paceMax. Events of an item
-// dropped as echo-only (our own writes) count for nothing. The last change of a burst is always published (it is
-// merged into the pending item), so the hook always sees the final state.
+// dropped as echo-only (our own writes) count for nothing. The last change
+// of a burst is always published (it is merged into the pending item), so
+// the hook always sees the final state.
 //
 // Why: MC_WORK already keeps at most one pending item per parent, but a fast
 // sync drains it before the next change of a burst arrives, so 100
