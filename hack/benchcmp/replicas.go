@@ -422,18 +422,19 @@ func waitWorkBalanced(ctx context.Context, js jetstream.JetStream, n int, timeou
 				members = append(members, strings.TrimPrefix(k, prefix))
 			}
 		}
-		if len(members) == n {
-			want := bus.Assign(members, bus.DefaultPartitions)
+		parts, perr := bus.StreamPartitions(ctx, js, bus.WorkStream)
+		if len(members) == n && perr == nil {
+			want := bus.Assign(members, parts)
 			ok := true
 			count := map[string]int{}
-			for p := range bus.DefaultPartitions {
+			for p := range parts {
 				count[want[p]]++
-				e, err := kv.Get(ctx, bus.LeaseKey(bus.WorkStage, bus.DefaultPartitions, p))
+				e, err := kv.Get(ctx, bus.LeaseKey(bus.WorkStage, parts, p))
 				if err != nil || string(e.Value()) != want[p] {
 					ok = false
 				}
 			}
-			lo, hi := bus.DefaultPartitions, 0
+			lo, hi := parts, 0
 			for _, m := range members {
 				lo, hi = min(lo, count[m]), max(hi, count[m])
 			}

@@ -148,6 +148,11 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	// The embedded server lives and dies with this process, whose watcher
 	// resyncs every parent when it starts: the work queues need no disk.
 	wcfg.Bus.MemoryQueues = wcfg.Bus.MemoryQueues || srv != nil
+	// Its memory streams are new at every start, so this is their layout
+	// (bus.EmbeddedPartitions says why it is smaller).
+	if srv != nil && wcfg.Bus.Partitions == 0 {
+		wcfg.Bus.Partitions = bus.EmbeddedPartitions
+	}
 	// Separate-process replicas (and the tests) reach it over NATS.
 	wcfg.ServeSnapshots = true
 	// One echo book for the whole process, fed by every applier in it

@@ -45,6 +45,17 @@ import (
 // DefaultPartitions is the partition count of a new installation.
 const DefaultPartitions = 64
 
+// EmbeddedPartitions is the partition count of an embedded server's new
+// streams (the all-in-one process, `make run`, the tests), unless a count is
+// asked for. A partition is the unit of ownership among a stage's replicas,
+// not of serialization (owners serialize per parent), so it only bounds how
+// many replicas of a stage get work: one process needs one, and the few
+// replicas that may join it over TCP need a few. Every partition costs each
+// stage a consumer (five goroutines between client and server, its pull
+// requests and heartbeats) and a lease renewal every 2 s: 64 of them held
+// about 12 MiB of the all-in-one's memory and most of its idle CPU.
+const EmbeddedPartitions = 8
+
 // LegacyPartitions is the partition count of releases before slots, whose
 // consumers were named <prefix>pNN and whose streams stored messages under
 // slot hash mod 64 (<root>.<slot mod 64>.<ctrl>.<uid>). The filters of a

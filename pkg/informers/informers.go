@@ -203,7 +203,7 @@ func (r *Registry) Acquire(gvr schema.GroupVersionResource) *Handle {
 	e, ok := r.entries[gvr]
 	if !ok {
 		inf := r.informerFor(gvr)
-		_ = inf.SetTransform(stripManagedFields)
+		_ = inf.SetTransform(newInterner().transform)
 		e = &entry{informer: inf, stop: make(chan struct{})}
 		e.cond = sync.NewCond(&e.mu)
 		// The one handler: it feeds the subscribers, then the freshness
