@@ -233,8 +233,11 @@ func (b *Book) addWriteLocked(ctrl string, w bus.Write) {
 	if len(b.writes) >= b.size {
 		b.wold, b.writes = b.writes, make(map[string][]bus.Write, len(b.writes))
 	}
-	ws := make([]bus.Write, 0, recentWrites)
-	ws = append(ws, prev[max(0, len(prev)-(recentWrites-1)):]...)
+	// Sized to what it holds: most objects have one recent write, and
+	// room for recentWrites was held for each of them.
+	keep := prev[max(0, len(prev)-(recentWrites-1)):]
+	ws := make([]bus.Write, 0, len(keep)+1)
+	ws = append(ws, keep...)
 	b.writes[key] = append(ws, w)
 }
 
