@@ -122,10 +122,14 @@ func (e *Elector) Run(ctx context.Context) {
 
 // acquire tries to take the Lease every retry period (jittered, so
 // replicas started together spread out) until it succeeds or ctx ends. It
-// returns when the Lease was last written.
+// returns when the Lease was last written. An attempt gets the renew
+// deadline at most, so a hanging request does not stall the campaign.
 func (e *Elector) acquire(ctx context.Context) (time.Time, bool) {
 	for {
-		if at, ok := e.try(ctx); ok {
+		tctx, cancel := context.WithTimeout(ctx, e.cfg.RenewDeadline)
+		at, ok := e.try(tctx)
+		cancel()
+		if ok {
 			return at, true
 		}
 		if !sleep(ctx, wait.Jitter(e.cfg.RetryPeriod, 1.2)) {

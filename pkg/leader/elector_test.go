@@ -22,40 +22,54 @@ type memLeases struct {
 	lease *coordinationv1.Lease
 	rv    int
 	down  bool // every request fails
+	hang  bool // every request waits for the end of its context
+}
+
+// enter starts a request: it fails if the server is down, waits for the
+// end of ctx if it hangs, and else returns with m.mu held.
+func (m *memLeases) enter(ctx context.Context) error {
+	m.mu.Lock()
+	switch {
+	case m.down:
+		m.mu.Unlock()
+		return errors.New("connection refused")
+	case m.hang:
+		m.mu.Unlock()
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
 }
 
 var leaseGR = schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
 
-func (m *memLeases) get(context.Context) (*coordinationv1.Lease, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.down {
-		return nil, errors.New("connection refused")
+func (m *memLeases) get(ctx context.Context) (*coordinationv1.Lease, error) {
+	if err := m.enter(ctx); err != nil {
+		return nil, err
 	}
+	defer m.mu.Unlock()
 	if m.lease == nil {
 		return nil, nil
 	}
 	return m.lease.DeepCopy(), nil
 }
 
-func (m *memLeases) create(_ context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.down {
-		return nil, errors.New("connection refused")
+func (m *memLeases) create(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	if err := m.enter(ctx); err != nil {
+		return nil, err
 	}
+	defer m.mu.Unlock()
 	if m.lease != nil {
 		return nil, apierrors.NewAlreadyExists(leaseGR, l.Name)
 	}
 	return m.store(l), nil
 }
 
-func (m *memLeases) update(_ context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.down {
-		return nil, errors.New("connection refused")
+func (m *memLeases) update(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	if err := m.enter(ctx); err != nil {
+		return nil, err
 	}
+	defer m.mu.Unlock()
 	if m.lease == nil {
 		return nil, apierrors.NewNotFound(leaseGR, l.Name)
 	}
@@ -73,9 +87,9 @@ func (m *memLeases) store(l *coordinationv1.Lease) *coordinationv1.Lease {
 	return m.lease.DeepCopy()
 }
 
-func (m *memLeases) setDown(down bool) {
+func (m *memLeases) set(down, hang bool) {
 	m.mu.Lock()
-	m.down = down
+	m.down, m.hang = down, hang
 	m.mu.Unlock()
 }
 
@@ -220,23 +234,35 @@ func TestElectorTakesOverOnlyAfterExpiry(t *testing.T) {
 }
 
 func TestElectorStepsDownWhenRenewalsFail(t *testing.T) {
-	store := &memLeases{}
-	a := campaign(t, store, "a", fast)
-	if !within(a.started, 5*time.Second) {
-		t.Fatal("never led")
+	tests := []struct {
+		reason     string
+		down, hang bool
+	}{
+		{reason: "the API server refuses every request", down: true},
+		// Each attempt is cut off at the renew deadline.
+		{reason: "every request hangs", hang: true},
 	}
-	store.setDown(true)
-	lost := time.Now()
-	// The last renewal was at most a retry period before the outage.
-	if !within(a.stopped, 5*time.Second) {
-		t.Fatal("kept leading without renewing")
-	}
-	if d := time.Since(lost); d > fast.RenewDeadline+200*time.Millisecond {
-		t.Errorf("stepped down %s after renewals began to fail; renew deadline %s", d, fast.RenewDeadline)
-	}
-	a.checkOrder(t)
-	if a.leading.Load() {
-		t.Error("OnStartedLeading's context still live after OnStoppedLeading")
+	for _, tt := range tests {
+		t.Run(tt.reason, func(t *testing.T) {
+			store := &memLeases{}
+			a := campaign(t, store, "a", fast)
+			if !within(a.started, 5*time.Second) {
+				t.Fatal("never led")
+			}
+			store.set(tt.down, tt.hang)
+			lost := time.Now()
+			// The last renewal was at most a retry period before the outage.
+			if !within(a.stopped, 5*time.Second) {
+				t.Fatal("kept leading without renewing")
+			}
+			if d := time.Since(lost); d > fast.RenewDeadline+200*time.Millisecond {
+				t.Errorf("stepped down %s after renewals began to fail; renew deadline %s", d, fast.RenewDeadline)
+			}
+			a.checkOrder(t)
+			if a.leading.Load() {
+				t.Error("OnStartedLeading's context still live after OnStoppedLeading")
+			}
+		})
 	}
 }
 
