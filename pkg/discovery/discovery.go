@@ -6,6 +6,7 @@ package discovery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -13,7 +14,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery"
 )
 
 // Resource is one served resource.
@@ -32,7 +32,7 @@ func (r *Resource) APIVersion() string { return r.GVR.GroupVersion().String() }
 
 // Map is a snapshot of discovery, safe for concurrent use.
 type Map struct {
-	client discovery.DiscoveryInterface
+	client Source
 
 	mu         sync.RWMutex
 	byResource map[string]*Resource // apiVersion + "/" + resource
@@ -44,8 +44,9 @@ type Map struct {
 	lastForced time.Time
 }
 
-// New returns an empty map; call Refresh or Run.
-func New(client discovery.DiscoveryInterface) *Map {
+// New returns an empty map of what client lists (APIServer: the API
+// server's discovery); call Refresh or Run.
+func New(client Source) *Map {
 	return &Map{client: client, byResource: map[string]*Resource{}, byKind: map[string]*Resource{}}
 }
 
@@ -54,8 +55,9 @@ func New(client discovery.DiscoveryInterface) *Map {
 func (m *Map) Refresh(ctx context.Context) error {
 	m.refreshMu.Lock()
 	defer m.refreshMu.Unlock()
-	_, lists, err := m.client.ServerGroupsAndResources()
-	if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
+	lists, err := m.client.ServerResources(ctx)
+	var partial *PartialError
+	if err != nil && !errors.As(err, &partial) {
 		return fmt.Errorf("discovery: %w", err)
 	}
 	byResource, byKind := index(lists)
@@ -175,7 +177,8 @@ func (m *Map) forceRefresh(ctx context.Context) error {
 	if recent {
 		return nil
 	}
-	if err := m.Refresh(ctx); err != nil && !strings.HasPrefix(err.Error(), "partial") {
+	var partial *PartialError
+	if err := m.Refresh(ctx); err != nil && !errors.As(err, &partial) {
 		return err
 	}
 	return nil

@@ -12,20 +12,21 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	kdiscovery "k8s.io/client-go/discovery"
+
+	"github.com/metabus/metabus/pkg/kubeapi"
 )
 
-// countingClient counts ServerGroupsAndResources calls; with fn set it
-// answers from fn instead of the embedded client.
+// countingClient counts ServerResources calls; with fn set it answers from
+// fn instead of the embedded source.
 type countingClient struct {
-	kdiscovery.DiscoveryInterface
+	Source
 
 	mu    sync.Mutex
 	calls int
-	fn    func() ([]*metav1.APIGroup, []*metav1.APIResourceList, error)
+	fn    func() ([]*metav1.APIResourceList, error)
 }
 
-func (c *countingClient) ServerGroupsAndResources() ([]*metav1.APIGroup, []*metav1.APIResourceList, error) {
+func (c *countingClient) ServerResources(ctx context.Context) ([]*metav1.APIResourceList, error) {
 	c.mu.Lock()
 	c.calls++
 	fn := c.fn
@@ -33,7 +34,7 @@ func (c *countingClient) ServerGroupsAndResources() ([]*metav1.APIGroup, []*meta
 	if fn != nil {
 		return fn()
 	}
-	return c.DiscoveryInterface.ServerGroupsAndResources()
+	return c.Source.ServerResources(ctx)
 }
 
 func (c *countingClient) count() int {
@@ -42,20 +43,26 @@ func (c *countingClient) count() int {
 	return c.calls
 }
 
-func (c *countingClient) set(fn func() ([]*metav1.APIGroup, []*metav1.APIResourceList, error)) {
+func (c *countingClient) set(fn func() ([]*metav1.APIResourceList, error)) {
 	c.mu.Lock()
 	c.fn = fn
 	c.mu.Unlock()
 }
 
-func realClient(t *testing.T) *countingClient {
+// apiServer is the Source of the test's API server.
+func apiServer(t *testing.T) APIServer {
 	t.Helper()
 	requireEnv(t)
-	dc, err := kdiscovery.NewDiscoveryClientForConfig(env.Config)
+	api, err := kubeapi.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &countingClient{DiscoveryInterface: dc}
+	return APIServer{API: api}
+}
+
+func realClient(t *testing.T) *countingClient {
+	t.Helper()
+	return &countingClient{Source: apiServer(t)}
 }
 
 func testCtx(t *testing.T) context.Context {
@@ -175,10 +182,10 @@ func TestResolveNewCRD(t *testing.T) {
 	if err := env.Apply(testCtx(t), p); err != nil {
 		t.Fatal(err)
 	}
-	probe := c.DiscoveryInterface
+	probe := c.Source
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		_, lists, _ := probe.ServerGroupsAndResources()
+		lists, _ := probe.ServerResources(testCtx(t))
 		if slices.ContainsFunc(lists, func(l *metav1.APIResourceList) bool {
 			return l != nil && l.GroupVersion == "example.com/v1" &&
 				slices.ContainsFunc(l.APIResources, func(r metav1.APIResource) bool { return r.Name == plural })
@@ -315,8 +322,8 @@ func lists(extra ...*metav1.APIResourceList) []*metav1.APIResourceList {
 	return append(base, extra...)
 }
 
-func fixed(ls []*metav1.APIResourceList, err error) func() ([]*metav1.APIGroup, []*metav1.APIResourceList, error) {
-	return func() ([]*metav1.APIGroup, []*metav1.APIResourceList, error) { return nil, ls, err }
+func fixed(ls []*metav1.APIResourceList, err error) func() ([]*metav1.APIResourceList, error) {
+	return func() ([]*metav1.APIResourceList, error) { return ls, err }
 }
 
 func TestIndex(t *testing.T) {
@@ -364,7 +371,7 @@ func TestIndex(t *testing.T) {
 }
 
 func TestRefreshFailures(t *testing.T) {
-	partialErr := &kdiscovery.ErrGroupDiscoveryFailed{Groups: map[schema.GroupVersion]error{
+	partialErr := &PartialError{Failed: map[schema.GroupVersion]error{
 		{Group: "metrics.k8s.io", Version: "v1beta1"}: errors.New("service unavailable"),
 	}}
 	hardErr := errors.New("connection refused")
@@ -374,7 +381,7 @@ func TestRefreshFailures(t *testing.T) {
 		reason string
 		// second is what discovery answers after a first, successful
 		// Refresh of lists().
-		second      func() ([]*metav1.APIGroup, []*metav1.APIResourceList, error)
+		second      func() ([]*metav1.APIResourceList, error)
 		wantErr     string
 		wantPartial bool
 		// present / absent after the second Refresh.
@@ -419,9 +426,9 @@ func TestRefreshFailures(t *testing.T) {
 				if err == nil || !strings.HasPrefix(err.Error(), tc.wantErr) {
 					t.Fatalf("%s: Refresh = %v, want error starting with %q", tc.reason, err, tc.wantErr)
 				}
-				var gdf *kdiscovery.ErrGroupDiscoveryFailed
-				if got := errors.As(err, &gdf); got != tc.wantPartial {
-					t.Errorf("%s: error wraps ErrGroupDiscoveryFailed = %v, want %v", tc.reason, got, tc.wantPartial)
+				var partial *PartialError
+				if got := errors.As(err, &partial); got != tc.wantPartial {
+					t.Errorf("%s: error wraps a PartialError = %v, want %v", tc.reason, got, tc.wantPartial)
 				}
 			}
 			for _, p := range tc.present {
@@ -439,12 +446,12 @@ func TestRefreshFailures(t *testing.T) {
 }
 
 func TestResolveFailures(t *testing.T) {
-	partialErr := &kdiscovery.ErrGroupDiscoveryFailed{Groups: map[schema.GroupVersion]error{
+	partialErr := &PartialError{Failed: map[schema.GroupVersion]error{
 		{Group: "metrics.k8s.io", Version: "v1beta1"}: errors.New("service unavailable"),
 	}}
 	cases := []struct {
 		reason   string
-		answer   func() ([]*metav1.APIGroup, []*metav1.APIResourceList, error)
+		answer   func() ([]*metav1.APIResourceList, error)
 		resource string
 		wantErr  string // "" means resolved
 	}{

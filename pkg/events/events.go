@@ -7,10 +7,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/metabus/metabus/pkg/kubeapi"
 )
 
 // Reasons, as upstream Metacontroller emits them.
@@ -50,7 +49,7 @@ type Recorder struct {
 }
 
 // New starts a broadcaster writing through client.
-func New(client kubernetes.Interface, o Options) *Recorder {
+func New(client *kubeapi.Client, o Options) *Recorder {
 	opts := record.CorrelatorOptions{}
 	if o.QPS > 0 {
 		opts.QPS = o.QPS
@@ -59,9 +58,9 @@ func New(client kubernetes.Interface, o Options) *Recorder {
 		opts.BurstSize = o.Burst
 	}
 	b := record.NewBroadcasterWithCorrelatorOptions(opts)
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	b.StartRecordingToSink(Sink{API: client})
 	return &Recorder{
-		EventRecorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: o.Component}),
+		EventRecorder: b.NewRecorder(objectKinds, corev1.EventSource{Component: o.Component}),
 		broadcaster:   b,
 	}
 }

@@ -24,9 +24,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/metabus/metabus/pkg/kubeapi"
 )
 
 // Index names.
@@ -156,30 +157,35 @@ func New(client dynamic.Interface, resync time.Duration) *Registry {
 // one pass (see watchJSON). One REST client serves lists and watches, so
 // they share its rate limiter and connection.
 func NewForConfig(cfg *rest.Config, resync time.Duration) (*Registry, error) {
-	rc, err := rest.UnversionedRESTClientFor(dynamic.ConfigFor(cfg))
+	rc, err := kubeapi.NewREST(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("informers: REST client: %w", err)
+		return nil, fmt.Errorf("informers: %w", err)
 	}
 	r := New(dynamic.New(rc), resync)
 	r.rest = rc
 	return r, nil
 }
 
-// informerFor builds the informer of gvr in every namespace: the dynamic
-// client's own (dynamicinformer) unless the registry has a REST client for
+// informerFor builds the informer of gvr in every namespace, as client-go's
+// dynamicinformer would (which metabus does not import: it pulls in
+// client-go's informers for every built-in type). Lists go through the
+// dynamic client; watches too, unless the registry has a REST client for
 // one-pass watches.
 func (r *Registry) informerFor(gvr schema.GroupVersionResource) cache.SharedIndexInformer {
-	if r.rest == nil {
-		return dynamicinformer.NewFilteredDynamicInformer(r.client, gvr, metav1.NamespaceAll, r.resync, indexers(), nil).Informer()
-	}
 	res := r.client.Resource(gvr)
+	watchFunc := func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		return res.Watch(ctx, o)
+	}
+	if r.rest != nil {
+		watchFunc = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return watchJSON(ctx, r.rest, gvr, o)
+		}
+	}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return res.List(ctx, o)
 		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return watchJSON(ctx, r.rest, gvr, o)
-		},
+		WatchFuncWithContext: watchFunc,
 	}
 	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, r.client), &unstructured.Unstructured{},
 		cache.SharedIndexInformerOptions{ResyncPeriod: r.resync, Indexers: indexers(), ObjectDescription: gvr.String()})

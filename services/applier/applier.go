@@ -20,13 +20,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/kubeapi"
 	"github.com/metabus/metabus/pkg/obs"
 	"github.com/metabus/metabus/pkg/revstore"
 	"github.com/metabus/metabus/pkg/snapshot"
@@ -123,7 +123,7 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
-	kube, err := kubernetes.NewForConfig(deps.REST)
+	kube, err := kubeapi.NewForConfig(deps.REST)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
@@ -146,7 +146,7 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 		sched:   bus.Publisher{JS: deps.JS},
 		dyn:     dyn,
 		raw:     raw,
-		disc:    discovery.New(kube.Discovery()),
+		disc:    discovery.New(discovery.APIServer{API: kube}),
 		snaps:   snaps,
 		revs:    revs,
 		rec:     events.New(kube, events.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-applier"}),

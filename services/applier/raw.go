@@ -8,8 +8,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+
+	"github.com/metabus/metabus/pkg/kubeapi"
 )
 
 // rawClient makes the applier's hottest writes (child creates and updates,
@@ -23,35 +24,13 @@ type rawClient struct {
 }
 
 // newRawClient builds a raw client with the dynamic client's settings
-// (JSON, the same rate limits and transport).
+// (kubeapi.NewREST).
 func newRawClient(cfg *rest.Config) (*rawClient, error) {
-	rc, err := rest.UnversionedRESTClientFor(dynamic.ConfigFor(cfg))
+	rc, err := kubeapi.NewREST(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("raw REST client: %w", err)
 	}
 	return &rawClient{rc: rc}, nil
-}
-
-// path is the URL path of a resource's collection (name "") or object,
-// and of a subresource: the dynamic client's layout.
-func path(gvr schema.GroupVersionResource, namespace, name, subresource string) []string {
-	p := make([]string, 0, 8)
-	if gvr.Group == "" {
-		p = append(p, "/api", gvr.Version)
-	} else {
-		p = append(p, "/apis", gvr.Group, gvr.Version)
-	}
-	if namespace != "" {
-		p = append(p, "namespaces", namespace)
-	}
-	p = append(p, gvr.Resource)
-	if name != "" {
-		p = append(p, name)
-	}
-	if subresource != "" {
-		p = append(p, subresource)
-	}
-	return p
 }
 
 // create POSTs obj and returns the created object's identity: its UID and
@@ -61,24 +40,13 @@ func (r *rawClient) create(ctx context.Context, gvr schema.GroupVersionResource,
 	if err != nil {
 		return written{}, fmt.Errorf("encode %s: %w", obj.GetName(), err)
 	}
-	res := r.rc.Post().AbsPath(path(gvr, namespace, "", "")...).
+	res := r.rc.Post().AbsPath(kubeapi.Path(gvr, namespace, "", "")...).
 		SetHeader("Content-Type", "application/json").Body(body).Do(ctx)
-	raw, err := answer(res)
+	raw, err := kubeapi.Answer(res)
 	if err != nil {
 		return written{}, err
 	}
 	return readWritten(raw, obj.GetName(), "create")
-}
-
-// answer is the body of a write's answer, or its error as the typed API
-// error (Forbidden, Conflict...): Result.Raw returns a failed request's
-// error without decoding the Status in its body, so a 403 would read as
-// an "unknown" error and never become an ApplyForbidden Event.
-func answer(res rest.Result) ([]byte, error) {
-	if err := res.Error(); err != nil {
-		return nil, err
-	}
-	return res.Raw()
 }
 
 // written is the identity of an object as a write left it.
@@ -107,7 +75,7 @@ func (r *rawClient) update(ctx context.Context, gvr schema.GroupVersionResource,
 	if err != nil {
 		return "", fmt.Errorf("encode %s: %w", obj.GetName(), err)
 	}
-	raw, err := answer(r.rc.Put().AbsPath(path(gvr, obj.GetNamespace(), obj.GetName(), subresource)...).
+	raw, err := kubeapi.Answer(r.rc.Put().AbsPath(kubeapi.Path(gvr, obj.GetNamespace(), obj.GetName(), subresource)...).
 		SetHeader("Content-Type", "application/json").Body(body).Do(ctx))
 	if err != nil {
 		return "", err

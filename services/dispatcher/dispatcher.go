@@ -22,7 +22,6 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
@@ -30,6 +29,7 @@ import (
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/hooks"
+	"github.com/metabus/metabus/pkg/kubeapi"
 	"github.com/metabus/metabus/pkg/obs"
 	"github.com/metabus/metabus/pkg/related"
 	"github.com/metabus/metabus/pkg/revstore"
@@ -141,7 +141,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	kube, err := kubernetes.NewForConfig(deps.REST)
+	kube, err := kubeapi.NewForConfig(deps.REST)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}

@@ -7,9 +7,10 @@ import (
 	"slices"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/metabus/metabus/pkg/kubeapi"
 )
 
 // DefaultNamespace is the dispatcher's namespace when POD_NAMESPACE is unset.
@@ -87,19 +88,25 @@ func parseNamespaces(v string) ([]string, error) {
 	return out, nil
 }
 
-// kubeSecrets reads Secrets and ConfigMaps for webhook TLS and auth options. It enforces the
-// scope again (the hook client checks it first, before reading anything).
+// kubeSecrets reads Secrets and ConfigMaps for webhook TLS and auth options (one GET each,
+// into the core/v1 structs). It enforces the scope again (the hook client checks it first,
+// before reading anything).
 type kubeSecrets struct {
-	kube  kubernetes.Interface
+	kube  *kubeapi.Client
 	scope secretScope
 }
+
+var (
+	secretsGVR    = corev1.SchemeGroupVersion.WithResource("secrets")
+	configMapsGVR = corev1.SchemeGroupVersion.WithResource("configmaps")
+)
 
 func (k kubeSecrets) Secret(ctx context.Context, namespace, name string) (map[string][]byte, error) {
 	if err := k.scope.check(namespace); err != nil {
 		return nil, err
 	}
-	s, err := k.kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
+	var s corev1.Secret
+	if err := k.kube.Get(ctx, &s, kubeapi.Path(secretsGVR, namespace, name, "")...); err != nil {
 		return nil, fmt.Errorf("read secret %s/%s: %w", namespace, name, err)
 	}
 	return s.Data, nil
@@ -109,8 +116,8 @@ func (k kubeSecrets) ConfigMap(ctx context.Context, namespace, name string) (map
 	if err := k.scope.check(namespace); err != nil {
 		return nil, err
 	}
-	c, err := k.kube.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
+	var c corev1.ConfigMap
+	if err := k.kube.Get(ctx, &c, kubeapi.Path(configMapsGVR, namespace, name, "")...); err != nil {
 		return nil, fmt.Errorf("read configmap %s/%s: %w", namespace, name, err)
 	}
 	return c.Data, nil

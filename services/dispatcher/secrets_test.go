@@ -2,22 +2,29 @@ package dispatcher
 
 import (
 	"context"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"flag"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"path"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/hooks"
+	"github.com/metabus/metabus/pkg/kubeapi"
 )
 
 func TestSecretNamespacesFlag(t *testing.T) {
@@ -130,9 +137,9 @@ func TestSecretScopeRefusesBeforeReading(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.reason, func(t *testing.T) {
-			kube := fake.NewClientset(secret("metabus"), secret("team-b"))
+			kube := newFakeCore(t, secret("metabus"), secret("team-b"))
 			scope := newSecretScope(tt.own, tt.flag)
-			c := hooks.New(hooks.Options{Secrets: kubeSecrets{kube: kube, scope: scope}, SecretNamespaceAllowed: scope.check})
+			c := hooks.New(hooks.Options{Secrets: kubeSecrets{kube: kube.api, scope: scope}, SecretNamespaceAllowed: scope.check})
 			before := hookRequests.Load()
 			err := c.Do(context.Background(), hooks.Call{
 				Hook: &v1alpha1.Hook{Webhook: &v1alpha1.Webhook{URL: &hook.URL, WebhookAuth: v1alpha1.WebhookAuth{
@@ -144,11 +151,7 @@ func TestSecretScopeRefusesBeforeReading(t *testing.T) {
 			}, nil)
 			var refused *hooks.RefusedError
 			got := result{HookRequests: hookRequests.Load() - before, Refused: errors.As(err, &refused)}
-			for _, a := range kube.Actions() {
-				if g, ok := a.(interface{ GetName() string }); ok {
-					got.Reads = append(got.Reads, a.GetVerb()+" "+a.GetResource().Resource+" "+a.GetNamespace()+"/"+g.GetName())
-				}
-			}
+			got.Reads = kube.requests()
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s\nerr: %v", diff, err)
 			}
@@ -166,20 +169,118 @@ func TestSecretScopeRefusesBeforeReading(t *testing.T) {
 
 // kubeSecrets enforces the scope itself too, should anything call it directly.
 func TestKubeSecretsEnforcesScope(t *testing.T) {
-	kube := fake.NewClientset(
+	kube := newFakeCore(t,
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "s"}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "c"}},
 	)
-	k := kubeSecrets{kube: kube, scope: newSecretScope("metabus", nil)}
+	k := kubeSecrets{kube: kube.api, scope: newSecretScope("metabus", nil)}
 	if _, err := k.Secret(context.Background(), "team-b", "s"); err == nil {
 		t.Error("Secret outside the scope: no error")
 	}
 	if _, err := k.ConfigMap(context.Background(), "team-b", "c"); err == nil {
 		t.Error("ConfigMap outside the scope: no error")
 	}
-	if n := len(kube.Actions()); n != 0 {
+	if n := len(kube.requests()); n != 0 {
 		t.Errorf("%d API calls, want none", n)
 	}
+}
+
+// kubeSecrets reads the data of a Secret or ConfigMap with one GET, and says which object it
+// could not read.
+func TestKubeSecretsReads(t *testing.T) {
+	kube := newFakeCore(t,
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "metabus", Name: "s"}, Data: map[string][]byte{"token": []byte("t0k")}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "metabus", Name: "c"}, Data: map[string]string{"ca.crt": "pem"}},
+	)
+	k := kubeSecrets{kube: kube.api, scope: newSecretScope("metabus", nil)}
+	type result struct {
+		Secret    map[string][]byte
+		ConfigMap map[string]string
+		Errs      []string
+		NotFound  []bool
+		Reads     []string
+	}
+	var got result
+	var err error
+	got.Secret, err = k.Secret(context.Background(), "metabus", "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.ConfigMap, err = k.ConfigMap(context.Background(), "metabus", "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, read := range []func() error{
+		func() error { _, err := k.Secret(context.Background(), "metabus", "gone"); return err },
+		func() error { _, err := k.ConfigMap(context.Background(), "metabus", "gone"); return err },
+	} {
+		err := read()
+		got.Errs = append(got.Errs, strings.SplitN(fmt.Sprint(err), ":", 2)[0])
+		got.NotFound = append(got.NotFound, apierrors.IsNotFound(err))
+	}
+	got.Reads = kube.requests()
+	want := result{
+		Secret:    map[string][]byte{"token": []byte("t0k")},
+		ConfigMap: map[string]string{"ca.crt": "pem"},
+		Errs:      []string{"read secret metabus/gone", "read configmap metabus/gone"},
+		NotFound:  []bool{true, true},
+		Reads:     []string{"get secrets metabus/s", "get configmaps metabus/c", "get secrets metabus/gone", "get configmaps metabus/gone"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// fakeCore is an API server holding core objects: it answers GETs of their paths and
+// records every request as "<verb> <resource> <namespace>/<name>".
+type fakeCore struct {
+	api  *kubeapi.Client
+	mu   sync.Mutex
+	reqs []string
+}
+
+func newFakeCore(t *testing.T, objs ...metav1.Object) *fakeCore {
+	t.Helper()
+	byPath := map[string]metav1.Object{}
+	for _, o := range objs {
+		gvr := secretsGVR
+		if _, ok := o.(*corev1.ConfigMap); ok {
+			gvr = configMapsGVR
+		}
+		byPath[path.Join(kubeapi.Path(gvr, o.GetNamespace(), o.GetName(), "")...)] = o
+	}
+	f := &fakeCore{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// /api/v1/namespaces/<ns>/<resource>/<name>
+		p := strings.Split(strings.TrimPrefix(r.URL.Path, "/api/v1/namespaces/"), "/")
+		if len(p) == 3 {
+			f.mu.Lock()
+			f.reqs = append(f.reqs, strings.ToLower(r.Method)+" "+p[1]+" "+p[0]+"/"+p[2])
+			f.mu.Unlock()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		o, ok := byPath[r.URL.Path]
+		if r.Method != http.MethodGet || !ok {
+			w.WriteHeader(http.StatusNotFound)
+			_ = json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+				Status: metav1.StatusFailure, Reason: metav1.StatusReasonNotFound, Code: http.StatusNotFound})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(o)
+	}))
+	t.Cleanup(srv.Close)
+	api, err := kubeapi.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.api = api
+	return f
+}
+
+func (f *fakeCore) requests() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.reqs)
 }
 
 func certPEM(s *httptest.Server) []byte {

@@ -23,10 +23,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
@@ -40,9 +40,8 @@ import (
 
 // env is the control plane shared by the package's tests; nil with -short.
 var (
-	env  *kubeenv.Env
-	dyn  dynamic.Interface
-	kube kubernetes.Interface
+	env *kubeenv.Env
+	dyn dynamic.Interface
 )
 
 func TestMain(m *testing.M) {
@@ -59,7 +58,6 @@ func TestMain(m *testing.M) {
 	}
 	env = e
 	dyn = dynamic.NewForConfigOrDie(env.Config)
-	kube = kubernetes.NewForConfigOrDie(env.Config)
 	code := m.Run()
 	if err := env.Stop(); err != nil {
 		fmt.Fprintf(os.Stderr, "revisions tests: %v\n", err)
@@ -80,11 +78,15 @@ func requireEnv(t *testing.T) {
 // newNamespace creates a namespace of its own for a test.
 func newNamespace(t *testing.T) string {
 	t.Helper()
-	ns, err := kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "rev-"}}, metav1.CreateOptions{})
+	ns := &unstructured.Unstructured{}
+	ns.SetAPIVersion("v1")
+	ns.SetKind("Namespace")
+	ns.SetGenerateName("rev-")
+	created, err := dyn.Resource(corev1.SchemeGroupVersion.WithResource("namespaces")).Create(t.Context(), ns, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}
-	return ns.Name
+	return created.GetName()
 }
 
 // newService builds a service with its own metrics registry, optionally

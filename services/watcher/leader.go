@@ -6,44 +6,46 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/metabus/metabus/pkg/leader"
 )
 
-// runLeaderElection holds a Lease; only the holder publishes work items.
-// Losing the lease stops publishing at once; the new leader resyncs
-// everything, so nothing is lost in the handover.
-func (w *Watcher) runLeaderElection(ctx context.Context) {
+// newElector builds the watcher's elector: a Lease in
+// --leader-election-namespace (default metabus); only the holder publishes
+// work items. Losing the lease stops publishing at once; the new leader
+// resyncs everything, so nothing is lost in the handover.
+func (w *Watcher) newElector() (*leader.Elector, error) {
 	id, _ := os.Hostname()
 	id += "-" + time.Now().Format("150405.000000")
 	ns := w.cfg.LeaderElectionNamespace
 	if ns == "" {
 		ns = "metabus"
 	}
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: w.cfg.LeaderElectionID},
-		Client:     w.kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
-	}
+	return leader.New(w.kube, leader.Config{
+		Namespace:       ns,
+		Name:            w.cfg.LeaderElectionID,
+		Identity:        id,
+		ReleaseOnCancel: true,
+		LeaseDuration:   15 * time.Second,
+		RenewDeadline:   10 * time.Second,
+		RetryPeriod:     2 * time.Second,
+		OnStartedLeading: func(context.Context) {
+			w.log.Info("became leader", zap.String("identity", id))
+			w.becomeLeader()
+		},
+		OnStoppedLeading: func() {
+			w.log.Info("lost leadership", zap.String("identity", id))
+			w.leader.Store(false)
+			w.stopSnapshots()
+		},
+		Log: w.log,
+	})
+}
+
+// runLeaderElection campaigns for the Lease again each time leadership
+// ends, until ctx is done.
+func (w *Watcher) runLeaderElection(ctx context.Context, e *leader.Elector) {
 	for ctx.Err() == nil {
-		leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			ReleaseOnCancel: true,
-			LeaseDuration:   15 * time.Second,
-			RenewDeadline:   10 * time.Second,
-			RetryPeriod:     2 * time.Second,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(context.Context) {
-					w.log.Info("became leader", zap.String("identity", id))
-					w.becomeLeader()
-				},
-				OnStoppedLeading: func() {
-					w.log.Info("lost leadership", zap.String("identity", id))
-					w.leader.Store(false)
-					w.stopSnapshots()
-				},
-			},
-		})
+		e.Run(ctx)
 	}
 }

@@ -37,7 +37,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -48,6 +47,8 @@ import (
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/kindtable"
+	"github.com/metabus/metabus/pkg/kubeapi"
+	"github.com/metabus/metabus/pkg/leader"
 	"github.com/metabus/metabus/pkg/obs"
 	"github.com/metabus/metabus/pkg/related"
 )
@@ -144,7 +145,7 @@ type Watcher struct {
 	badWeights sync.Map
 	log        *zap.Logger
 	dyn        dynamic.Interface
-	kube       kubernetes.Interface
+	kube       *kubeapi.Client
 	disc       *discovery.Map
 	registry   *informers.Registry
 	nc         *nats.Conn
@@ -157,6 +158,8 @@ type Watcher struct {
 	resources related.Policy
 
 	leader atomic.Bool
+	// elector campaigns for the Lease (with --leader-elect).
+	elector *leader.Elector
 
 	// Controllers: one informer per kind of the kind table, and one
 	// wiring per controller object.
@@ -184,7 +187,7 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
-	kube, err := kubernetes.NewForConfig(deps.REST)
+	kube, err := kubeapi.NewForConfig(deps.REST)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
@@ -215,7 +218,7 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 		log:         log.Named("watcher"),
 		dyn:         dyn,
 		kube:        kube,
-		disc:        discovery.New(kube.Discovery()),
+		disc:        discovery.New(discovery.APIServer{API: kube}),
 		registry:    registry,
 		nc:          deps.NC,
 		js:          deps.JS,
@@ -232,6 +235,11 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 	w.metrics = newMetrics(deps.Metrics, w)
 	w.out.metrics = w.metrics
 	w.out.echoes = deps.Echoes
+	if cfg.LeaderElect {
+		if w.elector, err = w.newElector(); err != nil {
+			return nil, err
+		}
+	}
 	w.rec = events.New(kube, events.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-watcher"})
 	return w, nil
 }
@@ -327,7 +335,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 	if w.cfg.LeaderElect {
 		wg.Add(1)
-		go func() { defer wg.Done(); w.runLeaderElection(ctx) }()
+		go func() { defer wg.Done(); w.runLeaderElection(ctx, w.elector) }()
 	} else {
 		w.becomeLeader()
 	}
