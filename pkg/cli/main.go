@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -40,6 +41,7 @@ func Main(name string, register func(fs *flag.FlagSet), run func(ctx context.Con
 		register(fs)
 	}
 	_ = fs.Parse(os.Args[1:])
+	setGCPercent()
 	log, err := obs.NewLogger(common.Log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
@@ -72,6 +74,22 @@ func Main(name string, register func(fs *flag.FlagSet), run func(ctx context.Con
 		os.Exit(1)
 	}
 	log.Info(name + " stopped")
+}
+
+// DefaultGCPercent is the garbage collector's target (GOGC) unless the
+// environment sets one. A controller's heap is mostly long-lived caches
+// (informers, echo notes), so Go's default of 100 lets the heap grow to
+// twice that before collecting; 75 measured 10-13 MiB less RSS after the
+// B1 benchmark (2,000 parents: 78-83 against 91-95 MiB) for 3-4% more CPU
+// per parent, with the same throughput. Prometheus defaults to 75 for
+// the same reason.
+const DefaultGCPercent = 75
+
+// setGCPercent applies DefaultGCPercent unless $GOGC is set.
+func setGCPercent() {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(DefaultGCPercent)
+	}
 }
 
 // servePprof serves the runtime profiles on their own address (never on the
