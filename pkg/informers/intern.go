@@ -21,10 +21,10 @@ const (
 //
 // Why: a JSON decoder allocates every key of every object anew, so 4,000
 // cached objects hold "metadata", "name", "creationTimestamp",
-// "ownerReferences"... 4,000 times over: about a quarter of the cache's
-// bytes (the B1 benchmark's live heap at 2,000 parents), and the garbage
-// collector's headroom doubles whatever the heap holds. Interning after the
-// decode leaves the decoder as it is and costs a map lookup per key.
+// "ownerReferences"... 4,000 times over (an estimate: some 40 keys of 16-24
+// bytes each in an object that takes about 3 KB as maps), and the garbage
+// collector's headroom multiplies whatever the heap holds. Interning after
+// the decode leaves the decoder as it is and costs a map lookup per key.
 type interner struct {
 	mu sync.Mutex
 	m  map[string]string

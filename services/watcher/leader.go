@@ -44,8 +44,8 @@ func (w *Watcher) newElector() (*leader.Elector, error) {
 
 // runLeaderElection campaigns for the Lease again each time leadership
 // ends, until ctx is done.
-func (w *Watcher) runLeaderElection(ctx context.Context, e *leader.Elector) {
+func (w *Watcher) runLeaderElection(ctx context.Context) {
 	for ctx.Err() == nil {
-		e.Run(ctx)
+		w.elector.Run(ctx)
 	}
 }

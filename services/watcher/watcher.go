@@ -335,7 +335,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 	if w.cfg.LeaderElect {
 		wg.Add(1)
-		go func() { defer wg.Done(); w.runLeaderElection(ctx, w.elector) }()
+		go func() { defer wg.Done(); w.runLeaderElection(ctx) }()
 	} else {
 		w.becomeLeader()
 	}
