@@ -123,6 +123,44 @@ type ControllerRef struct {
 // 1, at most MaxWeight). It never lifts the per-controller --workers bound.
 const WeightAnnotation = "metabus.dev/weight"
 
+// SuppressEchoesAnnotation on a controller of any kind, set to "true",
+// opts it into echo suppression (a metabus extension; the default is
+// upstream Metacontroller's contract, under which every change of the
+// parent, a child or a related object reaches the hook, metabus's own
+// writes included).
+//
+// With it, a change that is nothing but metabus's own write from the
+// hook's previous answer (a child updated to what the hook returned, the
+// status it returned) does not call the hook again, and the status of an
+// answer that creates children is left to the sync those creations bring.
+// That is only right for a hook whose answer is a fixpoint of its own
+// writes: shown the cluster after its answer was applied, it would answer
+// the same. A hook that reads back what it recorded in status, or moves a
+// state machine on by observing the children it changed, must not set it:
+// its next step would never come (until a resync).
+const SuppressEchoesAnnotation = "metabus.dev/suppress-echoes"
+
+// ParseSuppressEchoes reads SuppressEchoesAnnotation's value: false when
+// absent, an error (and false, the contract's default) when it is not a
+// boolean.
+func ParseSuppressEchoes(v string) (bool, error) {
+	if v == "" {
+		return false, nil
+	}
+	on, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		return false, fmt.Errorf("annotation %s=%q: want true or false", SuppressEchoesAnnotation, v)
+	}
+	return on, nil
+}
+
+// SuppressesEchoes reports whether a controller object opted into echo
+// suppression (an invalid value does not: see ParseSuppressEchoes).
+func SuppressesEchoes(annotations map[string]string) bool {
+	on, _ := ParseSuppressEchoes(annotations[SuppressEchoesAnnotation])
+	return on
+}
+
 // MaxWeight bounds WeightAnnotation.
 const MaxWeight = 100
 
@@ -229,8 +267,11 @@ type DesiredState struct {
 	// parent, children, related) to its resourceVersion. The applier passes
 	// it on in its Applied note, which is how a later sync recognises that
 	// nothing but metabus's own writes changed since (see package echo).
-	// Empty when the sync's inputs are not just objects (rolling updates
-	// also depend on ControllerRevisions): such syncs are never skipped.
+	// Empty unless the controller opted into echo suppression
+	// (SuppressEchoesAnnotation), and when the sync's inputs are not just
+	// objects (rolling updates also depend on ControllerRevisions): such
+	// syncs are never skipped, and their answers' statuses are always
+	// written.
 	Inputs map[string]string `json:"inputs,omitempty"`
 	// MinResourceVersions carries the freshness floor of the snapshot the
 	// hook saw, so the applier never acts on older observed state.

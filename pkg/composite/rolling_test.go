@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/bus"
 )
 
 // TestRolls: only the rolling methods give a parent revisions, and the
@@ -33,7 +34,10 @@ func TestRolls(t *testing.T) {
 			}
 			cc := &v1alpha1.CompositeController{}
 			cc.Spec.ChildResources = []v1alpha1.CompositeControllerChildResourceRule{{}, rule}
-			c := &Controller{CC: cc}
+			// Opted into echo suppression: rolling must still veto it.
+			obj := &unstructured.Unstructured{}
+			obj.SetAnnotations(map[string]string{bus.SuppressEchoesAnnotation: "true"})
+			c := &Controller{CC: cc, obj: obj}
 			revs, err := c.SyncRevisions(parent)
 			if err != nil {
 				t.Fatal(err)

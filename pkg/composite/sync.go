@@ -55,10 +55,13 @@ func SyncFinalizerGate(c kinds.Controller, parent *unstructured.Unstructured) (g
 	return kinds.Gate{}, false
 }
 
-// SyncEchoable is false for a controller with rolling children: a rolling
-// parent's sync also depends on its ControllerRevisions, which the echo
-// inputs do not cover.
-func (c *Controller) SyncEchoable() bool { return !Rolls(c.CC) }
+// SyncEchoable is true only for a controller that opted into echo
+// suppression (bus.SuppressEchoesAnnotation), and never for one with
+// rolling children: a rolling parent's sync also depends on its
+// ControllerRevisions, which the echo inputs do not cover.
+func (c *Controller) SyncEchoable() bool {
+	return !Rolls(c.CC) && kinds.SuppressesEchoes(c.obj)
+}
 
 // SyncHook is ChooseHook: finalize while the parent is deleted or
 // deselected (nothing without a finalize hook), else sync, which the

@@ -207,10 +207,37 @@ func TestSyncCalls(t *testing.T) {
 	}
 }
 
+// TestSyncEchoable: upstream's contract (every change reaches the hook) is
+// the default; only the opt-in annotation lets a sync be skipped as an
+// echo, and never for a controller with rolling children.
+func TestSyncEchoable(t *testing.T) {
+	for _, tc := range []struct {
+		reason     string
+		method     v1alpha1.ChildUpdateMethod
+		annotation string // "" leaves it out
+		want       bool
+	}{
+		{reason: "no annotation: every change calls the hook, as upstream", method: v1alpha1.ChildUpdateInPlace},
+		{reason: "opted in: own writes may be skipped", method: v1alpha1.ChildUpdateInPlace, annotation: "true", want: true},
+		{reason: "opted out explicitly", method: v1alpha1.ChildUpdateInPlace, annotation: "false"},
+		{reason: "an invalid value is the contract's default", method: v1alpha1.ChildUpdateInPlace, annotation: "yes please"},
+		{reason: "rolling children veto the opt-in (revisions are inputs too)", method: v1alpha1.ChildUpdateRollingRecreate, annotation: "true"},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			c := syncController(nil, tc.method)
+			if tc.annotation != "" {
+				c.obj.SetAnnotations(map[string]string{bus.SuppressEchoesAnnotation: tc.annotation})
+			}
+			if diff := cmp.Diff(tc.want, c.SyncEchoable()); diff != "" {
+				t.Errorf("SyncEchoable (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestSyncRevisions(t *testing.T) {
 	type result struct {
 		Revisions *kinds.Revisions
-		Echoable  bool
 		Err       string
 	}
 	for _, tc := range []struct {
@@ -220,8 +247,8 @@ func TestSyncRevisions(t *testing.T) {
 		parent *unstructured.Unstructured
 		want   result
 	}{
-		{reason: "no rolling child: one call, and echoes may be skipped", method: v1alpha1.ChildUpdateInPlace,
-			parent: parent("ns", "p", "u", nil, map[string]any{"x": "1"}), want: result{Echoable: true}},
+		{reason: "no rolling child: one call", method: v1alpha1.ChildUpdateInPlace,
+			parent: parent("ns", "p", "u", nil, map[string]any{"x": "1"}), want: result{}},
 		{reason: "a rolling child: the parent keeps revisions of spec by default", method: v1alpha1.ChildUpdateRollingRecreate,
 			parent: parent("ns", "p", "u", nil, map[string]any{"x": "1"}),
 			want:   result{Revisions: &kinds.Revisions{Patch: map[string]any{"spec": map[string]any{"x": "1"}}}}},
@@ -241,7 +268,7 @@ func TestSyncRevisions(t *testing.T) {
 				c.CC.Spec.ParentResource.RevisionHistory = &v1alpha1.CompositeControllerRevisionHistory{FieldPaths: tc.paths}
 			}
 			revs, err := c.SyncRevisions(tc.parent)
-			got := result{Revisions: revs, Echoable: c.SyncEchoable(), Err: errText(err)}
+			got := result{Revisions: revs, Err: errText(err)}
 			if strings.HasPrefix(got.Err, "revisionHistory.fieldPaths: ") {
 				got.Err = "revisionHistory.fieldPaths: "
 			}

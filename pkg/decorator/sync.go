@@ -32,9 +32,10 @@ func (c *Controller) SyncGate(snap *snapshot.Response) (kinds.Gate, error) {
 	return g, nil
 }
 
-// SyncEchoable is true: a decorator's answer depends only on the objects
-// it is shown.
-func (c *Controller) SyncEchoable() bool { return true }
+// SyncEchoable is true for a controller that opted into echo suppression
+// (bus.SuppressEchoesAnnotation): a decorator's answer depends only on the
+// objects it is shown.
+func (c *Controller) SyncEchoable() bool { return kinds.SuppressesEchoes(c.obj) }
 
 // SyncHook is ChooseHook for a target of the given resource: finalize when
 // it is deleted or no longer selected while holding the finalizer, else

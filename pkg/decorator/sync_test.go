@@ -191,7 +191,8 @@ func TestSyncDesired(t *testing.T) {
 	}
 }
 
-// TestSyncNoRevisions: targets keep no revisions; every sync may be an echo.
+// TestSyncNoRevisions: targets keep no revisions, so a sync may be an echo
+// once the controller opts in.
 func TestSyncNoRevisions(t *testing.T) {
 	c := syncController(nil)
 	if revs, err := c.SyncRevisions(pod(true, false)); revs != nil || err != nil {
@@ -200,8 +201,12 @@ func TestSyncNoRevisions(t *testing.T) {
 	if _, err := c.SyncAsOf(kinds.HookCall{}, pod(true, false)); err == nil {
 		t.Error("SyncAsOf re-targeted a decorator's request")
 	}
+	if c.SyncEchoable() {
+		t.Error("a decorator's sync is echo-checked without the opt-in annotation")
+	}
+	c.obj.SetAnnotations(map[string]string{bus.SuppressEchoesAnnotation: "true"})
 	if !c.SyncEchoable() {
-		t.Error("a decorator's sync is never an echo")
+		t.Error("a decorator that opted into echo suppression is never echo-checked")
 	}
 	if c.SyncCustomizeHook() != nil {
 		t.Error("a controller without hooks has a customize hook")

@@ -41,9 +41,11 @@ type Syncing interface {
 	// reported on the parent and retried with backoff), or go on.
 	SyncGate(snap *snapshot.Response) (Gate, error)
 	// SyncEchoable reports whether a sync whose inputs changed only by
-	// metabus's own writes may be skipped. A kind whose answer depends on
-	// more than the snapshot's objects (rolling updates also depend on
-	// ControllerRevisions) says false.
+	// metabus's own writes may be skipped. That is upstream's contract
+	// broken on purpose, so it is never the default: only a controller
+	// that opted in (bus.SuppressEchoesAnnotation) says true, and a kind
+	// whose answer depends on more than the snapshot's objects (rolling
+	// updates also depend on ControllerRevisions) says false even then.
 	SyncEchoable() bool
 	// SyncHook chooses the hook for the parent of snap (as finally
 	// observed), an object of the given plural resource. A zero choice (no
@@ -175,4 +177,11 @@ func OneCall(calls []HookCall) (HookCall, error) {
 		return HookCall{}, fmt.Errorf("%d hook answers for a parent, want 1", len(calls))
 	}
 	return calls[0], nil
+}
+
+// SuppressesEchoes reports whether a controller object opted into echo
+// suppression (bus.SuppressEchoesAnnotation); a nil object has not. Every
+// kind's SyncEchoable starts from it.
+func SuppressesEchoes(obj *unstructured.Unstructured) bool {
+	return obj != nil && bus.SuppressesEchoes(obj.GetAnnotations())
 }

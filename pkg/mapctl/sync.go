@@ -43,10 +43,11 @@ func (c *Controller) SyncGate(snap *snapshot.Response) (kinds.Gate, error) {
 	return kinds.Gate{}, nil
 }
 
-// SyncEchoable is true: a key's answer depends only on the objects the
-// hook is shown (the per-parent item is never an echo: its snapshot's
-// summary is not made of object versions).
-func (c *Controller) SyncEchoable() bool { return true }
+// SyncEchoable is true for a controller that opted into echo suppression
+// (bus.SuppressEchoesAnnotation): a key's answer depends only on the
+// objects the hook is shown (the per-parent item is never an echo: its
+// snapshot's summary is not made of object versions).
+func (c *Controller) SyncEchoable() bool { return kinds.SuppressesEchoes(c.obj) }
 
 // SyncHook chooses by the snapshot (see above). A detached key with no
 // output left to decide about needs nothing.

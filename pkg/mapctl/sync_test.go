@@ -580,6 +580,8 @@ func TestSyncDesiredErrors(t *testing.T) {
 
 func TestSyncTraits(t *testing.T) {
 	plain := newController(t, validSpec())
+	optedIn := newController(t, validSpec())
+	optedIn.obj.SetAnnotations(map[string]string{bus.SuppressEchoesAnnotation: "true"})
 	withEndpoints := newController(t, specWith(func(s map[string]any) {
 		s["endpointConfigs"] = []any{map[string]any{"host": "hooks.example.com", "allowInsecureCredentials": true}}
 	}))
@@ -596,7 +598,8 @@ func TestSyncTraits(t *testing.T) {
 			want:   []v1alpha1.EndpointConfig{{Host: "hooks.example.com", WebhookAuth: v1alpha1.WebhookAuth{AllowInsecureCredentials: &yes}}},
 		},
 		{reason: "no customize hook: nothing related", got: func() any { return plain.SyncCustomizeHook() }, want: (*v1alpha1.Hook)(nil)},
-		{reason: "a key's answer depends only on the objects shown", got: func() any { return plain.SyncEchoable() }, want: true},
+		{reason: "every change reaches the map hook by default", got: func() any { return plain.SyncEchoable() }, want: false},
+		{reason: "opted in: a key's answer depends only on the objects shown", got: func() any { return optedIn.SyncEchoable() }, want: true},
 		{
 			reason: "outputs never roll out: no revisions",
 			got: func() any {

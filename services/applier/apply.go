@@ -202,14 +202,18 @@ func (a *Applier) applyParent(ctx context.Context, ds *bus.DesiredState, snap *s
 			created = true
 		}
 	}
-	if created && plan.Status != nil && ds.Hook == bus.HookSync && !rolls {
-		// The children created just now come back as watch events that
-		// sync the parent again, and that hook call sees them (a new
-		// object is never an echo): the status this call computed
-		// without them is out of date before it is written. Leave the
-		// status to that sync: a new parent costs one API write fewer
-		// (two instead of three for one child). A rolling parent keeps
-		// its write: its status carries the rollout's condition.
+	if created && plan.Status != nil && ds.Hook == bus.HookSync && !rolls && len(ds.Inputs) > 0 {
+		// Only for a controller that opted into echo suppression
+		// (ds.Inputs is set for no other): the children created just now
+		// come back as watch events that sync the parent again, and that
+		// hook call sees them (a new object is never an echo), so the
+		// status this call computed without them is out of date before
+		// it is written. Leave the status to that sync: a new parent
+		// costs one API write fewer (two instead of three for one
+		// child). Under upstream's contract every answer's status is
+		// written: a hook may record a decision there and read it back
+		// on the next call. A rolling parent keeps its write: its
+		// status carries the rollout's condition.
 		plan.Status = nil
 		a.metrics.statusDeferred.Inc()
 	}

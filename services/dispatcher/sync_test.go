@@ -338,6 +338,12 @@ func TestSyncParent(t *testing.T) {
 		u.SetLabels(map[string]string{"decorate": "yes"})
 		return u
 	}
+	// echoing opts a controller into echo suppression (the metabus
+	// extension; without it every change calls the hook).
+	echoing := func(u *unstructured.Unstructured) *unstructured.Unstructured {
+		u.SetAnnotations(map[string]string{bus.SuppressEchoesAnnotation: "true"})
+		return u
+	}
 	ok := func(ctrl, parent *unstructured.Unstructured) func(snapshot.Request) (*snapshot.Response, error) {
 		return func(snapshot.Request) (*snapshot.Response, error) {
 			return &snapshot.Response{Result: snapshot.OK, Controller: ctrl, Parent: parent, ParentResource: "things",
@@ -371,7 +377,7 @@ func TestSyncParent(t *testing.T) {
 			},
 			want: func(uid string) syncResult {
 				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
-					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, Echoable: true, MinRVs: fresh(uid)}}
+					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, MinRVs: fresh(uid)}}
 			},
 		},
 		{
@@ -383,7 +389,7 @@ func TestSyncParent(t *testing.T) {
 			},
 			want: func(uid string) syncResult {
 				return syncResult{Result: "ok", Hooks: []string{"finalize p-" + uid + " x=a finalizing"}, Desired: &desired{
-					Hook: "finalize", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, Finalized: true, Echoable: true, MinRVs: fresh(uid)}}
+					Hook: "finalize", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, Finalized: true, MinRVs: fresh(uid)}}
 			},
 		},
 		{
@@ -455,7 +461,7 @@ func TestSyncParent(t *testing.T) {
 			reason: "composite: an echo of our own writes calls no hook",
 			kind:   v1alpha1.CompositeControllerKind,
 			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
-				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
+				return ok(echoing(composite(t, uid, map[string]string{"sync": "/sync"}, false)), thing(uid, "a"))
 			},
 			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
 				s, _ := snap(snapshot.Request{})
@@ -468,7 +474,7 @@ func TestSyncParent(t *testing.T) {
 			kind:   v1alpha1.CompositeControllerKind,
 			why:    bus.ReasonRetry,
 			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
-				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
+				return ok(echoing(composite(t, uid, map[string]string{"sync": "/sync"}, false)), thing(uid, "a"))
 			},
 			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
 				s, _ := snap(snapshot.Request{})
@@ -484,7 +490,7 @@ func TestSyncParent(t *testing.T) {
 			kind:   v1alpha1.CompositeControllerKind,
 			why:    bus.ReasonConflict, after: 1,
 			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
-				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
+				return ok(echoing(composite(t, uid, map[string]string{"sync": "/sync"}, false)), thing(uid, "a"))
 			},
 			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
 				s, _ := snap(snapshot.Request{})
@@ -498,7 +504,7 @@ func TestSyncParent(t *testing.T) {
 			kind:   v1alpha1.CompositeControllerKind,
 			why:    bus.ReasonConflict, after: 1,
 			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
-				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
+				return ok(echoing(composite(t, uid, map[string]string{"sync": "/sync"}, false)), thing(uid, "a"))
 			},
 			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
 				s, _ := snap(snapshot.Request{})
@@ -514,7 +520,7 @@ func TestSyncParent(t *testing.T) {
 			kind:   v1alpha1.CompositeControllerKind,
 			why:    bus.ReasonConflict, after: 2,
 			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
-				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
+				return ok(echoing(composite(t, uid, map[string]string{"sync": "/sync"}, false)), thing(uid, "a"))
 			},
 			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
 				s, _ := snap(snapshot.Request{})
@@ -530,7 +536,7 @@ func TestSyncParent(t *testing.T) {
 			kind:   v1alpha1.CompositeControllerKind,
 			why:    bus.ReasonConflict, after: 1,
 			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
-				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "b"))
+				return ok(echoing(composite(t, uid, map[string]string{"sync": "/sync"}, false)), thing(uid, "b"))
 			},
 			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
 				older := map[string]string{item.Parent.UID: "older"}
@@ -574,7 +580,7 @@ func TestSyncParent(t *testing.T) {
 			},
 			want: func(uid string) syncResult {
 				return syncResult{Result: "ok", Hooks: []string{"customize p-" + uid + " x=a", "sync p-" + uid + " x=a related=1"}, Desired: &desired{
-					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, Echoable: true, MinRVs: fresh(uid)}}
+					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, MinRVs: fresh(uid)}}
 			},
 		},
 		{
@@ -649,7 +655,7 @@ func TestSyncParent(t *testing.T) {
 				yes := "yes"
 				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
 					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, StatusSet: true,
-					Labels: map[string]*string{"decorated": &yes}, Echoable: true, MinRVs: fresh(uid)}}
+					Labels: map[string]*string{"decorated": &yes}, MinRVs: fresh(uid)}}
 			},
 		},
 		{
@@ -664,7 +670,7 @@ func TestSyncParent(t *testing.T) {
 				yes := "yes"
 				return syncResult{Result: "ok", Hooks: []string{"finalize p-" + uid + " x=a finalizing"}, Desired: &desired{
 					Hook: "finalize", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, StatusSet: true,
-					Labels: map[string]*string{"decorated": &yes}, Finalized: true, Echoable: true, MinRVs: fresh(uid)}}
+					Labels: map[string]*string{"decorated": &yes}, Finalized: true, MinRVs: fresh(uid)}}
 			},
 		},
 		{
@@ -679,13 +685,49 @@ func TestSyncParent(t *testing.T) {
 			reason: "decorator: an echo of our own writes calls no hook",
 			kind:   v1alpha1.DecoratorControllerKind,
 			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
-				return ok(decorator(t, uid, map[string]string{"sync": "/sync"}), selected(thing(uid, "a")))
+				return ok(echoing(decorator(t, uid, map[string]string{"sync": "/sync"})), selected(thing(uid, "a")))
 			},
 			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
 				s, _ := snap(snapshot.Request{})
 				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
 			},
 			want: func(string) syncResult { return syncResult{Result: "echo"} },
+		},
+		{
+			reason: "composite: without the opt-in, a sync that sees only our own writes calls the hook (upstream's contract)",
+			kind:   v1alpha1.CompositeControllerKind,
+			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
+				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
+			},
+			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
+				// As if the hook had been shown exactly this before and
+				// the applier had noted it: the opted-in path would skip.
+				s, _ := snap(snapshot.Request{})
+				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
+				d.echoes.Record(&bus.Applied{Controller: item.Controller, ParentUID: item.Parent.UID, WorkSeq: 1, Inputs: echo.Inputs(s)})
+			},
+			want: func(uid string) syncResult {
+				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
+					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, MinRVs: fresh(uid)}}
+			},
+		},
+		{
+			reason: "decorator: without the opt-in, a sync that sees only our own writes calls the hook (upstream's contract)",
+			kind:   v1alpha1.DecoratorControllerKind,
+			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
+				return ok(decorator(t, uid, map[string]string{"sync": "/sync"}), selected(thing(uid, "a")))
+			},
+			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
+				s, _ := snap(snapshot.Request{})
+				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
+				d.echoes.Record(&bus.Applied{Controller: item.Controller, ParentUID: item.Parent.UID, WorkSeq: 1, Inputs: echo.Inputs(s)})
+			},
+			want: func(uid string) syncResult {
+				yes := "yes"
+				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
+					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, StatusSet: true,
+					Labels: map[string]*string{"decorated": &yes}, MinRVs: fresh(uid)}}
+			},
 		},
 	}
 	for i, tc := range tests {
