@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/metabus/metabus/pkg/allinone"
+	"github.com/metabus/metabus/pkg/related"
 	"github.com/metabus/metabus/services/dispatcher"
 	"github.com/metabus/metabus/services/watcher"
 )
@@ -34,14 +35,15 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// TestRelatedResourcesBounded (issue #14): by default a customize hook's
-// related rule on Secrets is refused: the sync fails with a SyncError Event
-// on the parent and on the controller saying how an admin allows it, the
-// sync hook is not called and metabus does not touch Secrets at all (no
-// informer). With --related-resources=* on the dispatcher and
-// --controller-resources=* on the watcher (which checks the rules again:
-// TestControllerResourcesBounded) the same controller works and its sync
-// hook sees the Secret.
+// TestRelatedResourcesBounded (issues #14, #22): by default, as upstream,
+// a customize hook's related rule may name Secrets and the sync hook sees
+// them (upstream's SecretPropagation example needs it). Under the hardened
+// profile (--related-resources and --controller-resources both
+// "*,-core/secrets"; the watcher checks the rules again:
+// TestControllerResourcesBounded) the same rule is refused: the sync fails
+// with a SyncError Event on the parent and on the controller saying how an
+// admin allows it, the sync hook is not called and metabus does not touch
+// Secrets at all (no informer).
 func TestRelatedResourcesBounded(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -49,8 +51,8 @@ func TestRelatedResourcesBounded(t *testing.T) {
 		entries []string // both flags'
 		allowed bool
 	}{
-		{name: "default", entries: nil, allowed: false},
-		{name: "all", entries: []string{"*"}, allowed: true},
+		{name: "default", entries: nil, allowed: true},
+		{name: "hardened", entries: related.HardenedPolicy, allowed: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var secretCalls secretRequests

@@ -6,20 +6,25 @@ import (
 )
 
 // DefaultPolicy is what customize hooks' related rules may name unless an
-// admin says otherwise (the dispatcher's --related-resources): every
-// resource but Secrets. A controller and its hooks are code of whoever may
-// create a controller; a related rule on Secrets would make metabus watch
+// admin says otherwise (the dispatcher's --related-resources): everything,
+// as upstream Metacontroller allows, so that existing controllers work
+// unchanged (upstream's SecretPropagation example names Secrets in its
+// customize hook). A controller and its hooks are code of whoever may
+// create a controller, and a related rule on Secrets makes metabus watch
 // every Secret of the cluster and send those it selects to that
-// controller's hooks, and no upstream controller needs one.
-var DefaultPolicy = []string{"*", "-core/secrets"}
+// controller's hooks: the hardened profile (SECURITY.md) sets
+// HardenedPolicy instead.
+var DefaultPolicy = []string{"*"}
 
 // DefaultControllerPolicy is what controllers may name as parent, child,
 // decorator target or attachment unless an admin says otherwise (the
 // watcher's --controller-resources): everything, as upstream Metacontroller
-// allows, so existing controllers that manage Secrets (upstream's
-// SecretPropagation example, say) keep working. SECURITY.md recommends
-// "*,-core/secrets" where no controller needs them.
+// allows, so existing controllers that manage Secrets keep working.
 var DefaultControllerPolicy = []string{"*"}
+
+// HardenedPolicy is what the hardened profile lets both policies name:
+// everything but Secrets.
+var HardenedPolicy = []string{"*", "-core/secrets"}
 
 // Where an admin sets each policy, for the messages of refusals.
 const (

@@ -18,8 +18,18 @@ func TestPolicy(t *testing.T) {
 		wantErr bool
 	}{
 		{
-			reason:  "default: everything but Secrets",
+			reason:  "default: everything, Secrets included, as upstream",
 			entries: DefaultPolicy,
+			checks:  []check{{"", "configmaps", true}, {"", "secrets", true}, {"apps", "deployments", true}},
+		},
+		{
+			reason:  "controllers' default: everything, as upstream",
+			entries: DefaultControllerPolicy,
+			checks:  []check{{"", "secrets", true}, {"example.com", "things", true}},
+		},
+		{
+			reason:  "hardened: everything but Secrets",
+			entries: HardenedPolicy,
 			checks: []check{
 				{"", "configmaps", true}, {"apps", "deployments", true}, {"example.com", "things", true},
 				{"", "secrets", false},
@@ -87,7 +97,7 @@ func TestPolicyRefusal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := ParsePolicyOf(ControllerSetting, DefaultPolicy)
+	c, err := ParsePolicyOf(ControllerSetting, HardenedPolicy)
 	if err != nil {
 		t.Fatal(err)
 	}

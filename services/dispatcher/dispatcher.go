@@ -54,16 +54,19 @@ type Config struct {
 	// Namespace is the dispatcher's own namespace, whose Secrets and ConfigMaps webhook
 	// TLS/auth options may always reference ("": POD_NAMESPACE, else DefaultNamespace).
 	Namespace string
-	// SecretNamespaces are the other namespaces they may reference (--secret-namespaces);
-	// AllNamespaces allows every namespace. A reference elsewhere fails the sync with a
-	// SyncError Event before anything is read or sent.
+	// SecretNamespaces are the other namespaces they may reference (--secret-namespaces):
+	// nil allows every namespace, as upstream does (the shipped RBAC grants a cluster-wide
+	// get); a non-nil list allows those besides the own one, and an empty one the own one
+	// alone (the hardened profile); AllNamespaces in it allows every namespace. A reference
+	// elsewhere fails the sync with a SyncError Event before anything is read or sent.
+	// metabus's own NATS credentials are refused wherever they are (natsx.CredentialsLabel).
 	SecretNamespaces []string
 	// RelatedResources says which resources customize hooks' related rules
 	// may name, as entries "<group>/<resource>" with "*" wildcards and a
 	// leading "-" to deny (related.ParsePolicy); nil means
-	// related.DefaultPolicy, everything but Secrets. A refused rule fails
-	// the sync with a SyncError Event before the watcher starts watching
-	// anything for it.
+	// related.DefaultPolicy, everything, as upstream (the hardened profile
+	// sets related.HardenedPolicy). A refused rule fails the sync with a
+	// SyncError Event before the watcher starts watching anything for it.
 	RelatedResources []string
 }
 

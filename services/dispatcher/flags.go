@@ -12,12 +12,19 @@ import (
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.RunRelay, "run-schedule-relay", true, "relay fired schedules (retries, resyncs) into MC_WORK from this replica")
 	fs.BoolVar(&c.RunDLQ, "run-dead-letter", true, "move poison messages to MC_DLQ from this replica")
+	// Unset, every namespace is allowed (upstream's behaviour); the first
+	// use replaces that with the list given, so an empty value leaves the
+	// dispatcher's own namespace alone (the hardened profile).
 	fs.Func("secret-namespaces", "comma-separated namespaces, besides the dispatcher's own (POD_NAMESPACE, else metabus), "+
-		"whose Secrets and ConfigMaps webhook TLS/auth options may reference; * for all (needs a cluster-wide get in RBAC). Repeatable",
+		"whose Secrets and ConfigMaps webhook TLS/auth options may reference; * for all. Unset: all namespaces, as upstream "+
+		"(the shipped RBAC grants a cluster-wide get); empty: the own namespace only (the hardened profile). Repeatable",
 		func(v string) error {
 			ns, err := parseNamespaces(v)
 			if err != nil {
 				return err
+			}
+			if c.SecretNamespaces == nil {
+				c.SecretNamespaces = []string{}
 			}
 			c.SecretNamespaces = append(c.SecretNamespaces, ns...)
 			return nil

@@ -44,18 +44,25 @@ func TestCheckRelated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	hardened, err := related.ParsePolicy(related.HardenedPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rule := func(apiVersion, resource string) hookapi.RelatedResourceRule {
 		return hookapi.RelatedResourceRule{APIVersion: apiVersion, Resource: resource}
 	}
 	tests := []struct {
 		reason  string
+		policy  *related.Policy // nil: the default
 		rule    hookapi.RelatedResourceRule
 		wantErr string
 	}{
 		{reason: "ConfigMaps: allowed", rule: rule("v1", "configmaps")},
 		{reason: "a custom resource: allowed", rule: rule("example.com/v1", "things")},
+		{reason: "Secrets: allowed by default, as upstream", rule: rule("v1", "secrets")},
+		{reason: "hardened: ConfigMaps allowed", policy: &hardened, rule: rule("v1", "configmaps")},
 		{
-			reason: "Secrets: refused, saying how to allow them", rule: rule("v1", "secrets"),
+			reason: "hardened: Secrets refused, saying how to allow them", policy: &hardened, rule: rule("v1", "secrets"),
 			wantErr: "customize hook's relatedResources[2] (v1 secrets) refused, nothing watched and the sync hook not called: " +
 				"core/secrets is denied by -core/secrets in the dispatcher's --related-resources (Helm value dispatcher.relatedResources); an admin may allow it",
 		},
@@ -66,7 +73,11 @@ func TestCheckRelated(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.reason, func(t *testing.T) {
-			if diff := cmp.Diff(tt.wantErr, errString(checkRelated(def, 2, tt.rule))); diff != "" {
+			p := def
+			if tt.policy != nil {
+				p = *tt.policy
+			}
+			if diff := cmp.Diff(tt.wantErr, errString(checkRelated(p, 2, tt.rule))); diff != "" {
 				t.Errorf("checkRelated (-want +got):\n%s", diff)
 			}
 		})

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/metabus/metabus/pkg/kubeapi"
+	"github.com/metabus/metabus/pkg/natsx"
 )
 
 // DefaultNamespace is the dispatcher's namespace when POD_NAMESPACE is unset.
@@ -38,8 +39,10 @@ type secretScope struct {
 	all   bool
 }
 
+// newSecretScope is own plus extra; a nil extra (--secret-namespaces unset)
+// allows every namespace, as upstream.
 func newSecretScope(own string, extra []string) secretScope {
-	s := secretScope{own: own}
+	s := secretScope{own: own, all: extra == nil}
 	for _, ns := range extra {
 		switch {
 		case ns == AllNamespaces:
@@ -105,11 +108,26 @@ func (k kubeSecrets) Secret(ctx context.Context, namespace, name string) (map[st
 	if err := k.scope.check(namespace); err != nil {
 		return nil, err
 	}
+	if namespace == k.scope.own && strings.HasPrefix(name, natsx.CredentialsSecretPrefix) {
+		return nil, ownCredentials(namespace, name)
+	}
 	var s corev1.Secret
 	if err := k.kube.Get(ctx, &s, kubeapi.Path(secretsGVR, namespace, name, "")...); err != nil {
 		return nil, fmt.Errorf("read secret %s/%s: %w", namespace, name, err)
 	}
+	if _, ok := s.Labels[natsx.CredentialsLabel]; ok {
+		return nil, ownCredentials(namespace, name)
+	}
 	return s.Data, nil
+}
+
+// ownCredentials refuses one of metabus's own NATS credential Secrets as a
+// hook credential: whoever may create a controller picks the Secret its
+// webhook sends and the URL it goes to, and a service's nkey seed would let
+// them act as that service on the bus. No setting allows it.
+func ownCredentials(namespace, name string) error {
+	return fmt.Errorf("Secret %s/%s holds metabus's own NATS credentials (name prefix %s or label %s) and is never sent to a hook",
+		namespace, name, natsx.CredentialsSecretPrefix, natsx.CredentialsLabel)
 }
 
 func (k kubeSecrets) ConfigMap(ctx context.Context, namespace, name string) (map[string]string, error) {

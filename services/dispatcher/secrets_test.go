@@ -25,6 +25,7 @@ import (
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/hooks"
 	"github.com/metabus/metabus/pkg/kubeapi"
+	"github.com/metabus/metabus/pkg/natsx"
 )
 
 func TestSecretNamespacesFlag(t *testing.T) {
@@ -37,11 +38,11 @@ func TestSecretNamespacesFlag(t *testing.T) {
 		args   []string
 		want   result
 	}{
-		{reason: "unset: only the own namespace (nil list)", want: result{}},
+		{reason: "unset: every namespace, as upstream (nil list)", want: result{}},
 		{reason: "a comma-separated list", args: []string{"--secret-namespaces=team-a, team-b"}, want: result{Namespaces: []string{"team-a", "team-b"}}},
 		{reason: "repeated flags add up", args: []string{"--secret-namespaces=team-a", "--secret-namespaces=team-b"}, want: result{Namespaces: []string{"team-a", "team-b"}}},
 		{reason: "* for all", args: []string{"--secret-namespaces=*"}, want: result{Namespaces: []string{"*"}}},
-		{reason: "an empty value allows nothing more", args: []string{"--secret-namespaces="}, want: result{}},
+		{reason: "an empty value: the own namespace only (the hardened profile)", args: []string{"--secret-namespaces="}, want: result{Namespaces: []string{}}},
 		{reason: "an invalid namespace name is rejected", args: []string{"--secret-namespaces=Team_A"}, want: result{Err: true}},
 	}
 	for _, tt := range tests {
@@ -102,19 +103,24 @@ func TestSecretScopeRefusesBeforeReading(t *testing.T) {
 		errSubstr []string
 	}{
 		{
-			reason: "by default a Secret in another namespace is refused, never read",
+			reason: "by default a Secret in another namespace is read and sent, as upstream",
 			own:    "metabus", secretNS: "team-b",
+			want: result{Reads: []string{"get secrets team-b/hook-token"}, HookRequests: 1},
+		},
+		{
+			reason: "own namespace only: a Secret in another namespace is refused, never read",
+			own:    "metabus", flag: []string{}, secretNS: "team-b",
 			want:      result{Refused: true},
 			errSubstr: []string{`Secret team-b/hook-token`, `namespace "team-b"`, "(metabus)", "--secret-namespaces=team-b", "dispatcher.secretNamespaces"},
 		},
 		{
-			reason: "by default a Secret in the own namespace is read and sent",
-			own:    "metabus", secretNS: "metabus",
+			reason: "own namespace only: a Secret in the own namespace is read and sent",
+			own:    "metabus", flag: []string{}, secretNS: "metabus",
 			want: result{Reads: []string{"get secrets metabus/hook-token"}, HookRequests: 1},
 		},
 		{
 			reason: "the own namespace follows POD_NAMESPACE, not the literal metabus",
-			own:    "platform", secretNS: "metabus",
+			own:    "platform", flag: []string{}, secretNS: "metabus",
 			want:      result{Refused: true},
 			errSubstr: []string{`namespace "metabus"`, "(platform)"},
 		},
@@ -173,7 +179,7 @@ func TestKubeSecretsEnforcesScope(t *testing.T) {
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "s"}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "c"}},
 	)
-	k := kubeSecrets{kube: kube.api, scope: newSecretScope("metabus", nil)}
+	k := kubeSecrets{kube: kube.api, scope: newSecretScope("metabus", []string{})}
 	if _, err := k.Secret(context.Background(), "team-b", "s"); err == nil {
 		t.Error("Secret outside the scope: no error")
 	}
@@ -182,6 +188,65 @@ func TestKubeSecretsEnforcesScope(t *testing.T) {
 	}
 	if n := len(kube.requests()); n != 0 {
 		t.Errorf("%d API calls, want none", n)
+	}
+}
+
+// TestOwnCredentialsRefused: metabus's own NATS credentials are never a hook credential,
+// whatever the namespaces allow: a Secret in the own namespace named like them is refused
+// without a read, and one labelled as them anywhere is refused after it (its data is dropped).
+func TestOwnCredentialsRefused(t *testing.T) {
+	seed := map[string][]byte{"nkey.seed": []byte("SUAMSEED")}
+	kube := newFakeCore(t,
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "metabus", Name: natsx.CredentialsSecretPrefix + "applier"}, Data: seed},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "copied",
+			Labels: map[string]string{natsx.CredentialsLabel: "applier"}}, Data: seed},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: natsx.CredentialsSecretPrefix + "mine"}, Data: map[string][]byte{"token": []byte("t")}},
+	)
+	type result struct {
+		Data  map[string][]byte
+		Err   string
+		Reads []string
+	}
+	tests := []struct {
+		reason    string
+		scope     []string
+		namespace string
+		name      string
+		want      result
+	}{
+		{
+			reason: "a seed in the own namespace, all namespaces allowed: refused before reading", namespace: "metabus", name: natsx.CredentialsSecretPrefix + "applier",
+			want: result{Err: "Secret metabus/metabus-nats-applier holds metabus's own NATS credentials"},
+		},
+		{
+			reason: "the same under the hardened scope", scope: []string{}, namespace: "metabus", name: natsx.CredentialsSecretPrefix + "applier",
+			want: result{Err: "Secret metabus/metabus-nats-applier holds metabus's own NATS credentials"},
+		},
+		{
+			reason: "a labelled copy in another namespace: refused, its data dropped", namespace: "team-b", name: "copied",
+			want: result{Err: "Secret team-b/copied holds metabus's own NATS credentials", Reads: []string{"get secrets team-b/copied"}},
+		},
+		{
+			reason: "the prefix alone means nothing outside the own namespace", namespace: "team-b", name: natsx.CredentialsSecretPrefix + "mine",
+			want: result{Data: map[string][]byte{"token": []byte("t")}, Reads: []string{"get secrets team-b/metabus-nats-mine"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.reason, func(t *testing.T) {
+			before := len(kube.requests())
+			k := kubeSecrets{kube: kube.api, scope: newSecretScope("metabus", tt.scope)}
+			data, err := k.Secret(context.Background(), tt.namespace, tt.name)
+			got := result{Data: data, Reads: kube.requests()[before:]}
+			if err != nil {
+				got.Err, _, _ = strings.Cut(err.Error(), " (")
+			}
+			if len(got.Reads) == 0 {
+				got.Reads = nil
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
