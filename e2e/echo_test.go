@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/metabus/metabus/pkg/allinone"
+	"github.com/metabus/metabus/pkg/bus"
 )
 
 // echoHook is the benchmark's hook: one ConfigMap carrying spec.version,
@@ -45,20 +46,23 @@ func (h *echoHook) seen() []int64 {
 	return append([]int64(nil), h.calls...)
 }
 
-func startEchoController(t *testing.T, name string) (*echoHook, string) {
+// startEchoController runs the echo hook's controller; annotations go on
+// the controller (bus.SuppressEchoesAnnotation opts it into echo
+// suppression).
+func startEchoController(t *testing.T, name string, annotations map[string]string) (*echoHook, string) {
 	t.Helper()
 	inst := startMetabus(t, allinone.Config{}, nil)
 	ns := newNamespace(t)
 	h := &echoHook{}
 	url := hookServer(t, jsonHook(h.serve))
-	createController(t, inst, compositeKind, name, map[string]any{
+	createControllerWith(t, inst, compositeKind, name, map[string]any{
 		"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
 		"childResources": []any{map[string]any{
 			"apiVersion": "v1", "resource": "configmaps",
 			"updateStrategy": map[string]any{"method": "InPlace"},
 		}},
 		"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}}},
-	})
+	}, annotations)
 	return h, ns
 }
 
@@ -89,12 +93,13 @@ func waitVersion(t *testing.T, ns, name string, version int64) {
 
 // TestBurstConvergesToLastUpdate: 100 back-to-back updates of one parent
 // end with the hook having seen the last one and the cluster showing it,
-// although metabus coalesces the burst and drops its own writes' echoes.
+// although metabus coalesces the burst (and, under upstream's contract,
+// shows the hook its own writes too).
 // (A first version of echo detection lost the last update here: a status
 // write made against someone else's newer parent passed for our own.)
 func TestBurstConvergesToLastUpdate(t *testing.T) {
 	ctx := context.Background()
-	h, ns := startEchoController(t, "widgets-burst")
+	h, ns := startEchoController(t, "widgets-burst", nil)
 	if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, newWidget("burst", nil, 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -120,14 +125,16 @@ func TestBurstConvergesToLastUpdate(t *testing.T) {
 	}
 }
 
-// TestOwnWritesCostNoHookCall: a new parent needs exactly two hook calls
+// TestOwnWritesCostNoHookCall: with the opt-in annotation
+// (bus.SuppressEchoesAnnotation), a new parent needs exactly two hook calls
 // (the first creates the ConfigMap, the second sees it and reports
 // childCount 1); the status writes and ConfigMap updates metabus makes are
 // echoes. Every change someone else makes still reaches the hook, including
-// a change to the child metabus wrote.
+// a change to the child metabus wrote. Without the annotation every own
+// write is shown (TestSuppressEchoesOptIn, calling_contract_test.go).
 func TestOwnWritesCostNoHookCall(t *testing.T) {
 	ctx := context.Background()
-	h, ns := startEchoController(t, "widgets-echo")
+	h, ns := startEchoController(t, "widgets-echo", map[string]string{bus.SuppressEchoesAnnotation: "true"})
 	if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, newWidget("echo", nil, 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

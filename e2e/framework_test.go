@@ -303,6 +303,13 @@ var controllerGVRs = map[string]schema.GroupVersionResource{
 // carries inst's label), and deletes it when the test ends.
 func createController(t testing.TB, inst *instance, kind, name string, spec map[string]any) *unstructured.Unstructured {
 	t.Helper()
+	return createControllerWith(t, inst, kind, name, spec, nil)
+}
+
+// createControllerWith is createController with annotations on the
+// controller object (metabus extensions such as bus.SuppressEchoesAnnotation).
+func createControllerWith(t testing.TB, inst *instance, kind, name string, spec map[string]any, annotations map[string]string) *unstructured.Unstructured {
+	t.Helper()
 	gvr, ok := controllerGVRs[kind]
 	if !ok {
 		t.Fatalf("createController: unknown controller kind %q", kind)
@@ -314,6 +321,9 @@ func createController(t testing.TB, inst *instance, kind, name string, spec map[
 		"spec":       spec,
 	}}
 	u.SetLabels(inst.label())
+	if len(annotations) > 0 {
+		u.SetAnnotations(annotations)
+	}
 	out, err := dyn.Resource(gvr).Create(context.Background(), u, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create %s %s: %v", kind, name, err)
