@@ -31,6 +31,9 @@ const (
 	// ReasonAdopted reports a child taken over from an earlier incarnation
 	// of its parent (same name, a UID that no longer exists).
 	ReasonAdopted = "AdoptedFromEarlierParent"
+	// ReasonInvalidAnnotation reports a metabus annotation on a controller
+	// whose value is ignored (the default applies instead).
+	ReasonInvalidAnnotation = "InvalidAnnotation"
 )
 
 // Options tune the per-object spam filter (upstream flags --events-qps and

@@ -61,6 +61,9 @@ func (w *Watcher) syncController(ctx context.Context, key string) error {
 		return nil
 	}
 	id := bus.ControllerID(kind, name)
+	if obj, ok := w.controllerObject(kind, name); ok {
+		w.checkAnnotations(obj)
+	}
 	obj, specJSON, err := w.controllerChanged(id, kind, name)
 	if err != nil || obj == nil {
 		return err
