@@ -834,8 +834,14 @@ var services = []string{"watcher", "dispatcher", "applier", "revisions"}
 
 type policyRule struct {
 	groups, resources, verbs []string
+	names                    []string // resourceNames; empty: any
 	nonResource              bool
 	role                     string // Kind/name (namespace) it came from
+}
+
+// String is the rule as one comparable line.
+func (r policyRule) String() string {
+	return fmt.Sprintf("%s groups=%v resources=%v names=%v verbs=%v", r.role, r.groups, r.resources, r.names, r.verbs)
 }
 
 func (r policyRule) writes() []string {
@@ -961,6 +967,7 @@ func (s rbacSet) rulesFor(t *testing.T, ns, sa string) (rules []policyRule, boun
 				groups:    stringList(slice(rm, "apiGroups")),
 				resources: stringList(slice(rm, "resources")),
 				verbs:     stringList(slice(rm, "verbs")),
+				names:     stringList(slice(rm, "resourceNames")),
 				role:      fmt.Sprintf("%s/%s(%s)", roleKind, roleName, roleNS),
 			}
 			pr.nonResource = len(slice(rm, "nonResourceURLs")) > 0
@@ -1169,6 +1176,9 @@ func hasGrant(rules []policyRule, target, verb string) bool {
 	for _, r := range rules {
 		if !slices.Contains(r.verbs, verb) && !slices.Contains(r.verbs, "*") {
 			continue
+		}
+		if len(r.names) > 0 {
+			continue // named objects only, not the resource
 		}
 		if !slices.Contains(r.groups, group) && !slices.Contains(r.groups, "*") {
 			continue

@@ -174,7 +174,7 @@ The arguments the chart sets for one service besides the common ones:
 {{- if eq .svc "watcher" }}
 {{- if $root.Values.watcher.leaderElection }}
 - --leader-election
-- --leader-election-namespace={{ include "metabus.namespace" $root }}
+- --leader-election-namespace=$(POD_NAMESPACE)
 {{- end }}
 - --stream-replicas={{ $root.Values.nats.streamReplicas }}
 {{- if $root.Values.nats.partitions }}
