@@ -332,7 +332,13 @@ spec:
       - name: tmp
         emptyDir:
           sizeLimit: 64Mi
-{{- if and $v.podDisruptionBudget (gt (int $v.replicas) 1) }}
+{{- /*
+The default is maxUnavailable: 1; Helm merges a user's minAvailable into it
+rather than replacing it, and the API refuses both, so minAvailable wins.
+*/}}
+{{- $pdb := $v.podDisruptionBudget | default dict }}
+{{- if hasKey $pdb "minAvailable" }}{{ $pdb = omit $pdb "maxUnavailable" }}{{ end }}
+{{- if and $pdb (gt (int $v.replicas) 1) }}
 ---
 apiVersion: policy/v1
 kind: PodDisruptionBudget
@@ -345,7 +351,7 @@ spec:
   selector:
     matchLabels:
       {{- include "metabus.selectorLabels" $sel | nindent 6 }}
-  {{- toYaml $v.podDisruptionBudget | nindent 2 }}
+  {{- toYaml $pdb | nindent 2 }}
 {{- end }}
 {{- if and $v.service $v.service.enabled }}
 ---
