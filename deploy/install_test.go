@@ -187,7 +187,6 @@ func prefixed(ns string, names []string) []string {
 	return out
 }
 
-
 // secretRefs lists "namespace/name" of every Secret a rendered pod template
 // needs to start: secret volumes, projected Secret sources, envFrom and
 // secretKeyRef (optional references left out).
