@@ -13,7 +13,6 @@ package deploy
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,7 +24,6 @@ import (
 	"maps"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -33,7 +31,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -41,6 +38,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/metabus/metabus/pkg/natscreds"
 	"github.com/metabus/metabus/services/applier"
 )
 
@@ -128,9 +126,10 @@ func skipDir(rel string) bool {
 
 func TestManifestsParse(t *testing.T) {
 	notObjects := map[string]bool{
-		"kustomization.yaml":                            true,
-		filepath.Join("helm", "metabus", "Chart.yaml"):  true,
-		filepath.Join("helm", "metabus", "values.yaml"): true,
+		"kustomization.yaml": true,
+		filepath.Join("overlays", "hardened", "kustomization.yaml"): true,
+		filepath.Join("helm", "metabus", "Chart.yaml"):              true,
+		filepath.Join("helm", "metabus", "values.yaml"):             true,
 	}
 	seen := map[string]string{}
 	n := 0
@@ -161,9 +160,10 @@ func TestManifestsParse(t *testing.T) {
 				}
 			}
 			n++
-			// Helm copies and test samples may repeat objects; the
-			// installable manifests may not.
-			if strings.HasPrefix(path, "helm"+string(filepath.Separator)) || strings.HasPrefix(path, "testdata"+string(filepath.Separator)) {
+			// Helm copies, overlays' copies and test samples may repeat
+			// objects; the installable manifests may not.
+			if strings.HasPrefix(path, "helm"+string(filepath.Separator)) || strings.HasPrefix(path, "testdata"+string(filepath.Separator)) ||
+				strings.HasPrefix(path, "overlays"+string(filepath.Separator)) {
 				continue
 			}
 			if prev, dup := seen[objKey(o)]; dup {
@@ -834,8 +834,14 @@ var services = []string{"watcher", "dispatcher", "applier", "revisions"}
 
 type policyRule struct {
 	groups, resources, verbs []string
+	names                    []string // resourceNames; empty: any
 	nonResource              bool
 	role                     string // Kind/name (namespace) it came from
+}
+
+// String is the rule as one comparable line.
+func (r policyRule) String() string {
+	return fmt.Sprintf("%s groups=%v resources=%v names=%v verbs=%v", r.role, r.groups, r.resources, r.names, r.verbs)
 }
 
 func (r policyRule) writes() []string {
@@ -865,20 +871,27 @@ type rbacSet struct {
 }
 
 // applierAllResources is the applier's default write access on every
-// resource, a file of its own so that leaving it out narrows the applier.
-const applierAllResources = "applier-all-resources"
+// resource, a file of its own so that leaving it out narrows the applier;
+// dispatcherAllNamespaces likewise the dispatcher's reads of webhook
+// Secrets in every namespace. The hardened profile leaves both out.
+// credentials is the RBAC of the NATS credential generator.
+const (
+	applierAllResources     = "applier-all-resources"
+	dispatcherAllNamespaces = "dispatcher-secrets-all-namespaces"
+	credentialsRBAC         = "credentials"
+)
 
 // loadRBAC reads deploy/rbac, leaving out the files named in without.
 func loadRBAC(t *testing.T, without ...string) rbacSet {
 	var s rbacSet
 	files, _ := filepath.Glob(filepath.Join("rbac", "*.yaml"))
 	var want []string
-	for _, svc := range append(slices.Clone(services), applierAllResources) {
+	for _, svc := range append(slices.Clone(services), applierAllResources, dispatcherAllNamespaces, credentialsRBAC) {
 		want = append(want, filepath.Join("rbac", svc+".yaml"))
 	}
 	slices.Sort(want)
 	if !slices.Equal(files, want) {
-		t.Fatalf("want one RBAC file per service plus %s.yaml %v, got %v", applierAllResources, want, files)
+		t.Fatalf("want one RBAC file per service plus %s.yaml, %s.yaml and %s.yaml %v, got %v", applierAllResources, dispatcherAllNamespaces, credentialsRBAC, want, files)
 	}
 	for _, f := range files {
 		if !slices.Contains(without, strings.TrimSuffix(filepath.Base(f), ".yaml")) {
@@ -961,6 +974,7 @@ func (s rbacSet) rulesFor(t *testing.T, ns, sa string) (rules []policyRule, boun
 				groups:    stringList(slice(rm, "apiGroups")),
 				resources: stringList(slice(rm, "resources")),
 				verbs:     stringList(slice(rm, "verbs")),
+				names:     stringList(slice(rm, "resourceNames")),
 				role:      fmt.Sprintf("%s/%s(%s)", roleKind, roleName, roleNS),
 			}
 			pr.nonResource = len(slice(rm, "nonResourceURLs")) > 0
@@ -1040,14 +1054,13 @@ func TestRBAC(t *testing.T) {
 						t.Errorf("dispatcher may list/watch %s; it only needs get", r)
 					}
 				}
-				// Readable Secrets are a deliberate choice (issue #14): by default only
-				// those of the metabus namespace, through a namespaced Role; never a
-				// cluster-wide grant, which would let anyone who may create a controller
-				// send any Secret of the cluster to a URL of their choice.
+				// Readable Secrets are a deliberate choice (issues #14, #22): those of
+				// the metabus namespace through a namespaced Role, and those of every
+				// namespace only through the file the hardened profile leaves out.
 				for _, r := range rules {
 					if hasGrant([]policyRule{r}, "/secrets", "get") || hasGrant([]policyRule{r}, "/configmaps", "get") {
-						if r.role != "Role/metabus-dispatcher-secrets(metabus)" {
-							t.Errorf("%s grants the dispatcher Secrets/ConfigMaps; only the namespaced Role metabus-dispatcher-secrets in metabus may", r.role)
+						if r.role != "Role/metabus-dispatcher-secrets(metabus)" && r.role != "ClusterRole/metabus-dispatcher-secrets-all-namespaces()" {
+							t.Errorf("%s grants the dispatcher Secrets/ConfigMaps; only metabus-dispatcher-secrets (Role) and metabus-dispatcher-secrets-all-namespaces may", r.role)
 						}
 					}
 				}
@@ -1170,6 +1183,9 @@ func hasGrant(rules []policyRule, target, verb string) bool {
 		if !slices.Contains(r.verbs, verb) && !slices.Contains(r.verbs, "*") {
 			continue
 		}
+		if len(r.names) > 0 {
+			continue // named objects only, not the resource
+		}
 		if !slices.Contains(r.groups, group) && !slices.Contains(r.groups, "*") {
 			continue
 		}
@@ -1249,9 +1265,16 @@ func portNumber(c container, nameOrNumber any) int64 {
 	return -1
 }
 
+// deployed is what a metabus Deployment is expected to name: its image and
+// NATS URL differ between deploy/apps (no tag), kustomize's output and
+// Helm's (its NATS Service is <release>-nats).
+type deployed struct {
+	image, natsURL string
+}
+
 // checkServiceDeployment checks the invariants every metabus Deployment
-// must keep, whether it comes from deploy/apps or `kubectl kustomize`.
-func checkServiceDeployment(t *testing.T, o map[string]any, svc string, binaries map[string]string) {
+// must keep, whether it comes from deploy/apps, kustomize or Helm.
+func checkServiceDeployment(t *testing.T, o map[string]any, svc string, binaries map[string]string, want deployed) {
 	t.Helper()
 	wantReplicas := map[string]int64{"watcher": 2, "dispatcher": 2, "applier": 2, "revisions": 2}[svc]
 	if got, _, _ := unstructured.NestedInt64(o, "spec", "replicas"); got != wantReplicas {
@@ -1269,8 +1292,8 @@ func checkServiceDeployment(t *testing.T, o map[string]any, svc string, binaries
 		t.Errorf("pod securityContext %v", podSec)
 	}
 	c := podContainer(t, o)
-	if got := str(c.obj, "image"); got != "ghcr.io/metabus/metabus:latest" {
-		t.Errorf("image %q", got)
+	if got := str(c.obj, "image"); got != want.image {
+		t.Errorf("image %q, want %q", got, want.image)
 	}
 	cmd := c.command()
 	if len(cmd) != 1 || cmd[0] != "/usr/local/bin/metabus-"+svc {
@@ -1279,7 +1302,7 @@ func checkServiceDeployment(t *testing.T, o map[string]any, svc string, binaries
 		t.Errorf("command %s is not built by the Dockerfile (%v)", cmd[0], binaries)
 	}
 	args := c.args()
-	for _, a := range []string{"--nats-url=nats://nats.metabus:4222", "--zap-log-level=info", "--metrics-address=:9999", "--health-probe-bind-address=:8081"} {
+	for _, a := range []string{"--nats-url=" + want.natsURL, "--zap-log-level=info", "--metrics-address=:9999", "--health-probe-bind-address=:8081"} {
 		if !slices.Contains(args, a) {
 			t.Errorf("args %v lack %s", args, a)
 		}
@@ -1343,7 +1366,8 @@ func TestDeployments(t *testing.T) {
 			if len(docs) != 1 || str(docs[0], "kind") != "Deployment" {
 				t.Fatalf("want one Deployment")
 			}
-			checkServiceDeployment(t, docs[0], svc, binaries)
+			// The tag comes from kustomization.yaml's images: (TestVersioned).
+			checkServiceDeployment(t, docs[0], svc, binaries, deployed{image: "ghcr.io/metabus/metabus", natsURL: "nats://nats.metabus:4222"})
 		})
 	}
 }
@@ -1647,15 +1671,18 @@ func TestNATSConfig(t *testing.T) {
 // the chart, RBAC, a NATS user and Secret, and a docker-compose service. A
 // new service missing one of them would be installable but not runnable.
 func TestEveryServiceShips(t *testing.T) {
-	kustomize := readDocs(t, "kustomization.yaml")[0]
-	resources := stringList(slice(kustomize, "resources"))
+	kustomized := func(dir string) []string {
+		return stringList(slice(readDocs(t, filepath.Join(dir, "Kustomization"))[0], "resources"))
+	}
+	apps, rbac := kustomized("apps"), kustomized("rbac")
 	values := readDocs(t, filepath.Join(chartDir, "values.yaml"))[0]
 	compose := mapping(readDocs(t, filepath.Join("..", "docker-compose.yaml"))[0], "services")
 	users := natsPermissions(t, readFile(t, filepath.Join("nats", "nats-server.conf")))
 	binaries := dockerBinaries(t)
-	rbacTpl := readFile(t, filepath.Join(chartDir, "templates", "rbac.yaml"))
-	notes := readFile(t, filepath.Join(chartDir, "templates", "NOTES.txt"))
-	readme := readFile(t, "README.md")
+	helm, err := renderChart(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, svc := range services {
 		t.Run(svc, func(t *testing.T) {
 			if _, err := os.Stat(filepath.Join("..", "cmd", svc, "main.go")); err != nil {
@@ -1664,28 +1691,26 @@ func TestEveryServiceShips(t *testing.T) {
 			if binaries["metabus-"+svc] != "./cmd/"+svc {
 				t.Errorf("the Dockerfile does not build metabus-%s from ./cmd/%s", svc, svc)
 			}
-			for _, f := range []string{"apps/" + svc + ".yaml", "rbac/" + svc + ".yaml"} {
-				if !slices.Contains(resources, f) {
-					t.Errorf("kustomization.yaml does not list %s", f)
-				}
+			if !slices.Contains(apps, svc+".yaml") {
+				t.Errorf("apps/Kustomization does not list %s.yaml", svc)
+			}
+			if !slices.Contains(rbac, svc+".yaml") {
+				t.Errorf("rbac/Kustomization does not list %s.yaml", svc)
 			}
 			if _, err := os.Stat(filepath.Join(chartDir, "templates", svc+".yaml")); err != nil {
 				t.Errorf("no chart template: %v", err)
 			}
-			if !strings.Contains(rbacTpl, `"`+svc+`"`) {
-				t.Error("templates/rbac.yaml does not render its RBAC")
+			if helm["Deployment/metabus-"+svc] == nil || helm["ClusterRole/metabus-"+svc] == nil {
+				t.Error("the chart renders no Deployment or ClusterRole for it")
 			}
-			if str(values, svc, "natsSeedSecret") != "metabus-nats-"+svc {
-				t.Errorf("values %s.natsSeedSecret = %q", svc, str(values, svc, "natsSeedSecret"))
-			}
-			if !strings.Contains(notes, ".Values."+svc+".natsSeedSecret") {
-				t.Error("NOTES.txt does not list its NATS seed Secret")
+			if mapping(values, svc) == nil {
+				t.Errorf("values.yaml has no %s section", svc)
 			}
 			if _, ok := users[strings.ToUpper(svc)+"_NKEY"]; !ok {
 				t.Errorf("nats-server.conf has no user $%s_NKEY", strings.ToUpper(svc))
 			}
-			if m := regexp.MustCompile(`for svc in ([a-z ]+);`).FindStringSubmatch(readme); m == nil || !slices.Contains(strings.Fields(m[1]), svc) {
-				t.Error("deploy/README.md does not create its nkey Secrets")
+			if !slices.Contains(natscreds.Services, svc) {
+				t.Error("the credential generator makes no NATS user for it")
 			}
 			if compose[svc] == nil {
 				t.Error("docker-compose.yaml has no service for it")
@@ -1697,21 +1722,10 @@ func TestEveryServiceShips(t *testing.T) {
 // ---------------------------------------------------------------------------
 // kustomize
 
+// TestKustomize renders deploy/ with kustomize's own library, as `kubectl
+// apply -k deploy/` does, and checks what it installs.
 func TestKustomize(t *testing.T) {
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skip("kubectl is not on PATH")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, kubectl, "kustomize", ".")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("kubectl kustomize deploy/: %v\n%s", err, stderr.String())
-	}
-	docs, err := parseDocs(out)
+	docs, err := kustomizeBuild(kustomizeDefault)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1737,7 +1751,9 @@ func TestKustomize(t *testing.T) {
 		"StatefulSet/nats", "Service/nats", "Service/nats-headless",
 		"Role/metabus-watcher-leader-election", "RoleBinding/metabus-watcher-leader-election",
 		"Role/metabus-dispatcher-secrets", "RoleBinding/metabus-dispatcher-secrets",
+		"ClusterRole/metabus-dispatcher-secrets-all-namespaces", "ClusterRoleBinding/metabus-dispatcher-secrets-all-namespaces",
 		"ClusterRole/metabus-applier-events", "ClusterRole/metabus-applier-all-resources",
+		"ServiceAccount/metabus-credentials", "Role/metabus-credentials", "RoleBinding/metabus-credentials",
 	}
 	for _, svc := range services {
 		want = append(want, "Deployment/metabus-"+svc, "ServiceAccount/metabus-"+svc, "ClusterRole/metabus-"+svc, "ClusterRoleBinding/metabus-"+svc)
@@ -1748,44 +1764,21 @@ func TestKustomize(t *testing.T) {
 		}
 	}
 	binaries := dockerBinaries(t)
+	app := str(readDocs(t, filepath.Join(chartDir, "Chart.yaml"))[0], "appVersion")
 	for _, svc := range services {
 		if o := byKey["Deployment/metabus-"+svc]; o != nil {
-			t.Run(svc, func(t *testing.T) { checkServiceDeployment(t, o, svc, binaries) })
+			t.Run(svc, func(t *testing.T) {
+				checkServiceDeployment(t, o, svc, binaries, deployed{image: "ghcr.io/metabus/metabus:" + app, natsURL: "nats://nats.metabus:4222"})
+			})
 		}
 	}
-	// The default matches the Helm chart's (dispatcher.secretNamespaces: []): Secrets of
-	// the dispatcher's own namespace only, which it learns from POD_NAMESPACE.
+	// The dispatcher learns its own namespace (always readable) from POD_NAMESPACE.
 	if o := byKey["Deployment/metabus-dispatcher"]; o != nil {
-		c := podContainer(t, o)
-		for _, a := range c.args() {
-			if strings.HasPrefix(a, "--secret-namespaces") || strings.HasPrefix(a, "--related-resources") {
-				t.Errorf("dispatcher: %s; kustomize keeps the built-in defaults, as the Helm chart's", a)
-			}
-		}
-		if !slices.ContainsFunc(slice(c.obj, "env"), func(e any) bool {
+		if !slices.ContainsFunc(slice(podContainer(t, o).obj, "env"), func(e any) bool {
 			em, _ := e.(map[string]any)
 			return em["name"] == "POD_NAMESPACE" && str(em, "valueFrom", "fieldRef", "fieldPath") == "metadata.namespace"
 		}) {
 			t.Error("dispatcher: no POD_NAMESPACE from metadata.namespace (its Secret namespace)")
-		}
-	}
-	// Likewise the watcher's --controller-resources (Helm watcher.controllerResources: []).
-	if o := byKey["Deployment/metabus-watcher"]; o != nil {
-		for _, a := range podContainer(t, o).args() {
-			if strings.HasPrefix(a, "--controller-resources") {
-				t.Errorf("watcher: %s; kustomize keeps the built-in default, as the Helm chart's", a)
-			}
-		}
-	}
-	for _, k := range []string{"ClusterRole/metabus-dispatcher", "Role/metabus-dispatcher-secrets"} {
-		if o := byKey[k]; o != nil {
-			hasSecrets := false
-			for _, r := range slice(o, "rules") {
-				hasSecrets = hasSecrets || slices.Contains(stringList(slice(r.(map[string]any), "resources")), "secrets")
-			}
-			if want := k == "Role/metabus-dispatcher-secrets"; hasSecrets != want {
-				t.Errorf("%s grants secrets: %v, want %v", k, hasSecrets, want)
-			}
 		}
 	}
 	// The generated (hash-suffixed) ConfigMap is the one the StatefulSet mounts.
@@ -1806,6 +1799,10 @@ func TestKustomize(t *testing.T) {
 			}
 		}
 	}
+	// The hardened overlay's copy of the Namespace is deploy/namespace.yaml.
+	if readFile(t, filepath.Join(kustomizeHardened, "namespace.yaml")) != readFile(t, "namespace.yaml") {
+		t.Error("overlays/hardened/namespace.yaml differs from namespace.yaml; copy it")
+	}
 }
 
 // ---------------------------------------------------------------------------
@@ -1822,99 +1819,109 @@ func TestHelmChart(t *testing.T) {
 		t.Errorf("Chart.yaml version %q is not SemVer", str(chart, "version"))
 	}
 	values := readDocs(t, filepath.Join(chartDir, "values.yaml"))[0]
-	for _, svc := range services {
-		if r, _, _ := unstructured.NestedInt64(values, svc, "replicas"); r != 2 {
-			t.Errorf("values %s.replicas = %d, want 2 (as deploy/apps)", svc, r)
-		}
+	if r, _, _ := unstructured.NestedInt64(values, "replicas"); r != 2 {
+		t.Errorf("values replicas = %d, want 2 (as deploy/apps)", r)
 	}
 	if str(values, "image", "repository") != "ghcr.io/metabus/metabus" || str(values, "nats", "image") != "nats:2.12-alpine" {
 		t.Error("values: unexpected images")
 	}
+	if str(values, "profile") != "upstream" {
+		t.Errorf("values profile = %q, want upstream (the default runs what upstream runs)", str(values, "profile"))
+	}
 
-	t.Run("dispatcher secret namespaces", func(t *testing.T) {
-		// Default: the release namespace only (files/rbac/dispatcher.yaml), as kustomize.
-		v, found, err := unstructured.NestedFieldNoCopy(values, "dispatcher", "secretNamespaces")
-		if l, ok := v.([]any); !found || err != nil || !ok || len(l) != 0 {
-			t.Errorf("values dispatcher.secretNamespaces = %v, want []", v)
-		}
-		dep := readFile(t, filepath.Join(chartDir, "templates", "dispatcher.yaml"))
-		for _, want := range []string{
-			"{{- with .Values.dispatcher.secretNamespaces }}", `- --secret-namespaces={{ join "," . }}`,
-			"- name: POD_NAMESPACE", "fieldPath: metadata.namespace",
-		} {
-			if !strings.Contains(dep, want) {
-				t.Errorf("templates/dispatcher.yaml lacks %s", want)
+	t.Run("per-setting values override the profile", func(t *testing.T) {
+		// Empty by default: the profile decides (TestProfiles).
+		for _, path := range [][]string{{"dispatcher", "secretNamespaces"}, {"dispatcher", "relatedResources"}, {"watcher", "controllerResources"}} {
+			if v, found, _ := unstructured.NestedSlice(values, path...); !found || len(v) != 0 {
+				t.Errorf("values %s = %v, want []", strings.Join(path, "."), v)
 			}
 		}
-		rbac := readFile(t, filepath.Join(chartDir, "templates", "dispatcher-secrets.yaml"))
-		for _, want := range []string{
-			`has "*" .Values.dispatcher.secretNamespaces`, "range $ns := .Values.dispatcher.secretNamespaces",
-			"kind: ClusterRole\n", "kind: ClusterRoleBinding", "kind: Role\n", "kind: RoleBinding",
-			"namespace: {{ $ns }}", "name: metabus-dispatcher-secrets", `resources: ["secrets", "configmaps"]`, `verbs: ["get"]`,
-		} {
-			if !strings.Contains(rbac, want) {
-				t.Errorf("templates/dispatcher-secrets.yaml lacks %q", want)
-			}
+		if v, found, _ := unstructured.NestedFieldNoCopy(values, "applier", "rbac", "allResources"); !found || v != nil {
+			t.Errorf("values applier.rbac.allResources = %v, want null", v)
+		}
+		tests := []struct {
+			reason string
+			values string
+			check  func(t *testing.T, objs []map[string]any)
+		}{
+			{
+				reason: "listed Secret namespaces: a Role in each, no cluster-wide grant",
+				values: "dispatcher: {secretNamespaces: [tenant-a, tenant-b, metabus]}",
+				check: func(t *testing.T, objs []map[string]any) {
+					if find(objs, "ClusterRole", "metabus-dispatcher-secrets-all-namespaces") != nil {
+						t.Error("cluster-wide Secret reads rendered")
+					}
+					rules, _ := rbacSet{objs: objs}.rulesFor(t, "metabus", "metabus-dispatcher")
+					for ns, want := range map[string]bool{"metabus": true, "tenant-a": true, "tenant-b": true, "tenant-c": false} {
+						if got := canIn(rules, ns, "/secrets", "get"); got != want {
+							t.Errorf("Secrets in %s readable: %v, want %v", ns, got, want)
+						}
+					}
+					if got := flagValues(containerArgs(t, objs, "metabus-dispatcher"), "secret-namespaces"); !slices.Equal(got, []string{"tenant-a,tenant-b,metabus"}) {
+						t.Errorf("--secret-namespaces %q", got)
+					}
+				},
+			},
+			{
+				reason: "the upstream profile with the applier narrowed",
+				values: "applier: {rbac: {allResources: false}}",
+				check: func(t *testing.T, objs []map[string]any) {
+					if find(objs, "ClusterRole", "metabus-applier-all-resources") != nil {
+						t.Error("metabus-applier-all-resources rendered")
+					}
+					if find(objs, "ClusterRole", "metabus-dispatcher-secrets-all-namespaces") == nil {
+						t.Error("the rest of the upstream profile changed")
+					}
+				},
+			},
+			{
+				reason: "the hardened profile with the applier widened",
+				values: "{profile: hardened, applier: {rbac: {allResources: true}}}",
+				check: func(t *testing.T, objs []map[string]any) {
+					if find(objs, "ClusterRole", "metabus-applier-all-resources") == nil {
+						t.Error("metabus-applier-all-resources not rendered")
+					}
+					if got := flagValues(containerArgs(t, objs, "metabus-dispatcher"), "secret-namespaces"); !slices.Equal(got, []string{""}) {
+						t.Errorf("--secret-namespaces %q, want the hardened profile's", got)
+					}
+				},
+			},
+		}
+		for _, tt := range tests {
+			t.Run(tt.reason, func(t *testing.T) {
+				docs, err := parseDocs([]byte(tt.values))
+				if err != nil {
+					t.Fatal(err)
+				}
+				objs, err := helmRender(docs[0], defaultRelease)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tt.check(t, objs)
+			})
 		}
 	})
 
-	t.Run("dispatcher related resources", func(t *testing.T) {
-		// Default: the dispatcher's built-in policy (no flag), as kustomize.
-		if v, found, _ := unstructured.NestedSlice(values, "dispatcher", "relatedResources"); !found || len(v) != 0 {
-			t.Errorf("values dispatcher.relatedResources = %v, want [] (the built-in default)", v)
+	t.Run("services", func(t *testing.T) {
+		objs, err := renderChart(nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-		dep := readFile(t, filepath.Join(chartDir, "templates", "dispatcher.yaml"))
-		for _, want := range []string{"{{- with .Values.dispatcher.relatedResources }}", `- --related-resources={{ join "," . }}`} {
-			if !strings.Contains(dep, want) {
-				t.Errorf("templates/dispatcher.yaml lacks %s", want)
-			}
-		}
-	})
-
-	t.Run("watcher controller resources", func(t *testing.T) {
-		// Default: the watcher's built-in policy (no flag), as kustomize.
-		if v, found, _ := unstructured.NestedSlice(values, "watcher", "controllerResources"); !found || len(v) != 0 {
-			t.Errorf("values watcher.controllerResources = %v, want [] (the built-in default)", v)
-		}
-		dep := readFile(t, filepath.Join(chartDir, "templates", "watcher.yaml"))
-		for _, want := range []string{"{{- with .Values.watcher.controllerResources }}", `- --controller-resources={{ join "," . }}`} {
-			if !strings.Contains(dep, want) {
-				t.Errorf("templates/watcher.yaml lacks %s", want)
-			}
-		}
-	})
-
-	t.Run("applier rbac", func(t *testing.T) {
-		// Default: the all-resources role, as kustomize; no extra role.
-		if v, _, _ := unstructured.NestedBool(values, "applier", "rbac", "allResources"); !v {
-			t.Error("values applier.rbac.allResources is not true (the kustomize default)")
-		}
-		if v, found, _ := unstructured.NestedSlice(values, "applier", "rbac", "extraRules"); !found || len(v) != 0 {
-			t.Errorf("values applier.rbac.extraRules = %v, want []", v)
-		}
-		rbac := readFile(t, filepath.Join(chartDir, "templates", "rbac.yaml"))
-		for _, want := range []string{
-			"{{- if .Values.applier.rbac.allResources }}", `.Files.Get "files/rbac/applier-all-resources.yaml"`,
-			"{{- with .Values.applier.rbac.extraRules }}", "name: metabus-applier-extra", `metabus.dev/aggregate-to-applier: "true"`,
-		} {
-			if !strings.Contains(rbac, want) {
-				t.Errorf("templates/rbac.yaml lacks %s", want)
-			}
-		}
-		// The per-service loop must not render the optional role unconditionally.
-		if strings.Contains(rbac, `"applier-all-resources"`) {
-			t.Error("templates/rbac.yaml lists applier-all-resources among the services")
+		binaries := dockerBinaries(t)
+		app := str(readDocs(t, filepath.Join(chartDir, "Chart.yaml"))[0], "appVersion")
+		for _, svc := range services {
+			t.Run(svc, func(t *testing.T) {
+				checkServiceDeployment(t, objs["Deployment/metabus-"+svc], svc, binaries,
+					deployed{image: "ghcr.io/metabus/metabus:" + app, natsURL: "nats://metabus-nats.metabus:4222"})
+			})
 		}
 	})
 
 	t.Run("copies are identical", func(t *testing.T) {
 		pairs := map[string]string{filepath.Join(chartDir, "files", "nats-server.conf"): filepath.Join("nats", "nats-server.conf")}
-		for _, dir := range []string{"crds", "rbac"} {
+		for _, dir := range []string{"crds"} {
 			srcs, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
 			dst := filepath.Join(chartDir, dir)
-			if dir == "rbac" {
-				dst = filepath.Join(chartDir, "files", "rbac")
-			}
 			copies, _ := filepath.Glob(filepath.Join(dst, "*.yaml"))
 			if len(srcs) == 0 || len(srcs) != len(copies) {
 				t.Errorf("%s has %d files, %s has %d", dir, len(srcs), dst, len(copies))
@@ -1930,16 +1937,6 @@ func TestHelmChart(t *testing.T) {
 			}
 			if a != b {
 				t.Errorf("%s differs from %s; copy it: cp %s %s", cp, src, filepath.Join("deploy", src), filepath.Join("deploy", cp))
-			}
-		}
-		rbacCopies, _ := filepath.Glob(filepath.Join(chartDir, "files", "rbac", "*.yaml"))
-		for _, f := range rbacCopies {
-			// templates/rbac.yaml rewrites exactly this string to the
-			// release namespace.
-			for _, m := range regexp.MustCompile(`(?m)^\s*namespace: (\S+)$`).FindAllStringSubmatch(readFile(t, f), -1) {
-				if m[1] != "metabus" {
-					t.Errorf("%s: namespace %q; the chart only rewrites \"namespace: metabus\"", f, m[1])
-				}
 			}
 		}
 	})
@@ -1987,22 +1984,8 @@ func TestHelmChart(t *testing.T) {
 				}
 			}
 			if strings.HasSuffix(p, ".yaml") && (!strings.Contains(text, "apiVersion:") || !strings.Contains(text, "kind:")) &&
-				!strings.Contains(text, ".Files.Get") {
+				!strings.Contains(text, ".Files.Get") && !strings.Contains(text, `include "metabus.deployment"`) {
 				t.Errorf("%s: renders no Kubernetes object", p)
-			}
-		}
-		// The service Deployments keep the hardening of deploy/apps.
-		for _, svc := range services {
-			text := texts[filepath.Join(chartDir, "templates", svc+".yaml")]
-			for _, want := range []string{
-				`command: ["/usr/local/bin/metabus-` + svc + `"]`, "terminationGracePeriodSeconds: 45",
-				"runAsNonRoot: true", "readOnlyRootFilesystem: true", `drop: ["ALL"]`, "type: RuntimeDefault",
-				"allowPrivilegeEscalation: false", "path: /healthz", "path: /readyz",
-				".Values." + svc + ".replicas", ".Values." + svc + ".resources", ".Values.image.repository",
-			} {
-				if !strings.Contains(text, want) && !strings.Contains(texts[filepath.Join(chartDir, "templates", "_helpers.tpl")], want) {
-					t.Errorf("templates/%s.yaml lacks %s", svc, want)
-				}
 			}
 		}
 	})

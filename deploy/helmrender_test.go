@@ -16,45 +16,16 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
 )
 
-// renderChart renders the chart with Helm's own engine, as `helm template`
-// does for a first install in namespace metabus (lookup finds nothing), and
-// returns the objects by "Kind/name".
+// renderChart renders the chart for `helm install metabus -n metabus`
+// (helmRender) and returns the objects by "Kind/name".
 func renderChart(values map[string]any) (map[string]map[string]any, error) {
-	ch, err := loader.Load(chartDir)
-	if err != nil {
-		return nil, fmt.Errorf("load chart: %w", err)
-	}
-	rv, err := chartutil.ToRenderValues(ch, values, chartutil.ReleaseOptions{Name: "mb", Namespace: "metabus", IsInstall: true}, chartutil.DefaultCapabilities)
-	if err != nil {
-		return nil, fmt.Errorf("values: %w", err)
-	}
-	files, err := engine.Render(ch, rv)
+	objs, err := helmRender(values, defaultRelease)
 	if err != nil {
 		return nil, err
 	}
-	objs := map[string]map[string]any{}
-	for name, text := range files {
-		if strings.HasSuffix(name, "NOTES.txt") {
-			continue
-		}
-		docs, err := parseDocs([]byte(text))
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		for _, d := range docs {
-			key := str(d, "kind") + "/" + str(d, "metadata", "name")
-			if objs[key] != nil {
-				return nil, fmt.Errorf("%s rendered twice", key)
-			}
-			objs[key] = d
-		}
-	}
-	return objs, nil
+	return byKindName(objs)
 }
 
 // args returns the container arguments of a rendered workload.
@@ -78,7 +49,7 @@ func secretVolumes(objs map[string]map[string]any, key string) []string {
 // NetworkPolicy that open 8222.
 func monitoringPeers(objs map[string]map[string]any) []any {
 	var peers []any
-	for _, r := range slice(objs["NetworkPolicy/nats"], "spec", "ingress") {
+	for _, r := range slice(objs["NetworkPolicy/metabus-nats"], "spec", "ingress") {
 		for _, p := range slice(r.(map[string]any), "ports") {
 			if fmt.Sprint(p.(map[string]any)["port"]) == "8222" {
 				peers = append(peers, slice(r.(map[string]any), "from")...)
@@ -113,9 +84,10 @@ func TestHelmRender(t *testing.T) {
 		check   func(t *testing.T, objs map[string]map[string]any)
 	}{
 		{
-			reason: "defaults: applier on every resource, no TLS, monitoring closed, built-in related and controller policies",
+			reason: "defaults: profile upstream, no TLS, monitoring closed",
 			check: func(t *testing.T, objs map[string]map[string]any) {
-				want := []string{"metabus-applier", "metabus-applier-all-resources", "metabus-applier-events", "metabus-dispatcher", "metabus-revisions", "metabus-watcher"}
+				want := []string{"metabus-applier", "metabus-applier-all-resources", "metabus-applier-events", "metabus-dispatcher",
+					"metabus-dispatcher-secrets-all-namespaces", "metabus-revisions", "metabus-watcher"}
 				if diff := cmp.Diff(want, kinds(objs, "ClusterRole")); diff != "" {
 					t.Errorf("ClusterRoles (-want +got):\n%s", diff)
 				}
@@ -127,16 +99,11 @@ func TestHelmRender(t *testing.T) {
 				}
 				for _, svc := range services {
 					a := args(objs, "Deployment/metabus-"+svc)
-					if !slices.Contains(a, "--nats-url=nats://nats.metabus:4222") || slices.ContainsFunc(a, func(s string) bool { return strings.HasPrefix(s, "--nats-ca") }) {
+					if !slices.Contains(a, "--nats-url=nats://metabus-nats.metabus:4222") || slices.ContainsFunc(a, func(s string) bool { return strings.HasPrefix(s, "--nats-ca") }) {
 						t.Errorf("%s args %v: want a nats:// URL and no TLS flags", svc, a)
 					}
 				}
-				if slices.ContainsFunc(args(objs, "Deployment/metabus-dispatcher"), func(s string) bool { return strings.HasPrefix(s, "--related-resources") }) {
-					t.Error("the dispatcher gets --related-resources by default")
-				}
-				if slices.ContainsFunc(args(objs, "Deployment/metabus-watcher"), func(s string) bool { return strings.HasPrefix(s, "--controller-resources") }) {
-					t.Error("the watcher gets --controller-resources by default")
-				}
+				// TestProfiles checks the profile's settings.
 			},
 		},
 		{
@@ -195,7 +162,7 @@ func TestHelmRender(t *testing.T) {
 				}
 				for _, svc := range services {
 					key := "Deployment/metabus-" + svc
-					for _, w := range []string{"--nats-url=tls://nats.metabus:4222", "--nats-ca=/etc/metabus/nats-tls/ca.crt", "--nats-cert=/etc/metabus/nats-tls/tls.crt", "--nats-key=/etc/metabus/nats-tls/tls.key"} {
+					for _, w := range []string{"--nats-url=tls://metabus-nats.metabus:4222", "--nats-ca=/etc/metabus/nats-tls/ca.crt", "--nats-cert=/etc/metabus/nats-tls/tls.crt", "--nats-key=/etc/metabus/nats-tls/tls.key"} {
 						if !slices.Contains(args(objs, key), w) {
 							t.Errorf("%s lacks %s", svc, w)
 						}
@@ -204,10 +171,10 @@ func TestHelmRender(t *testing.T) {
 						t.Errorf("%s does not mount metabus-nats-%s-tls: %v", svc, svc, secretVolumes(objs, key))
 					}
 				}
-				if !slices.Contains(secretVolumes(objs, "StatefulSet/nats"), "nats-tls") {
+				if !slices.Contains(secretVolumes(objs, "StatefulSet/metabus-nats"), "nats-tls") {
 					t.Error("the NATS StatefulSet does not mount nats-tls")
 				}
-				cm := mapping(objs["ConfigMap/nats-config"], "data")
+				cm := mapping(objs["ConfigMap/metabus-nats-config"], "data")
 				if cm["tls.conf"] != readFile(t, filepath.Join("nats", "tls.conf")) {
 					t.Error("ConfigMap tls.conf is not nats/tls.conf")
 				}
@@ -235,7 +202,7 @@ func TestHelmRender(t *testing.T) {
 						t.Errorf("Certificate %s: secretName %q issuer %q", name, str(c, "spec", "secretName"), str(c, "spec", "issuerRef", "name"))
 					}
 				}
-				if dns := stringList(slice(objs["Certificate/nats-tls"], "spec", "dnsNames")); !slices.Contains(dns, "*.nats-headless.metabus.svc") {
+				if dns := stringList(slice(objs["Certificate/nats-tls"], "spec", "dnsNames")); !slices.Contains(dns, "*.metabus-nats-headless.metabus.svc") {
 					t.Errorf("server certificate names %v lack the route addresses", dns)
 				}
 			},
@@ -310,18 +277,18 @@ func checkGeneratedCertificates(t *testing.T, objs map[string]map[string]any) {
 	if !roots.AppendCertsFromPEM(files["metabus-nats-watcher-tls/ca.crt"]) {
 		t.Fatal("the watcher's ca.crt holds no certificate")
 	}
-	for _, host := range []string{"nats.metabus", "nats.metabus.svc", "nats-2.nats-headless.metabus.svc"} {
+	for _, host := range []string{"metabus-nats.metabus", "metabus-nats.metabus.svc", "metabus-nats-2.metabus-nats-headless.metabus.svc"} {
 		if _, err := serverCert.Verify(x509.VerifyOptions{DNSName: host, Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}); err != nil {
 			t.Errorf("server certificate for %s: %v", host, err)
 		}
 	}
 
-	conf, _ := mapping(objs["ConfigMap/nats-config"], "data")["tls.conf"].(string)
+	conf, _ := mapping(objs["ConfigMap/metabus-nats-config"], "data")["tls.conf"].(string)
 	confPath := filepath.Join(dir, "tls.conf")
 	writeTestFile(t, confPath, []byte(strings.ReplaceAll(conf, `"/etc/nats/tls/`, `"`+filepath.Join(dir, "nats-tls")+"/")))
 	addr := startTLSServer(t, confPath, nil)
 	// The Service's name, as the services dial it, instead of 127.0.0.1.
-	nc, err := nats.Connect("tls://"+addr, nats.Secure(&tls.Config{ServerName: "nats.metabus", MinVersion: tls.VersionTLS12}),
+	nc, err := nats.Connect("tls://"+addr, nats.Secure(&tls.Config{ServerName: "metabus-nats.metabus", MinVersion: tls.VersionTLS12}),
 		nats.RootCAs(filepath.Join(dir, "metabus-nats-watcher-tls", "ca.crt")),
 		nats.ClientCert(filepath.Join(dir, "metabus-nats-watcher-tls", "tls.crt"), filepath.Join(dir, "metabus-nats-watcher-tls", "tls.key")),
 		nats.Timeout(5*time.Second), nats.NoReconnect())

@@ -134,6 +134,24 @@ func grantDispatcherSecrets(t *testing.T, ns string) {
 	}
 }
 
+// narrowDispatcherSecrets does what the hardened profile does to the
+// dispatcher's Secret reads (deploy/overlays/hardened leaves out
+// rbac/dispatcher-secrets-all-namespaces.yaml): only the Roles of the
+// namespaces it is given remain, until the test ends.
+func narrowDispatcherSecrets(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	const name = "metabus-dispatcher-secrets-all-namespaces"
+	if err := kube.RbacV1().ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Apply(ctx, "../deploy/rbac/dispatcher-secrets-all-namespaces.yaml"); err != nil {
+			t.Errorf("restore %s: %v", name, err)
+		}
+	})
+}
+
 // narrowApplier does what an admin narrowing the applier does (kustomize:
 // drop rbac/applier-all-resources.yaml; Helm: applier.rbac.allResources=false)
 // until the test ends.

@@ -26,6 +26,9 @@ import (
 func TestWebhookCredentialsGuarded(t *testing.T) {
 	ctx := context.Background()
 	allowed, other, unbound := newNamespace(t), newNamespace(t), newNamespace(t)
+	// The default install lets the dispatcher read every namespace; the
+	// "no-role" case needs RBAC that does not.
+	narrowDispatcherSecrets(t)
 	grantDispatcherSecrets(t, allowed)
 	inst := startMetabus(t, allinone.Config{Dispatcher: dispatcher.Config{SecretNamespaces: []string{allowed, unbound}}}, nil)
 	for _, ns := range []string{allowed, other, unbound} {

@@ -1,21 +1,139 @@
-{{/* Labels of one component: (dict "root" $ "component" "watcher"). */}}
-{{- define "metabus.labels" -}}
-app.kubernetes.io/name: {{ if eq .component "nats" }}nats{{ else }}metabus-{{ .component }}{{ end }}
-app.kubernetes.io/component: {{ .component }}
-app.kubernetes.io/part-of: metabus
-app.kubernetes.io/instance: {{ .root.Release.Name }}
-app.kubernetes.io/managed-by: {{ .root.Release.Service }}
-helm.sh/chart: {{ .root.Chart.Name }}-{{ .root.Chart.Version | replace "+" "_" }}
+{{/* The chart name, or nameOverride (upstream's metacontroller.name). */}}
+{{- define "metabus.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Container image of the services. */}}
+{{/*
+Prefix of every namespaced object's name: fullnameOverride, else the release
+name if it contains the chart name, else <release>-<chart> (as upstream).
+*/}}
+{{- define "metabus.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The namespace of every namespaced object. */}}
+{{- define "metabus.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride }}
+{{- end }}
+
+{{/*
+Prefix of cluster-scoped names (ClusterRoles, ClusterRoleBindings): the
+fullname, plus the namespace unless they are equal, so that the same release
+name in two namespaces gives two sets. `helm install metabus -n metabus`
+names them metabus-<service>, as deploy/rbac does.
+*/}}
+{{- define "metabus.clusterName" -}}
+{{- $full := include "metabus.fullname" . }}
+{{- $ns := include "metabus.namespace" . }}
+{{- if eq $full $ns }}{{ $full }}{{ else }}{{ printf "%s-%s" $full $ns }}{{ end }}
+{{- end }}
+
+{{- define "metabus.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Selector labels of a component: (dict "root" $ "component" "watcher"). */}}
+{{- define "metabus.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "metabus.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* Labels of a component's objects: (dict "root" $ "component" "watcher"). */}}
+{{- define "metabus.labels" -}}
+helm.sh/chart: {{ include "metabus.chart" .root }}
+{{ include "metabus.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: metabus
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+{{- end }}
+
+{{/* Container image of metabus (services and the credential generator). */}}
 {{- define "metabus.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
+{{/* The profile, checked: upstream or hardened. */}}
+{{- define "metabus.profile" -}}
+{{- if not (has .Values.profile (list "upstream" "hardened")) }}
+{{- fail (printf "profile: %q, want upstream or hardened" .Values.profile) }}
+{{- end }}
+{{- .Values.profile }}
+{{- end }}
+
+{{/*
+The narrowing settings as the profile sets them, unless their own value
+overrides it; YAML, read back with fromYaml:
+  secretNamespaces, relatedResources, controllerResources: lists
+  applierAllResources: bool
+*/}}
+{{- define "metabus.policy" -}}
+{{- $hardened := eq (include "metabus.profile" .) "hardened" }}
+{{- $secretNamespaces := ternary (list) (list "*") $hardened }}
+{{- with .Values.dispatcher.secretNamespaces }}{{ $secretNamespaces = . }}{{ end }}
+{{- $related := ternary (list "*" "-core/secrets") (list "*") $hardened }}
+{{- with .Values.dispatcher.relatedResources }}{{ $related = . }}{{ end }}
+{{- $controllers := ternary (list "*" "-core/secrets") (list "*") $hardened }}
+{{- with .Values.watcher.controllerResources }}{{ $controllers = . }}{{ end }}
+{{- $all := not $hardened }}
+{{- if kindIs "bool" .Values.applier.rbac.allResources }}{{ $all = .Values.applier.rbac.allResources }}{{ end }}
+secretNamespaces: {{ $secretNamespaces | toJson }}
+relatedResources: {{ $related | toJson }}
+controllerResources: {{ $controllers | toJson }}
+applierAllResources: {{ $all }}
+{{- end }}
+
+{{/*
+A service's values: the top-level ones, replaced by those its own section
+sets; commandArgs and env concatenated. (dict "root" $ "svc" "watcher"),
+YAML, read back with fromYaml.
+*/}}
+{{- define "metabus.serviceValues" -}}
+{{- $own := index .root.Values .svc | default dict }}
+{{- $v := dict }}
+{{- range $k := list "replicas" "resources" "podAnnotations" "podSecurityContext" "securityContext" "nodeSelector" "tolerations" "affinity" "priorityClassName" "podDisruptionBudget" "service" "imagePullSecrets" }}
+{{- if hasKey $own $k }}
+{{- $_ := set $v $k (index $own $k) }}
+{{- else }}
+{{- $_ := set $v $k (index $.root.Values $k) }}
+{{- end }}
+{{- end }}
+{{- $_ := set $v "commandArgs" (concat (.root.Values.commandArgs | default list) ($own.commandArgs | default list)) }}
+{{- $_ = set $v "env" (concat (.root.Values.env | default list) ($own.env | default list)) }}
+{{- $sa := $own.serviceAccount | default dict }}
+{{- $_ = set $v "serviceAccountAnnotations" ($sa.annotations | default .root.Values.serviceAccount.annotations) }}
+{{- $_ = set $v "clusterRole" ($own.clusterRole | default dict) }}
+{{- toYaml $v }}
+{{- end }}
+
+{{/* The ServiceAccount a service runs as: (dict "root" $ "svc" "watcher"). */}}
+{{- define "metabus.serviceAccountName" -}}
+{{- $own := index .root.Values .svc | default dict }}
+{{- $name := (($own.serviceAccount | default dict).name) }}
+{{- if .root.Values.serviceAccount.create }}
+{{- default (printf "%s-%s" (include "metabus.fullname" .root) .svc) $name }}
+{{- else }}
+{{- default "default" $name }}
+{{- end }}
+{{- end }}
+
+{{/* NATS objects' name prefix. */}}
+{{- define "metabus.natsName" -}}
+{{- printf "%s-nats" (include "metabus.fullname" .) }}
+{{- end }}
+
 {{/* NATS URL of the services: tls:// when nats.tls.enabled, so a client never falls back to plaintext. */}}
 {{- define "metabus.natsURL" -}}
-{{ .Values.natsURL | default (printf "%s://nats.%s:4222" (ternary "tls" "nats" .Values.nats.tls.enabled) .Release.Namespace) }}
+{{ .Values.natsURL | default (printf "%s://%s.%s:4222" (ternary "tls" "nats" .Values.nats.tls.enabled) (include "metabus.natsName" .) (include "metabus.namespace" .)) }}
 {{- end }}
 
 {{/* A service's NATS client TLS flags (nats.tls.enabled): its certificate, key and the CA. */}}
@@ -43,5 +161,231 @@ helm.sh/chart: {{ .root.Chart.Name }}-{{ .root.Chart.Version | replace "+" "_" }
   secret:
     secretName: metabus-nats-{{ .service }}-tls
     defaultMode: 0440
+{{- end }}
+{{- end }}
+
+{{/*
+The arguments the chart sets for one service besides the common ones:
+(dict "root" $ "svc" "watcher").
+*/}}
+{{- define "metabus.serviceArgs" -}}
+{{- $root := .root }}
+{{- $policy := include "metabus.policy" $root | fromYaml }}
+{{- if eq .svc "watcher" }}
+{{- if $root.Values.watcher.leaderElection }}
+- --leader-election
+- --leader-election-namespace=$(POD_NAMESPACE)
+{{- end }}
+- --stream-replicas={{ $root.Values.nats.streamReplicas }}
+{{- if $root.Values.nats.partitions }}
+- --partitions={{ $root.Values.nats.partitions }}
+{{- end }}
+- --controller-resources={{ join "," $policy.controllerResources }}
+{{- else if eq .svc "dispatcher" }}
+- --secret-namespaces={{ join "," $policy.secretNamespaces }}
+- --related-resources={{ join "," $policy.relatedResources }}
+{{- /* Hook destinations (hostile-tenant hardening): the dispatcher's flag
+of where hooks may be called goes here, set by the profile like the two
+above. */}}
+{{- end }}
+{{- end }}
+
+{{/*
+One service's Deployment: (dict "root" $ "svc" "watcher" "binary"
+"metabus-watcher" "comment" "..."). Every service runs the same way; only
+its binary, its arguments (metabus.serviceArgs) and values differ.
+*/}}
+{{- define "metabus.deployment" -}}
+{{- $root := .root }}
+{{- $svc := .svc }}
+{{- $v := include "metabus.serviceValues" . | fromYaml }}
+{{- $name := printf "%s-%s" (include "metabus.fullname" $root) $svc }}
+{{- $sel := dict "root" $root "component" $svc }}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ $name }}
+  namespace: {{ include "metabus.namespace" $root }}
+  labels:
+    {{- include "metabus.labels" $sel | nindent 4 }}
+spec:
+  replicas: {{ $v.replicas }}
+  revisionHistoryLimit: 5
+  selector:
+    matchLabels:
+      {{- include "metabus.selectorLabels" $sel | nindent 6 }}
+  strategy:
+    type: RollingUpdate
+    rollingUpdate:
+      maxUnavailable: 0
+      maxSurge: 1
+  template:
+    metadata:
+      labels:
+        {{- include "metabus.labels" $sel | nindent 8 }}
+      {{- with $v.podAnnotations }}
+      annotations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+    spec:
+      serviceAccountName: {{ include "metabus.serviceAccountName" . }}
+      {{- with $v.imagePullSecrets }}
+      imagePullSecrets:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      # Longer than the consumers' AckWait (30s): in-flight work finishes on
+      # scale-down instead of being redelivered later.
+      terminationGracePeriodSeconds: 45
+      securityContext:
+        {{- toYaml $v.podSecurityContext | nindent 8 }}
+      {{- with $v.priorityClassName }}
+      priorityClassName: {{ . }}
+      {{- end }}
+      {{- with $v.nodeSelector }}
+      nodeSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $v.tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- if $v.affinity }}
+      affinity:
+        {{- toYaml $v.affinity | nindent 8 }}
+      {{- else }}
+      topologySpreadConstraints:
+      - maxSkew: 1
+        topologyKey: kubernetes.io/hostname
+        whenUnsatisfiable: ScheduleAnyway
+        labelSelector:
+          matchLabels:
+            {{- include "metabus.selectorLabels" $sel | nindent 12 }}
+      {{- end }}
+      containers:
+      - name: {{ $svc }}
+        image: {{ include "metabus.image" $root | quote }}
+        imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+        command: [{{ printf "/usr/local/bin/metabus-%s" $svc | quote }}]
+        args:
+        - --nats-url={{ include "metabus.natsURL" $root }}
+        # Seed of this service's NATS user, generated at install.
+        - --nats-nkey=/etc/metabus/nats/nkey.seed
+        {{- include "metabus.natsTLSArgs" $root | nindent 8 }}
+        - --metrics-address=:{{ $root.Values.metrics.port }}
+        - --health-probe-bind-address=:{{ $root.Values.healthPort }}
+        {{- include "metabus.serviceArgs" . | nindent 8 }}
+        {{- with $v.commandArgs }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+        env:
+        - name: POD_NAMESPACE
+          valueFrom:
+            fieldRef:
+              fieldPath: metadata.namespace
+        # The Go GC works harder as the heap approaches the memory limit
+        # instead of being OOM-killed.
+        - name: GOMEMLIMIT
+          valueFrom:
+            resourceFieldRef:
+              resource: limits.memory
+        {{- with $v.env }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+        ports:
+        - name: metrics
+          containerPort: {{ $root.Values.metrics.port }}
+        - name: health
+          containerPort: {{ $root.Values.healthPort }}
+        livenessProbe:
+          httpGet:
+            path: /healthz
+            port: health
+          periodSeconds: 20
+          timeoutSeconds: 5
+          failureThreshold: 3
+        readinessProbe:
+          httpGet:
+            path: /readyz
+            port: health
+          periodSeconds: 10
+          timeoutSeconds: 5
+        resources:
+          {{- toYaml $v.resources | nindent 10 }}
+        securityContext:
+          {{- toYaml $v.securityContext | nindent 10 }}
+        volumeMounts:
+        - name: nats-nkey
+          mountPath: /etc/metabus/nats
+          readOnly: true
+        {{- include "metabus.natsTLSMount" $root | nindent 8 }}
+        - name: tmp
+          mountPath: /tmp
+      volumes:
+      # Created at install by the NATS pods' init container
+      # (`metabus credentials ensure`); the pod waits in ContainerCreating
+      # until it exists.
+      - name: nats-nkey
+        secret:
+          secretName: metabus-nats-{{ $svc }}
+          defaultMode: 0440
+      {{- include "metabus.natsTLSVolume" (dict "root" $root "service" $svc) | nindent 6 }}
+      - name: tmp
+        emptyDir:
+          sizeLimit: 64Mi
+{{- /*
+The default is maxUnavailable: 1; Helm merges a user's minAvailable into it
+rather than replacing it, and the API refuses both, so minAvailable wins.
+*/}}
+{{- $pdb := $v.podDisruptionBudget | default dict }}
+{{- if hasKey $pdb "minAvailable" }}{{ $pdb = omit $pdb "maxUnavailable" }}{{ end }}
+{{- if and $pdb (gt (int $v.replicas) 1) }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ $name }}
+  namespace: {{ include "metabus.namespace" $root }}
+  labels:
+    {{- include "metabus.labels" $sel | nindent 4 }}
+spec:
+  selector:
+    matchLabels:
+      {{- include "metabus.selectorLabels" $sel | nindent 6 }}
+  {{- toYaml $pdb | nindent 2 }}
+{{- end }}
+{{- if and $v.service $v.service.enabled }}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ $name }}
+  namespace: {{ include "metabus.namespace" $root }}
+  labels:
+    {{- include "metabus.labels" $sel | nindent 4 }}
+spec:
+  {{- with $v.service.ports }}
+  ports:
+    {{- toYaml . | nindent 2 }}
+  {{- end }}
+  selector:
+    {{- include "metabus.selectorLabels" $sel | nindent 4 }}
+{{- end }}
+{{- if $root.Values.metrics.service.enabled }}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ $name }}-metrics
+  namespace: {{ include "metabus.namespace" $root }}
+  labels:
+    {{- include "metabus.labels" $sel | nindent 4 }}
+    metabus.dev/metrics: "true"
+spec:
+  ports:
+  - name: metrics
+    port: {{ $root.Values.metrics.port }}
+    targetPort: metrics
+  selector:
+    {{- include "metabus.selectorLabels" $sel | nindent 4 }}
 {{- end }}
 {{- end }}

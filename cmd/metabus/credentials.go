@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/metabus/metabus/pkg/cli"
+	"github.com/metabus/metabus/pkg/kubeapi"
+	"github.com/metabus/metabus/pkg/natscreds"
+)
+
+// defaultNamespace is where the shipped manifests install metabus.
+const defaultNamespace = "metabus"
+
+// credentialsCommand is `metabus credentials`: it creates the per-service
+// NATS credentials an install needs (ensure, run by an init container of
+// every NATS pod) and replaces one service's on purpose (rotate).
+func credentialsCommand() *cobra.Command {
+	var (
+		kubeconfig string
+		namespace  string
+		timeout    time.Duration
+	)
+	store := func() (natscreds.Store, error) {
+		cfg, err := (&cli.KubeFlags{Kubeconfig: kubeconfig, QPS: -1}).Config()
+		if err != nil {
+			return natscreds.Store{}, err
+		}
+		kube, err := kubeapi.NewForConfig(cfg)
+		if err != nil {
+			return natscreds.Store{}, err
+		}
+		return natscreds.Store{Kube: kube, Namespace: credentialsNamespace(namespace)}, nil
+	}
+	cmd := &cobra.Command{
+		Use:   "credentials",
+		Short: "Create or rotate the NATS credentials of metabus's services (Secrets metabus-nats-*)",
+		Long: `Each service (watcher, dispatcher, applier, revisions) connects to NATS as
+its own nkey user. Its seed is in the Secret metabus-nats-<service> (key
+nkey.seed); nats-server reads the public keys from metabus-nats-users.
+
+The install runs "credentials ensure" in an init container of every NATS pod,
+so nothing has to be created by hand.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return fmt.Errorf("missing subcommand: want ensure or rotate\n\n%s", cmd.UsageString())
+		},
+		SilenceUsage: true,
+	}
+	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", "path to a kubeconfig (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)")
+	cmd.PersistentFlags().StringVarP(&namespace, "namespace", "n", "", "namespace of metabus (default: $POD_NAMESPACE, else "+defaultNamespace+")")
+	cmd.PersistentFlags().DurationVar(&timeout, "timeout", 2*time.Minute, "give up after this long")
+
+	ensure := &cobra.Command{
+		Use:   "ensure",
+		Short: "Create the credential Secrets that are missing; never replace an existing seed",
+		Long: `Creates a seed Secret for each service that has none, and writes each seed's
+public key into metabus-nats-users where it is missing or does not match.
+Existing seeds are never replaced, so running it again changes nothing;
+a run that stopped half way is completed by the next one.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := store()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			done, err := natscreds.Run(ctx, s, natscreds.Services, natscreds.GenerateSeed)
+			report(cmd.OutOrStdout(), s.Namespace, done)
+			return err
+		},
+	}
+
+	var service string
+	rotate := &cobra.Command{
+		Use:   "rotate --service NAME",
+		Short: "Give one service a new nkey seed and nats-server its new public key",
+		Long: `Replaces the seed in metabus-nats-<service> and the service's public key in
+metabus-nats-users. nats-server reads the public keys when it starts, and the
+service its seed when it connects, so restart both afterwards, NATS first
+(the service is refused between the two restarts):
+
+  kubectl -n metabus rollout restart statefulset -l app.kubernetes.io/component=nats
+  kubectl -n metabus rollout status statefulset -l app.kubernetes.io/component=nats
+  kubectl -n metabus rollout restart deployment -l app.kubernetes.io/component=<service>`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if service == "" {
+				return errors.New("--service is required: one of " + strings.Join(natscreds.Services, ", "))
+			}
+			s, err := store()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			done, err := natscreds.RunRotate(ctx, s, natscreds.Services, service, natscreds.GenerateSeed)
+			report(cmd.OutOrStdout(), s.Namespace, done)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "now restart NATS, then the %s:\n"+
+				"  kubectl -n %s rollout restart statefulset -l app.kubernetes.io/component=nats\n"+
+				"  kubectl -n %s rollout status statefulset -l app.kubernetes.io/component=nats\n"+
+				"  kubectl -n %s rollout restart deployment -l app.kubernetes.io/component=%s\n",
+				service, s.Namespace, s.Namespace, s.Namespace, service)
+			return nil
+		},
+	}
+	rotate.Flags().StringVar(&service, "service", "", "the service whose seed to replace: "+strings.Join(natscreds.Services, ", "))
+
+	cmd.AddCommand(ensure, rotate)
+	return cmd
+}
+
+// credentialsNamespace is the namespace the Secrets live in: the flag, the
+// pod's own namespace in the cluster, else the shipped manifests'.
+func credentialsNamespace(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if ns := strings.TrimSpace(os.Getenv("POD_NAMESPACE")); ns != "" {
+		return ns
+	}
+	return defaultNamespace
+}
+
+// report prints what was written; never a seed.
+func report(w io.Writer, namespace string, done []natscreds.Action) {
+	if len(done) == 0 {
+		fmt.Fprintf(w, "NATS credentials in namespace %s are complete: nothing to do\n", namespace)
+		return
+	}
+	for _, a := range done {
+		fmt.Fprintf(w, "namespace %s: %s\n", namespace, a)
+	}
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/metabus/metabus/pkg/kubeapi"
+	"github.com/metabus/metabus/pkg/kubeenv"
+	"github.com/metabus/metabus/pkg/natscreds"
+	"github.com/metabus/metabus/pkg/natsx"
+)
+
+// runCredentials runs `metabus credentials args...` as the binary would and
+// returns what it printed.
+func runCredentials(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := credentialsCommand()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+// TestCredentialsArguments: what the command refuses before it talks to any
+// cluster.
+func TestCredentialsArguments(t *testing.T) {
+	tests := []struct {
+		reason string
+		args   []string
+		want   string
+	}{
+		{reason: "no subcommand", args: nil, want: "missing subcommand: want ensure or rotate"},
+		{reason: "an unknown subcommand", args: []string{"make"}, want: `unknown command "make"`},
+		{reason: "a stray argument", args: []string{"ensure", "now"}, want: `unknown command "now"`},
+		{reason: "rotate without a service", args: []string{"rotate"}, want: "--service is required: one of watcher, dispatcher, applier, revisions"},
+		{reason: "an unknown flag", args: []string{"ensure", "--force"}, want: "unknown flag: --force"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.reason, func(t *testing.T) {
+			out, err := runCredentials(t, tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v (output %q), want one containing %q", err, out, tt.want)
+			}
+		})
+	}
+}
+
+// TestCredentialsAgainstAPIServer: ensure creates the five Secrets on a
+// fresh namespace, a second run changes nothing, rotate replaces exactly one
+// service's seed and public key.
+func TestCredentialsAgainstAPIServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a real kube-apiserver")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	env, err := kubeenv.Start(ctx, kubeenv.Options{NoControllerManager: true, Log: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	kube, err := kubeapi.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "mb-creds"
+	if err := kube.Create(ctx, kubeapi.Path(corev1.SchemeGroupVersion.WithResource("namespaces"), "", "", ""),
+		&corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: metav1.ObjectMeta{Name: ns}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	store := natscreds.Store{Kube: kube, Namespace: ns}
+	read := func() map[string]natscreds.Secret {
+		t.Helper()
+		have, err := store.Read(ctx, natscreds.Names(natscreds.Services))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return have
+	}
+
+	out, err := runCredentials(t, "ensure", "--kubeconfig", env.Kubeconfig, "-n", ns)
+	if err != nil {
+		t.Fatalf("ensure: %v\n%s", err, out)
+	}
+	first := read()
+	if len(first) != 5 {
+		t.Fatalf("ensure made %d Secrets, want 5:\n%s", len(first), out)
+	}
+	for name, s := range first {
+		if s.Labels[natsx.CredentialsLabel] != "true" {
+			t.Errorf("%s lacks %s", name, natsx.CredentialsLabel)
+		}
+		if strings.Contains(out, string(s.Data[natscreds.SeedKey])) && len(s.Data[natscreds.SeedKey]) > 0 {
+			t.Errorf("ensure printed the seed of %s", name)
+		}
+	}
+
+	out, err = runCredentials(t, "ensure", "--kubeconfig", env.Kubeconfig, "-n", ns)
+	if err != nil || !strings.Contains(out, "complete: nothing to do") {
+		t.Fatalf("second ensure: %v\n%s", err, out)
+	}
+	for name, s := range read() {
+		if s.ResourceVersion != first[name].ResourceVersion {
+			t.Errorf("second ensure wrote %s", name)
+		}
+	}
+
+	out, err = runCredentials(t, "rotate", "--service", "applier", "--kubeconfig", env.Kubeconfig, "-n", ns)
+	if err != nil {
+		t.Fatalf("rotate: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "rollout restart deployment -l app.kubernetes.io/component=applier") {
+		t.Errorf("rotate does not say what to restart:\n%s", out)
+	}
+	after := read()
+	for _, svc := range natscreds.Services {
+		seedChanged := string(after[natscreds.SeedSecret(svc)].Data[natscreds.SeedKey]) != string(first[natscreds.SeedSecret(svc)].Data[natscreds.SeedKey])
+		if seedChanged != (svc == "applier") {
+			t.Errorf("%s seed changed: %v", svc, seedChanged)
+		}
+		pub, err := natscreds.PublicKey(after[natscreds.SeedSecret(svc)].Data[natscreds.SeedKey])
+		if err != nil || string(after[natscreds.UsersSecret].Data[natscreds.UserKey(svc)]) != pub {
+			t.Errorf("%s: users Secret key %q, seed's %q (%v)", svc, after[natscreds.UsersSecret].Data[natscreds.UserKey(svc)], pub, err)
+		}
+	}
+}
