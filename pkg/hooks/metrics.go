@@ -174,7 +174,9 @@ func (m *metrics) roundTrip(client *http.Client, req *http.Request, controllerTy
 	inFlight := u.inFlight.WithLabelValues(url, controller, controllerType)
 	begin := time.Now()
 	since := func() float64 { return time.Since(begin).Seconds() }
-	event := func(h *prometheus.HistogramVec, name string) { h.WithLabelValues(url, controller, controllerType, name).Observe(since()) }
+	event := func(h *prometheus.HistogramVec, name string) {
+		h.WithLabelValues(url, controller, controllerType, name).Observe(since())
+	}
 	trace := &httptrace.ClientTrace{
 		DNSStart:          func(httptrace.DNSStartInfo) { event(u.dns, "dns_start") },
 		DNSDone:           func(httptrace.DNSDoneInfo) { event(u.dns, "dns_done") },
