@@ -93,13 +93,25 @@ func (m *WorkQueueMetrics) Retried(queue string) {
 	}
 }
 
-// Started records the start of a sync of a work item of queue that waited
-// waited since its publication; done records its end.
-func (m *WorkQueueMetrics) Started(queue string, waited time.Duration) (done func()) {
+// RetriesCounter is queue's workqueue_retries_total (tests read it).
+func (m *WorkQueueMetrics) RetriesCounter(queue string) prometheus.Counter {
+	return m.retries.WithLabelValues(queue, queue)
+}
+
+// Waited records that a work item of queue waited d from its publication
+// to the start of its sync.
+func (m *WorkQueueMetrics) Waited(queue string, d time.Duration) {
+	if m != nil {
+		m.queueDuration.WithLabelValues(queue, queue).Observe(max(d, 0).Seconds())
+	}
+}
+
+// Started records the start of a sync of a work item of queue; done
+// records its end.
+func (m *WorkQueueMetrics) Started(queue string) (done func()) {
 	if m == nil {
 		return func() {}
 	}
-	m.queueDuration.WithLabelValues(queue, queue).Observe(max(waited, 0).Seconds())
 	begin := time.Now()
 	end := m.running.start(queue, begin)
 	return func() {
