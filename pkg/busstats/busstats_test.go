@@ -88,11 +88,11 @@ func TestCollectorReadsTheBus(t *testing.T) {
 		`metabus_bus_partitions{stage="work"}`:                                                                             4,
 		`metabus_bus_partitions_unowned{stage="work"}`:                                                                     4,
 		`metabus_bus_stage_members{stage="work"}`:                                                                          0,
-		`metabus_bus_stats_up`:                                                                                             1,
-		`metabus_bus_stats_detailed`:                                                                                       1,
-		"sum metabus_bus_consumer_pending_messages{stage=work}":                                                            4,
-		"sum metabus_bus_consumer_ack_pending_messages{stage=work}":                                                        0,
-		"count metabus_bus_consumer_pending_messages{stage=work}":                                                          4,
+		`metabus_bus_stats_up`:                                      1,
+		`metabus_bus_stats_detailed`:                                1,
+		"sum metabus_bus_consumer_pending_messages{stage=work}":     4,
+		"sum metabus_bus_consumer_ack_pending_messages{stage=work}": 0,
+		"count metabus_bus_consumer_pending_messages{stage=work}":   4,
 	}
 	check(t, "before any replica consumes", before, want)
 	for _, series := range []string{

@@ -13,9 +13,9 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/obs"
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/obs"
 )
 
 // settledMsg records how a work item was settled; other Msg methods are
