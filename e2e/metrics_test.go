@@ -130,9 +130,10 @@ func exerciseForMetrics(t *testing.T, ns, label string) {
 	url := strings.Replace(hookServer(t, mux), "127.0.0.1", "localhost", 1)
 	webhook := func(path string) map[string]any { return map[string]any{"webhook": map[string]any{"url": url + path}} }
 	createController(t, &instance{selector: label}, "CompositeController", "metrics-"+ns, map[string]any{
-		"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
-		"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}},
-		"hooks":          map[string]any{"sync": webhook("/sync"), "finalize": webhook("/finalize"), "customize": webhook("/customize")},
+		"parentResource":   map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
+		"childResources":   []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}},
+		"generateSelector": true,
+		"hooks":            map[string]any{"sync": webhook("/sync"), "finalize": webhook("/finalize"), "customize": webhook("/customize")},
 	})
 	w := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "test.metabus.dev/v1", "kind": "Widget",
