@@ -24,6 +24,7 @@ build:
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+	cd deploy/monitoring/promqlcheck && $(GO) vet ./...
 
 # kube-bins builds (or finds cached) etcd, kube-apiserver and
 # kube-controller-manager; a cold build takes 6-13 minutes on 2 cores.
@@ -37,12 +38,14 @@ test: vet
 	@set -o pipefail; KUBE_BIN_DIR=$$(hack/kubeenv/build.sh | tail -1); export KUBE_BIN_DIR; \
 	echo "control plane binaries: $$KUBE_BIN_DIR"; \
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... && \
+	(cd deploy/monitoring/promqlcheck && $(GO) test -count=1 ./...) && \
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzMerge -fuzztime $(FUZZTIME) ./pkg/apply/ && \
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./pkg/hookapi/ && \
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzPatch -fuzztime $(FUZZTIME) ./pkg/revision/
 
 unit:
 	$(GO) test -count=1 -short ./pkg/... ./services/...
+	cd deploy/monitoring/promqlcheck && $(GO) test -count=1 ./...
 
 e2e:
 	@KUBE_BIN_DIR=$$(hack/kubeenv/build.sh | tail -1); export KUBE_BIN_DIR; \

@@ -130,6 +130,9 @@ func TestManifestsParse(t *testing.T) {
 		filepath.Join("overlays", "hardened", "kustomization.yaml"): true,
 		filepath.Join("helm", "metabus", "Chart.yaml"):              true,
 		filepath.Join("helm", "metabus", "values.yaml"):             true,
+		// Prometheus rule files (the PrometheusRule's spec).
+		filepath.Join("monitoring", "metabus-rules.yaml"):                             true,
+		filepath.Join("helm", "metabus", "files", "monitoring", "metabus-rules.yaml"): true,
 	}
 	seen := map[string]string{}
 	n := 0

@@ -38,6 +38,13 @@ func Meta(m jetstream.Msg) (streamSeq uint64, delivered uint64, err error) {
 // relaying; a due message left behind is only space, and the next due
 // message of the same parent replaces it (MaxMsgsPerSubject=1).
 func RunRelay(ctx context.Context, js jetstream.JetStream, onError func(error)) error {
+	return RunRelayWith(ctx, Publisher{JS: js}, onError)
+}
+
+// RunRelayWith is RunRelay publishing through pub (its Queued hook counts
+// the relayed items).
+func RunRelayWith(ctx context.Context, pub Publisher, onError func(error)) error {
+	js := pub.JS
 	cons, err := js.Consumer(ctx, SchedStream, DueConsumer)
 	if err != nil {
 		return fmt.Errorf("open relay consumer: %w", err)
@@ -74,7 +81,6 @@ func RunRelay(ctx context.Context, js jetstream.JetStream, onError func(error)) 
 		default: // backlog full: left for the parent's next due message to replace
 		}
 	}
-	pub := Publisher{JS: js}
 	lost := newConsumeWatch()
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		var item WorkItem

@@ -52,6 +52,9 @@ type ConsumeConfig struct {
 	Member string
 	// OnError (optional) receives consumer and lease errors.
 	OnError func(error)
+	// Ownership (optional) is told of every partition claimed and
+	// released (metrics).
+	Ownership OwnershipObserver
 }
 
 // Consume runs h for the messages of the partitions this replica owns until
@@ -531,6 +534,7 @@ func (o *owner) fenceLocked(p *partition) {
 		return
 	}
 	p.fenced = true
+	o.c.released(true)
 	p.cancel()
 	if p.cc != nil {
 		p.cc.Stop()
@@ -621,6 +625,7 @@ func (o *owner) claim(ctx context.Context, n, p int) {
 	part := &partition{name: name, n: n, p: p, rev: rev, deadline: sent.Add(o.c.Lease * 3 / 5), state: partWaiting, since: time.Now(), ctx: hctx, cancel: hcancel}
 	o.mu.Lock()
 	o.parts[name] = part
+	o.c.claimed()
 	o.mu.Unlock()
 	// Read the layout again after claiming: a cut-over that began before
 	// the claim must not find this lease unused yet consumed (layout.go).
@@ -906,6 +911,9 @@ func (o *owner) release(part *partition) {
 	rev := part.rev
 	delete(o.parts, part.name)
 	part.cancel()
+	if !fenced {
+		o.c.released(false)
+	}
 	o.mu.Unlock()
 	if fenced {
 		return

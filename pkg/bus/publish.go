@@ -33,6 +33,10 @@ func IsAlreadyQueued(err error) bool {
 // Publisher publishes work items, desired states and schedules.
 type Publisher struct {
 	JS jetstream.JetStream
+	// Queued (optional) is called for every work item PublishWork stored
+	// (not for one refused because its parent was already queued): the
+	// work-queue adds metric.
+	Queued func(WorkItem)
 }
 
 // PublishWork enqueues a work item. queued is false when the parent was
@@ -60,6 +64,7 @@ func (p Publisher) PublishWork(ctx context.Context, item WorkItem) (queued bool,
 		}
 		return false, fmt.Errorf("publish work item for %s/%s: %w", item.Controller.ID(), token, err)
 	}
+	p.queued(item)
 	return true, nil
 }
 

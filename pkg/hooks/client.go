@@ -218,7 +218,7 @@ func (c *Client) do(ctx context.Context, call *Call, u *url.URL, target string, 
 		}
 	}
 
-	res, err := ep.client.Do(req)
+	res, err := c.metrics.roundTrip(ep.client, req, call.ControllerType, call.ControllerName, call.Kind, target)
 	if err != nil {
 		if te := contextError(ctx, target, err); te != nil {
 			return codeTimeout, te
@@ -226,7 +226,7 @@ func (c *Client) do(ctx context.Context, call *Call, u *url.URL, target string, 
 		return codeError, fmt.Errorf("hooks: POST %s: %w", target, unwrapURLError(err))
 	}
 	defer closeBody(res.Body)
-	code := strconv.Itoa(res.StatusCode)
+	code := httpCode(res.StatusCode)
 
 	switch {
 	case res.StatusCode == http.StatusOK:
@@ -268,6 +268,9 @@ func (c *Client) do(ctx context.Context, call *Call, u *url.URL, target string, 
 	}
 	return code, nil
 }
+
+// httpCode is a status code as the metrics' code label.
+func httpCode(status int) string { return strconv.Itoa(status) }
 
 // contextError returns a typed error when err was caused by the call's deadline (ErrTimeout)
 // or the caller's cancellation, and nil otherwise.

@@ -2,9 +2,14 @@ package hooks
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -77,5 +82,94 @@ func TestMetricsConflict(t *testing.T) {
 	srv, _ := serve(t, replyJSON(`{}`))
 	if err := New(Options{Registerer: reg}).Do(context.Background(), syncCall(hookAt(srv.URL)), nil); err != nil {
 		t.Fatalf("Do: %v", err)
+	}
+}
+
+// The metacontroller_<hook>_* families carry upstream's names, labels and
+// buckets, and count what upstream's promhttp instrumentation counts:
+// responses only, the time to the response headers, DNS events for a host
+// name.
+func TestUpstreamMetrics(t *testing.T) {
+	ok, _ := serve(t, replyJSON(`{}`))
+	fail, _ := serve(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(500) })
+	reg := prometheus.NewRegistry()
+	c := New(Options{Registerer: reg})
+	// "localhost" makes the transport resolve a name: DNS events.
+	okURL := strings.Replace(ok.URL, "127.0.0.1", "localhost", 1)
+	_ = c.Do(context.Background(), syncCall(hookAt(okURL)), nil)
+	_ = c.Do(context.Background(), syncCall(hookAt(okURL)), nil)
+	_ = c.Do(context.Background(), syncCall(hookAt(fail.URL)), nil)
+	_ = c.Do(context.Background(), syncCall(hookAt("http://127.0.0.1:1/")), nil) // no response: not counted
+	finalize := syncCall(hookAt(ok.URL))
+	finalize.Kind, finalize.ControllerType, finalize.ControllerName = "finalize", "DecoratorController", "deco"
+	_ = c.Do(context.Background(), finalize, nil)
+
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type series struct {
+		labels string
+		value  float64
+	}
+	got := map[string][]series{}
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), "metacontroller_") {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var v float64
+			switch {
+			case m.Counter != nil:
+				v = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				v = m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				v = float64(m.GetHistogram().GetSampleCount())
+				if n := len(m.GetHistogram().GetBucket()); f.GetName() == "metacontroller_sync_request_duration_histogram_seconds" && n != len(prometheus.DefBuckets) {
+					t.Errorf("%s has %d buckets, want upstream's %d (prometheus.DefBuckets)", f.GetName(), n, len(prometheus.DefBuckets))
+				}
+			}
+			got[f.GetName()] = append(got[f.GetName()], series{fmt.Sprint(labels(m)), v})
+		}
+	}
+	id := func(url, name, typ string, extra ...string) string {
+		l := map[string]string{"url": url, "controller_name": name, "controller_type": typ}
+		for i := 0; i+1 < len(extra); i += 2 {
+			l[extra[i]] = extra[i+1]
+		}
+		return fmt.Sprint(l)
+	}
+	want := map[string][]series{
+		"metacontroller_sync_requests_total": {
+			{id(okURL, "demo", "CompositeController", "code", "200", "method", "post"), 2},
+			{id(fail.URL, "demo", "CompositeController", "code", "500", "method", "post"), 1},
+		},
+		"metacontroller_sync_request_duration_histogram_seconds": {
+			{id(okURL, "demo", "CompositeController", "method", "post"), 2},
+			{id(fail.URL, "demo", "CompositeController", "method", "post"), 1},
+		},
+		"metacontroller_sync_in_flight_requests": {
+			{id("http://127.0.0.1:1/", "demo", "CompositeController"), 0},
+			{id(okURL, "demo", "CompositeController"), 0},
+			{id(fail.URL, "demo", "CompositeController"), 0},
+		},
+		"metacontroller_sync_dns_duration_histogram_seconds": {
+			{id(okURL, "demo", "CompositeController", "event", "dns_done"), 1},
+			{id(okURL, "demo", "CompositeController", "event", "dns_start"), 1},
+		},
+		"metacontroller_finalize_requests_total": {
+			{id(ok.URL, "deco", "DecoratorController", "code", "200", "method", "post"), 1},
+		},
+		"metacontroller_finalize_request_duration_histogram_seconds": {
+			{id(ok.URL, "deco", "DecoratorController", "method", "post"), 1},
+		},
+		"metacontroller_finalize_in_flight_requests": {
+			{id(ok.URL, "deco", "DecoratorController"), 0},
+		},
+	}
+	sortSeries := cmpopts.SortSlices(func(a, b series) bool { return a.labels < b.labels })
+	if diff := cmp.Diff(want, got, sortSeries, cmp.AllowUnexported(series{})); diff != "" {
+		t.Errorf("upstream hook metrics (-want +got):\n%s", diff)
 	}
 }

@@ -139,7 +139,7 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	if health == nil {
 		health = &obs.Health{}
 	}
-	return &Applier{
+	a := &Applier{
 		cfg:     cfg,
 		log:     log.Named("applier"),
 		js:      deps.JS,
@@ -156,7 +156,12 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 		nc:      deps.NC,
 		echoes:  deps.Echoes,
 		written: map[string]ownWrite{},
-	}, nil
+	}
+	a.metrics.watchNATS(deps.Metrics, deps.NC)
+	if a.metrics.err != nil {
+		a.log.Warn("some metrics are not exported", zap.Error(a.metrics.err))
+	}
+	return a, nil
 }
 
 // Run consumes desired states until ctx is done.
@@ -178,7 +183,8 @@ func (a *Applier) Run(ctx context.Context) error {
 	return bus.Consume(ctx, a.js, bus.ConsumeConfig{
 		Stream: bus.DesiredStream, Prefix: bus.DesiredConsumerPrefix, Stage: bus.DesiredStage,
 		PerController: a.cfg.Workers, Total: a.cfg.MaxInFlight, AckWait: ackWait, Ordered: true,
-		OnError: func(err error) { a.log.Warn("desired-state consumer", zap.Error(err)) },
+		OnError:   func(err error) { a.log.Warn("desired-state consumer", zap.Error(err)) },
+		Ownership: a.metrics.partitions,
 	}, a.handle)
 }
 
@@ -373,7 +379,7 @@ func (a *Applier) settle(ctx context.Context, m jetstream.Msg, ds *bus.DesiredSt
 			nak = true
 		}
 	}
-	a.metrics.applies.WithLabelValues(result).Inc()
+	a.metrics.applies.WithLabelValues(ds.Controller.Kind, ds.Controller.Name, result).Inc()
 	if !start.IsZero() {
 		a.metrics.applySeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
 	}

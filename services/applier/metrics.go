@@ -1,6 +1,13 @@
 package applier
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"errors"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/metabus/metabus/pkg/obs"
+)
 
 type metrics struct {
 	applies      *prometheus.CounterVec
@@ -10,14 +17,19 @@ type metrics struct {
 	// statusDeferred counts status writes left to the sync that the
 	// children created by the same apply cause.
 	statusDeferred prometheus.Counter
+	// partitions count this replica's partition ownership.
+	partitions *obs.PartitionMetrics
+
+	// err is what failed to register (logged by New).
+	err error
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "metabus_applier_applies_total",
-			Help: "Desired states handled, by result (ok, noop, superseded, conflict, error...).",
-		}, []string{"result"}),
+			Help: "Desired states handled, by controller and result (ok, noop, superseded, conflict, error...).",
+		}, []string{"controller_type", "controller", "result"}),
 		applySeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "metabus_applier_apply_duration_seconds",
 			Help:    "Time to apply one desired state.",
@@ -39,5 +51,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.applies, m.applySeconds, m.writes, m.rejected, m.statusDeferred)
 	}
+	var errs [2]error
+	m.partitions, errs[0] = obs.NewPartitionMetrics(reg)
+	errs[1] = obs.RegisterRESTClientMetrics(reg)
+	m.err = errors.Join(errs[:]...)
 	return m
+}
+
+// watchNATS exports whether nc is connected.
+func (m *metrics) watchNATS(reg prometheus.Registerer, nc *nats.Conn) {
+	if nc == nil {
+		return
+	}
+	m.err = errors.Join(m.err, obs.RegisterNATSConnected(reg, "applier", nc.IsConnected))
 }

@@ -164,7 +164,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		cfg:       cfg,
 		log:       log.Named("dispatcher"),
 		js:        deps.JS,
-		pub:       bus.Publisher{JS: deps.JS},
+		pub:       bus.Publisher{JS: deps.JS}, // Queued: set below
 		snaps:     snaps,
 		revs:      revs,
 		rec:       events.New(kube, events.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-dispatcher"}),
@@ -175,6 +175,11 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		customize: map[string]customizeEntry{},
 		nc:        deps.NC,
 		echoes:    deps.Echoes,
+	}
+	d.pub.Queued = d.metrics.queued
+	d.metrics.watchNATS(deps.Metrics, deps.NC)
+	if d.metrics.err != nil {
+		d.log.Warn("some metrics are not exported", zap.Error(d.metrics.err))
 	}
 	relatedEntries := cfg.RelatedResources
 	if relatedEntries == nil {
@@ -238,7 +243,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}()
 	}
 	if d.cfg.RunRelay {
-		background("schedule relay", func(ctx context.Context) error { return bus.RunRelay(ctx, d.js, logErr) })
+		background("schedule relay", func(ctx context.Context) error { return bus.RunRelayWith(ctx, d.pub, logErr) })
 	}
 	if d.cfg.RunDLQ {
 		background("dead-letter worker", func(ctx context.Context) error {
@@ -262,7 +267,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	return bus.Consume(ctx, d.js, bus.ConsumeConfig{
 		Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
 		PerController: d.cfg.Workers, Total: d.cfg.MaxInFlight, AckWait: ackWait,
-		OnError: func(err error) { d.log.Warn("work consumer", zap.Error(err)) },
+		OnError:   func(err error) { d.log.Warn("work consumer", zap.Error(err)) },
+		Ownership: d.metrics.partitions,
 	}, d.handle)
 }
 
@@ -285,20 +291,36 @@ func (d *Dispatcher) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.TermWithReason("malformed work item")
 		return
 	}
-	seq, _, err := bus.Meta(m)
+	seq, delivered, err := bus.Meta(m)
 	if err != nil {
 		_ = m.NakWithDelay(time.Second)
 		return
 	}
 	start := time.Now()
-	d.metrics.queueLatency.Observe(start.Sub(item.EnqueuedAt).Seconds())
+	queue := queueOf(item.Controller)
+	if d.metrics.delivered(seq, delivered) {
+		d.metrics.queueLatency.Observe(start.Sub(item.EnqueuedAt).Seconds())
+		d.metrics.queues.Waited(queue, start.Sub(item.EnqueuedAt))
+		if delivered > 1 {
+			d.metrics.queues.Retried(queue) // a redelivery
+		}
+	}
+	workDone := d.metrics.queues.Started(queue)
 	var endTrace func()
 	if d.trace != nil {
 		// The unit that must never be handled twice at once is the item:
 		// the keys of one parent run in parallel (bus.ParentToken).
 		endTrace = d.trace("dispatcher", bus.ParentToken(item.Parent.UID, item.MapKey))
 	}
-	d.settle(ctx, m, item, start, d.syncParent(ctx, item, seq), endTrace)
+	end := func() {
+		workDone()
+		if endTrace != nil {
+			endTrace()
+		}
+	}
+	if inPlace := d.settle(ctx, m, item, start, d.syncParent(ctx, item, seq), end); inPlace {
+		d.metrics.retryInPlace(seq, delivered)
+	}
 }
 
 // The errors a sync ends with. syncParent and its helpers never settle a
@@ -365,22 +387,36 @@ func published(msg string, err error) error {
 // Event, the retry schedule, the metric label and the ack or nak. The
 // tracer's span (endTrace) closes before the item is acked: the ack lets
 // the partition's next message go to another replica.
-func (d *Dispatcher) settle(ctx context.Context, m jetstream.Msg, item bus.WorkItem, start time.Time, err error, endTrace func()) {
+//
+// It reports whether the item runs again in place (bus.Consume's retry
+// after NakWithDelay).
+func (d *Dispatcher) settle(ctx context.Context, m jetstream.Msg, item bus.WorkItem, start time.Time, err error, endTrace func()) (inPlace bool) {
 	result, nak := d.resolve(ctx, item, err)
 	if endTrace != nil {
 		endTrace()
 	}
-	d.metrics.syncs.WithLabelValues(item.Controller.Kind, result).Inc()
+	d.metrics.syncs.WithLabelValues(item.Controller.Kind, item.Controller.Name, result).Inc()
 	d.metrics.syncSeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
+	switch {
+	case nak && ctx.Err() == nil && result != "cancelled":
+		// Run again in place after the delay (bus.Consume); a dispatcher
+		// shutting down leaves the item to another replica instead.
+		inPlace = true
+		d.metrics.queues.Retried(queueOf(item.Controller))
+	case !nak && (result == "error" || result == "throttled"):
+		// A retry scheduled through MC_SCHED (resolve).
+		d.metrics.queues.Retried(queueOf(item.Controller))
+	}
 	if nak {
 		// The bus or the snapshot service is unreachable: retrying soon
 		// on this partition is all we can do.
 		_ = m.NakWithDelay(time.Second)
-		return
+		return inPlace
 	}
 	if err := m.Ack(); err != nil {
 		d.log.Warn("ack work item", zap.Error(err))
 	}
+	return false
 }
 
 // resolve does what err asks for (report, schedule a retry, forget the

@@ -15,6 +15,7 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/obs"
 )
 
 // settledMsg records how a work item was settled; other Msg methods are
@@ -39,6 +40,10 @@ func TestSettle(t *testing.T) {
 		Log      []string
 		Label    float64
 		Failures int
+		// Retries is workqueue_retries_total; InPlace whether the item
+		// runs again in place.
+		Retries float64
+		InPlace bool
 	}
 	for _, tc := range []struct {
 		reason   string
@@ -54,7 +59,7 @@ func TestSettle(t *testing.T) {
 		{reason: "an invalid controller is acked, the failures kept", err: settled{result: "invalid"}, label: "invalid", failures: 2,
 			want: result{Log: []string{"trace end", "ack"}, Label: 1, Failures: 2}},
 		{reason: "an unreachable bus is left for redelivery", err: published("publish desired state", errors.New("timeout")), label: "error",
-			want: result{Log: []string{"trace end", "nak 1s"}, Label: 1}},
+			want: result{Log: []string{"trace end", "nak 1s"}, Label: 1, Retries: 1, InPlace: true}},
 		{reason: "shutting down is left for redelivery", err: cancelled(), label: "cancelled",
 			want: result{Log: []string{"trace end", "nak 1s"}, Label: 1}},
 	} {
@@ -65,9 +70,14 @@ func TestSettle(t *testing.T) {
 				d.failures.record(d.failureKey(item), tc.failures, time.Now())
 			}
 			var log []string
-			d.settle(context.Background(), settledMsg{log: &log}, item, time.Now(), tc.err, func() { log = append(log, "trace end") })
-			got := result{Log: log, Label: counterValue(t, d, item.Controller.Kind, tc.label),
-				Failures: d.failures.get(d.failureKey(item))}
+			inPlace := d.settle(context.Background(), settledMsg{log: &log}, item, time.Now(), tc.err, func() { log = append(log, "trace end") })
+			var retries dto.Metric
+			queue := obs.QueueName(item.Controller.Kind, item.Controller.Name)
+			if err := d.metrics.queues.RetriesCounter(queue).Write(&retries); err != nil {
+				t.Fatal(err)
+			}
+			got := result{Log: log, Label: counterValue(t, d, item.Controller, tc.label),
+				Failures: d.failures.get(d.failureKey(item)), Retries: retries.GetCounter().GetValue(), InPlace: inPlace}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("settle (-want +got):\n%s", diff)
 			}
@@ -75,9 +85,9 @@ func TestSettle(t *testing.T) {
 	}
 }
 
-func counterValue(t *testing.T, d *Dispatcher, kind, label string) float64 {
+func counterValue(t *testing.T, d *Dispatcher, ctrl bus.ControllerRef, label string) float64 {
 	var m dto.Metric
-	if err := d.metrics.syncs.WithLabelValues(kind, label).Write(&m); err != nil {
+	if err := d.metrics.syncs.WithLabelValues(ctrl.Kind, ctrl.Name, label).Write(&m); err != nil {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()

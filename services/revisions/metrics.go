@@ -1,6 +1,13 @@
 package revisions
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"errors"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/metabus/metabus/pkg/obs"
+)
 
 type metrics struct {
 	requests *prometheus.CounterVec
@@ -23,4 +30,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.requests, m.seconds)
 	}
 	return m
+}
+
+// registerProcess exports client-go's API request counter and whether nc
+// is connected.
+func (m *metrics) registerProcess(reg prometheus.Registerer, nc *nats.Conn) error {
+	err := obs.RegisterRESTClientMetrics(reg)
+	if nc != nil {
+		err = errors.Join(err, obs.RegisterNATSConnected(reg, "revisions", nc.IsConnected))
+	}
+	return err
 }

@@ -91,14 +91,18 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if health == nil {
 		health = &obs.Health{}
 	}
-	return &Service{
+	s := &Service{
 		cfg:     cfg,
 		log:     log.Named("revisions"),
 		dyn:     dyn,
 		nc:      deps.NC,
 		health:  health,
 		metrics: newMetrics(deps.Metrics),
-	}, nil
+	}
+	if err := s.metrics.registerProcess(deps.Metrics, deps.NC); err != nil {
+		s.log.Warn("some metrics are not exported", zap.Error(err))
+	}
+	return s, nil
 }
 
 // Revisions serves one request. API failures are answers (Result Error),

@@ -31,10 +31,12 @@ func (w *Watcher) newElector() (*leader.Elector, error) {
 		RetryPeriod:     2 * time.Second,
 		OnStartedLeading: func(context.Context) {
 			w.log.Info("became leader", zap.String("identity", id))
+			w.metrics.leader.Leading(w.cfg.LeaderElectionID, true)
 			w.becomeLeader()
 		},
 		OnStoppedLeading: func() {
 			w.log.Info("lost leadership", zap.String("identity", id))
+			w.metrics.leader.Leading(w.cfg.LeaderElectionID, false)
 			w.leader.Store(false)
 			w.stopSnapshots()
 		},

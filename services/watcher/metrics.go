@@ -1,7 +1,13 @@
 package watcher
 
 import (
+	"errors"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/busstats"
+	"github.com/metabus/metabus/pkg/obs"
 )
 
 type metrics struct {
@@ -10,6 +16,12 @@ type metrics struct {
 	snapshots       *prometheus.CounterVec
 	snapshotSeconds prometheus.Histogram
 	echoes          prometheus.Counter
+	// queues count the work items stored (workqueue_adds_total).
+	queues *obs.WorkQueueMetrics
+	leader *obs.LeaderMetrics
+
+	// err is what failed to register (logged by New).
+	err error
 }
 
 func newMetrics(reg prometheus.Registerer, w *Watcher) *metrics {
@@ -43,5 +55,40 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) *metrics {
 				Help: "Parents waiting to be published to MC_WORK.",
 			}, func() float64 { return float64(w.out.queue.Len()) }))
 	}
+	var errs [4]error
+	m.queues, errs[0] = obs.NewWorkQueueMetrics(reg)
+	m.leader, errs[1] = obs.NewLeaderMetrics(reg)
+	errs[2] = obs.RegisterRESTClientMetrics(reg)
+	if w.nc != nil {
+		errs[3] = obs.RegisterNATSConnected(reg, "watcher", w.nc.IsConnected)
+	}
+	m.err = errors.Join(errs[:]...)
+	if w.js != nil {
+		// The bus's state, reported by the leading watcher only (one
+		// process per installation, whose controllers are the ones it
+		// wired).
+		stats := busstats.NewCollector(w.js, busstats.CollectorOptions{
+			Active:      w.leader.Load,
+			Controllers: w.controllerRefs,
+			Log:         w.log,
+		})
+		m.err = errors.Join(m.err, stats.Register(reg))
+	}
 	return m
+}
+
+// queued is the work publisher's Queued hook: a work item stored.
+func (m *metrics) queued(item bus.WorkItem) {
+	m.queues.Added(obs.QueueName(item.Controller.Kind, item.Controller.Name))
+}
+
+// controllerRefs lists the controllers this watcher has wired.
+func (w *Watcher) controllerRefs() []bus.ControllerRef {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	out := make([]bus.ControllerRef, 0, len(w.wirings))
+	for _, wr := range w.wirings {
+		out = append(out, wr.ref)
+	}
+	return out
 }

@@ -231,8 +231,11 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "metabus-watcher-controllers"}),
 	}
-	w.out = newOutbox(w.log, bus.Publisher{JS: deps.JS}, deps.JS, cfg.ResyncBacklog)
 	w.metrics = newMetrics(deps.Metrics, w)
+	if w.metrics.err != nil {
+		w.log.Warn("some metrics are not exported", zap.Error(w.metrics.err))
+	}
+	w.out = newOutbox(w.log, bus.Publisher{JS: deps.JS, Queued: w.metrics.queued}, deps.JS, cfg.ResyncBacklog)
 	w.out.metrics = w.metrics
 	w.out.echoes = deps.Echoes
 	if cfg.LeaderElect {

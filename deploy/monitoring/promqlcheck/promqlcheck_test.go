@@ -1,0 +1,319 @@
+// Package promqlcheck tests metabus's dashboard and alert rules with
+// Prometheus's own PromQL parser. It is a module of its own so that the
+// Prometheus module, whose requirements would move the Kubernetes and
+// OpenAPI libraries the metabus binaries link, stays out of metabus's
+// go.mod: `make test` runs it from this directory.
+package promqlcheck
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/metabus/metabus/deploy/monitoring"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
+	"sigs.k8s.io/yaml"
+)
+
+// grafanaVars are the dashboard's variables as a query would see them:
+// Grafana substitutes them before Prometheus parses the expression.
+var grafanaVars = strings.NewReplacer("$__rate_interval", "5m", "${namespace}", "metabus", "$namespace", "metabus")
+
+// seriesNames are the names of every series metabus exports.
+func seriesNames(t *testing.T) map[string]bool {
+	t.Helper()
+	ms, err := monitoring.Exported()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, m := range ms {
+		for _, s := range m.Series() {
+			out[s] = true
+		}
+	}
+	return out
+}
+
+// checkExpr parses a PromQL expression with Prometheus's own parser and
+// returns the metric names it selects that metabus does not export.
+func checkExpr(expr string, exported map[string]bool) (names []string, unknown []string, err error) {
+	e, err := parser.NewParser(parser.Options{}).ParseExpr(grafanaVars.Replace(expr))
+	if err != nil {
+		return nil, nil, err
+	}
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		vs, ok := n.(*parser.VectorSelector)
+		if !ok {
+			return nil
+		}
+		name := vs.Name
+		for _, m := range vs.LabelMatchers {
+			if m.Name == labels.MetricName && m.Type == labels.MatchEqual {
+				name = m.Value
+			}
+		}
+		names = append(names, name)
+		if !exported[name] {
+			unknown = append(unknown, name)
+		}
+		return nil
+	})
+	if len(names) == 0 {
+		return nil, nil, fmt.Errorf("selects no metric")
+	}
+	return names, unknown, nil
+}
+
+func TestCheckExpr(t *testing.T) {
+	exported := map[string]bool{"metabus_x_total": true, "metabus_y_seconds_bucket": true}
+	for _, tc := range []struct {
+		reason, expr string
+		unknown      []string
+		wantErr      bool
+	}{
+		{reason: "an exported counter in a rate", expr: `sum by (a) (rate(metabus_x_total{namespace=~"$namespace"}[$__rate_interval]))`},
+		{reason: "a histogram's buckets", expr: `histogram_quantile(0.9, sum by (le) (rate(metabus_y_seconds_bucket[5m])))`},
+		{reason: "a name given as __name__", expr: `{__name__="metabus_x_total"}`},
+		{reason: "a metric metabus does not export", expr: `metabus_x_total / metabus_z_total`, unknown: []string{"metabus_z_total"}},
+		{reason: "a misspelt suffix", expr: `rate(metabus_y_seconds_count[5m])`, unknown: []string{"metabus_y_seconds_count"}},
+		{reason: "invalid PromQL", expr: `sum by (a (metabus_x_total)`, wantErr: true},
+		{reason: "no metric at all", expr: `vector(1)`, wantErr: true},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			_, unknown, err := checkExpr(tc.expr, exported)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("error %v, want error %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.unknown, unknown); diff != "" {
+				t.Errorf("unknown metrics (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// dashboard is what the test reads of the Grafana dashboard.
+type dashboard struct {
+	UID        string  `json:"uid"`
+	Panels     []panel `json:"panels"`
+	Templating struct {
+		List []struct {
+			Name       string `json:"name"`
+			Definition string `json:"definition"`
+		} `json:"list"`
+	} `json:"templating"`
+}
+
+type panel struct {
+	Title   string  `json:"title"`
+	Type    string  `json:"type"`
+	Panels  []panel `json:"panels"` // a collapsed row's
+	Targets []struct {
+		Expr string `json:"expr"`
+	} `json:"targets"`
+}
+
+func readDashboard(t *testing.T) dashboard {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "metabus-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(data, &d); err != nil {
+		t.Fatalf("metabus-dashboard.json: %v", err)
+	}
+	return d
+}
+
+var labelValues = regexp.MustCompile(`^label_values\(([a-zA-Z_:][a-zA-Z0-9_:]*)\s*,\s*[a-zA-Z_][a-zA-Z0-9_]*\)$`)
+
+// TestDashboard parses every query of the dashboard with Prometheus's
+// parser and checks that each metric it reads is one metabus exports, and
+// that the dashboard shows what operators need.
+func TestDashboard(t *testing.T) {
+	exported := seriesNames(t)
+	d := readDashboard(t)
+	used := map[string]bool{}
+	var walk func(ps []panel)
+	queries := 0
+	walk = func(ps []panel) {
+		for _, p := range ps {
+			walk(p.Panels)
+			if p.Type != "row" && len(p.Targets) == 0 {
+				t.Errorf("panel %q has no query", p.Title)
+			}
+			for _, tg := range p.Targets {
+				queries++
+				names, unknown, err := checkExpr(tg.Expr, exported)
+				if err != nil {
+					t.Errorf("panel %q: %q: %v", p.Title, tg.Expr, err)
+				}
+				if len(unknown) > 0 {
+					t.Errorf("panel %q reads %v, which metabus does not export: %s", p.Title, unknown, tg.Expr)
+				}
+				for _, n := range names {
+					used[n] = true
+				}
+			}
+		}
+	}
+	walk(d.Panels)
+	for _, v := range d.Templating.List {
+		if v.Definition == "" {
+			continue
+		}
+		m := labelValues.FindStringSubmatch(v.Definition)
+		if m == nil || !exported[m[1]] {
+			t.Errorf("variable %s: %q is not label_values of an exported metric", v.Name, v.Definition)
+		}
+	}
+	// What issue 27 asks the dashboard to show, by the metric showing it.
+	for what, metric := range map[string]string{
+		"throughput per controller":           "workqueue_adds_total",
+		"syncs per controller":                "metabus_dispatcher_syncs_total",
+		"applies per controller":              "metabus_applier_applies_total",
+		"queue latency per controller":        "workqueue_queue_duration_seconds_bucket",
+		"sync latency per controller":         "workqueue_work_duration_seconds_bucket",
+		"apply latency":                       "metabus_applier_apply_duration_seconds_bucket",
+		"hook latency":                        "metabus_hook_request_duration_seconds_bucket",
+		"hook errors":                         "metabus_hook_requests_total",
+		"queue depth":                         "workqueue_depth",
+		"queue age":                           "metabus_bus_oldest_message_age_seconds",
+		"DLQ":                                 "metabus_bus_dlq_messages",
+		"redeliveries":                        "metabus_bus_consumer_redelivered_messages",
+		"retries":                             "workqueue_retries_total",
+		"partition ownership":                 "metabus_bus_partitions_held",
+		"partitions without owner":            "metabus_bus_partitions_unowned",
+		"rebalances":                          "metabus_bus_partition_claims_total",
+		"API request rates":                   "rest_client_requests_total",
+		"CPU":                                 "process_cpu_seconds_total",
+		"memory":                              "process_resident_memory_bytes",
+		"NATS connection":                     "metabus_nats_connected",
+		"the watcher's leader-election Lease": "leader_election_master_status",
+	} {
+		if !used[metric] {
+			t.Errorf("the dashboard does not show %s (%s)", what, metric)
+		}
+	}
+	t.Logf("%d queries checked, %d metrics read", queries, len(used))
+}
+
+// ruleFile is a Prometheus rule file.
+type ruleFile struct {
+	Groups []struct {
+		Name  string `json:"name"`
+		Rules []struct {
+			Alert       string            `json:"alert"`
+			Record      string            `json:"record"`
+			Expr        string            `json:"expr"`
+			For         string            `json:"for"`
+			Labels      map[string]string `json:"labels"`
+			Annotations map[string]string `json:"annotations"`
+		} `json:"rules"`
+	} `json:"groups"`
+}
+
+// TestAlertRules parses every rule expression with Prometheus's parser,
+// checks that each metric it reads is one metabus exports, that the alerts
+// issue 27 asks for exist, and that each says what to do.
+func TestAlertRules(t *testing.T) {
+	exported := seriesNames(t)
+	data, err := os.ReadFile(filepath.Join("..", "metabus-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rf ruleFile
+	if err := yaml.UnmarshalStrict(data, &rf); err != nil {
+		t.Fatalf("metabus-rules.yaml: %v", err)
+	}
+	var alerts []string
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			alerts = append(alerts, r.Alert)
+			if r.Alert == "" {
+				t.Errorf("group %s: a rule that is not an alert (%q)", g.Name, r.Record)
+			}
+			if _, unknown, err := checkExpr(r.Expr, exported); err != nil {
+				t.Errorf("alert %s: %v", r.Alert, err)
+			} else if len(unknown) > 0 {
+				t.Errorf("alert %s reads %v, which metabus does not export", r.Alert, unknown)
+			}
+			if r.For == "" {
+				t.Errorf("alert %s fires on a single evaluation (no for:)", r.Alert)
+			}
+			if s := r.Labels["severity"]; s != "warning" && s != "critical" {
+				t.Errorf("alert %s: severity %q", r.Alert, s)
+			}
+			for _, a := range []string{"summary", "description", "runbook_url"} {
+				if strings.TrimSpace(r.Annotations[a]) == "" {
+					t.Errorf("alert %s has no %s annotation", r.Alert, a)
+				}
+			}
+			if !strings.HasSuffix(r.Annotations["runbook_url"], "#dashboard-and-alerts") {
+				t.Errorf("alert %s: runbook_url %q does not lead to the README's runbook", r.Alert, r.Annotations["runbook_url"])
+			}
+		}
+	}
+	sort.Strings(alerts)
+	// DLQ not empty, oldest item too old, hook error ratio, a stage with
+	// no partition owner, NATS unreachable; and the bus unreadable, without
+	// which the first ones stay silent.
+	want := []string{"MetabusBusUnreadable", "MetabusDeadLetters", "MetabusHookErrors", "MetabusNATSUnreachable",
+		"MetabusPartitionsUnowned", "MetabusWorkItemTooOld"}
+	if diff := cmp.Diff(want, alerts); diff != "" {
+		t.Errorf("alerts (-want +got):\n%s", diff)
+	}
+}
+
+// TestReadmeRunbook: every alert has its entry in the README's runbook.
+func TestReadmeRunbook(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(readme)
+	i := strings.Index(text, "### Dashboard and alerts")
+	if i < 0 {
+		t.Fatal(`README.md has no "### Dashboard and alerts" section`)
+	}
+	section := text[i:]
+	if j := strings.Index(section[4:], "\n## "); j >= 0 {
+		section = section[:j+4]
+	}
+	data, err := os.ReadFile(filepath.Join("..", "metabus-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^\s*- alert: (\S+)`).FindAllStringSubmatch(string(data), -1) {
+		if !strings.Contains(section, "`"+m[1]+"`") {
+			t.Errorf("the README's runbook does not cover %s", m[1])
+		}
+	}
+}
+
+// TestHelmCopies: the chart ships the same dashboard and rules (a chart
+// cannot read files outside its directory).
+func TestHelmCopies(t *testing.T) {
+	for _, name := range []string{"metabus-dashboard.json", "metabus-rules.yaml"} {
+		want, err := os.ReadFile(filepath.Join("..", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join("..", "..", "helm", "metabus", "files", "monitoring", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(want, got) {
+			t.Errorf("deploy/helm/metabus/files/monitoring/%s differs from deploy/monitoring/%s: copy it", name, name)
+		}
+	}
+}

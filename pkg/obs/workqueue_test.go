@@ -1,0 +1,80 @@
+package obs
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The workqueue_* families carry controller-runtime's names and labels
+// (name and controller both the queue's name), and the running syncs show
+// in unfinished_work_seconds and longest_running_processor_seconds until
+// they end, then 0.
+func TestWorkQueueMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewWorkQueueMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second set on the same registry (another service of the process)
+	// shares the families.
+	m2, err := NewWorkQueueMetrics(reg)
+	if err != nil {
+		t.Fatalf("second registration: %v", err)
+	}
+	q := QueueName("CompositeController", "demo")
+	m.Added(q)
+	m2.Added(q)
+	m.Retried(q)
+	m.Waited(q, 3*time.Millisecond)
+	done1 := m.Started(q)
+	done2 := m2.Started(q)
+	time.Sleep(20 * time.Millisecond)
+	running := values(t, reg)
+	if running["workqueue_unfinished_work_seconds"] < 0.04 || running["workqueue_longest_running_processor_seconds"] < 0.02 ||
+		running["workqueue_longest_running_processor_seconds"] > running["workqueue_unfinished_work_seconds"] {
+		t.Errorf("while two syncs run for 20ms: %v", running)
+	}
+	done1()
+	done2()
+	got := values(t, reg)
+	want := map[string]float64{
+		"workqueue_adds_total":                        2,
+		"workqueue_retries_total":                     1,
+		"workqueue_queue_duration_seconds":            1, // observations
+		"workqueue_work_duration_seconds":             2,
+		"workqueue_unfinished_work_seconds":           0,
+		"workqueue_longest_running_processor_seconds": 0,
+		"labels": 1,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("after the syncs ended (-want +got):\n%s", diff)
+	}
+}
+
+// values sums each family (histograms: their sample counts) and sets
+// "labels" to 1 if every series is labelled name=controller=the queue.
+func values(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{"labels": 1}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			if diff := cmp.Diff(map[string]string{"name": "CompositeController-demo", "controller": "CompositeController-demo"}, l); diff != "" {
+				t.Logf("%s labels (-want +got):\n%s", mf.GetName(), diff)
+				out["labels"] = 0
+			}
+			out[mf.GetName()] += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return out
+}
