@@ -19,7 +19,7 @@ func TestHelmMonitoring(t *testing.T) {
 		t.Fatal(err)
 	}
 	for key := range objs {
-		if key == "ConfigMap/mb-metabus-dashboard" || key == "PrometheusRule/mb-metabus" {
+		if key == "ConfigMap/metabus-dashboard" || key == "PrometheusRule/metabus" {
 			t.Errorf("%s rendered with the default values", key)
 		}
 	}
@@ -31,7 +31,7 @@ func TestHelmMonitoring(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cm := objs["ConfigMap/mb-metabus-dashboard"]
+	cm := objs["ConfigMap/metabus-dashboard"]
 	if cm == nil {
 		t.Fatal("no dashboard ConfigMap")
 	}
@@ -59,7 +59,7 @@ func TestHelmMonitoring(t *testing.T) {
 		t.Errorf("dashboard in the ConfigMap differs from deploy/monitoring's (-want +got):\n%s", diff)
 	}
 
-	rule := objs["PrometheusRule/mb-metabus"]
+	rule := objs["PrometheusRule/metabus"]
 	if rule == nil {
 		t.Fatal("no PrometheusRule")
 	}
