@@ -89,8 +89,79 @@ type ConnOptions struct {
 }
 
 // Connect dials NATS and returns the connection and a JetStream handle. It
-// reconnects forever: the bus is allowed to blip, the services wait.
+// reconnects forever once connected: the bus is allowed to blip, the
+// services wait. The first dial is one attempt; Dial retries it.
 func Connect(o ConnOptions) (*nats.Conn, jetstream.JetStream, error) {
+	opts, err := o.natsOptions()
+	if err != nil {
+		return nil, nil, err
+	}
+	return connect(o, opts)
+}
+
+// DialBackoff bounds Dial's waits between attempts: the first wait is
+// Base, doubled after each failure up to Max.
+type DialBackoff struct{ Base, Max time.Duration }
+
+// DefaultDialBackoff is 500 ms doubling to 30 s: a NATS server rolling
+// over is found within a second, one down for long costs a log line and a
+// dial every 30 s.
+var DefaultDialBackoff = DialBackoff{Base: 500 * time.Millisecond, Max: 30 * time.Second}
+
+// Dial is Connect for a service's start: a server that cannot be reached
+// yet (not started, restarting, a cluster still electing, credentials not
+// yet loaded by it) is retried with exponential backoff until it answers or
+// ctx is done, and every failed attempt is reported to onRetry (with the
+// wait before the next one), so a service started before NATS waits for it
+// instead of exiting into a crash-loop. Errors in the options themselves
+// (an unreadable seed file) are returned at once: no retry repairs them.
+func Dial(ctx context.Context, o ConnOptions, b DialBackoff, onRetry func(err error, next time.Duration)) (*nats.Conn, jetstream.JetStream, error) {
+	if b.Base <= 0 {
+		b.Base = DefaultDialBackoff.Base
+	}
+	if b.Max < b.Base {
+		b.Max = max(DefaultDialBackoff.Max, b.Base)
+	}
+	opts, err := o.natsOptions()
+	if err != nil {
+		return nil, nil, err
+	}
+	wait := b.Base
+	for {
+		nc, js, err := connect(o, opts)
+		if err == nil {
+			return nc, js, nil
+		}
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		if onRetry != nil {
+			onRetry(err, wait)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil, ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, b.Max)
+	}
+}
+
+// Check is a readiness check of nc: it fails while the connection is not
+// established (reconnecting after a server loss, or closed).
+func Check(nc *nats.Conn) func() error {
+	return func() error {
+		if nc.IsConnected() {
+			return nil
+		}
+		return fmt.Errorf("not connected to NATS (%s)", strings.ToLower(nc.Status().String()))
+	}
+}
+
+// natsOptions turns o into nats.go options.
+func (o ConnOptions) natsOptions() ([]nats.Option, error) {
 	log := o.Logger
 	if log == nil {
 		log = zap.NewNop()
@@ -125,7 +196,7 @@ func Connect(o ConnOptions) (*nats.Conn, jetstream.JetStream, error) {
 	if o.NKeySeed != "" {
 		opt, err := nats.NkeyOptionFromSeed(o.NKeySeed)
 		if err != nil {
-			return nil, nil, fmt.Errorf("load nkey seed: %w", err)
+			return nil, fmt.Errorf("load nkey seed: %w", err)
 		}
 		opts = append(opts, opt)
 	}
@@ -135,9 +206,16 @@ func Connect(o ConnOptions) (*nats.Conn, jetstream.JetStream, error) {
 	if o.CertFile != "" || o.KeyFile != "" {
 		opts = append(opts, nats.ClientCert(o.CertFile, o.KeyFile))
 	}
-	url := o.URL
 	if o.InProcess != nil {
 		opts = append(opts, nats.InProcessServer(o.InProcess))
+	}
+	return opts, nil
+}
+
+// connect makes one attempt with opts.
+func connect(o ConnOptions, opts []nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	url := o.URL
+	if o.InProcess != nil {
 		url = ""
 	}
 	nc, err := nats.Connect(url, opts...)
