@@ -99,41 +99,36 @@ func Connect(o ConnOptions) (*nats.Conn, jetstream.JetStream, error) {
 	return connect(o, opts)
 }
 
-// DialBackoff bounds Dial's waits between attempts: the first wait is
-// Base, doubled after each failure up to Max.
-type DialBackoff struct{ Base, Max time.Duration }
+// Backoff bounds the waits between attempts of Dial and Retry: the first
+// wait is Base, doubled after each failure up to Max.
+type Backoff struct{ Base, Max time.Duration }
 
-// DefaultDialBackoff is 500 ms doubling to 30 s: a NATS server rolling
-// over is found within a second, one down for long costs a log line and a
-// dial every 30 s.
-var DefaultDialBackoff = DialBackoff{Base: 500 * time.Millisecond, Max: 30 * time.Second}
+// DefaultBackoff is 500 ms doubling to 30 s: a NATS server rolling over is
+// found within a second, one down for long costs a log line and an attempt
+// every 30 s.
+var DefaultBackoff = Backoff{Base: 500 * time.Millisecond, Max: 30 * time.Second}
 
-// Dial is Connect for a service's start: a server that cannot be reached
-// yet (not started, restarting, a cluster still electing, credentials not
-// yet loaded by it) is retried with exponential backoff until it answers or
-// ctx is done, and every failed attempt is reported to onRetry (with the
-// wait before the next one), so a service started before NATS waits for it
-// instead of exiting into a crash-loop. Errors in the options themselves
-// (an unreadable seed file) are returned at once: no retry repairs them.
-func Dial(ctx context.Context, o ConnOptions, b DialBackoff, onRetry func(err error, next time.Duration)) (*nats.Conn, jetstream.JetStream, error) {
+// Retry runs f until it succeeds or ctx is done, waiting between attempts
+// as b says (zero fields: DefaultBackoff's); every failure is reported to
+// onRetry with the wait before the next attempt. It returns ctx's error if
+// ctx ends first. Services use it for what must work before they can
+// start (the connection, the streams), so that a bus that is not there yet
+// is waited for instead of exiting into a crash-loop.
+func Retry(ctx context.Context, b Backoff, f func(context.Context) error, onRetry func(err error, next time.Duration)) error {
 	if b.Base <= 0 {
-		b.Base = DefaultDialBackoff.Base
+		b.Base = DefaultBackoff.Base
 	}
 	if b.Max < b.Base {
-		b.Max = max(DefaultDialBackoff.Max, b.Base)
-	}
-	opts, err := o.natsOptions()
-	if err != nil {
-		return nil, nil, err
+		b.Max = max(DefaultBackoff.Max, b.Base)
 	}
 	wait := b.Base
 	for {
-		nc, js, err := connect(o, opts)
+		err := f(ctx)
 		if err == nil {
-			return nc, js, nil
+			return nil
 		}
 		if ctx.Err() != nil {
-			return nil, nil, ctx.Err()
+			return ctx.Err()
 		}
 		if onRetry != nil {
 			onRetry(err, wait)
@@ -142,11 +137,37 @@ func Dial(ctx context.Context, o ConnOptions, b DialBackoff, onRetry func(err er
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, nil, ctx.Err()
+			return ctx.Err()
 		case <-t.C:
 		}
 		wait = min(2*wait, b.Max)
 	}
+}
+
+// Dial is Connect for a service's start: a server that cannot be reached
+// yet (not started, restarting, a cluster still electing, credentials not
+// yet loaded by it) is retried as Retry does until it answers or ctx is
+// done, so a service started before NATS waits for it instead of exiting.
+// Errors in the options themselves (an unreadable seed file) are returned
+// at once: no retry repairs them.
+func Dial(ctx context.Context, o ConnOptions, b Backoff, onRetry func(err error, next time.Duration)) (*nats.Conn, jetstream.JetStream, error) {
+	opts, err := o.natsOptions()
+	if err != nil {
+		return nil, nil, err
+	}
+	var (
+		nc *nats.Conn
+		js jetstream.JetStream
+	)
+	err = Retry(ctx, b, func(context.Context) error {
+		var err error
+		nc, js, err = connect(o, opts)
+		return err
+	}, onRetry)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nc, js, nil
 }
 
 // Check is a readiness check of nc: it fails while the connection is not

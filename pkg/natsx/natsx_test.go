@@ -74,7 +74,7 @@ func TestDialWaitsForServer(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		nc, _, err := Dial(ctx, ConnOptions{URL: url, Name: t.Name()}, DialBackoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond},
+		nc, _, err := Dial(ctx, ConnOptions{URL: url, Name: t.Name()}, Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond},
 			func(error, time.Duration) { retries.Add(1) })
 		done <- result{nc, err}
 	}()
@@ -116,7 +116,7 @@ func TestDialStopsWithContext(t *testing.T) {
 	url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := Dial(ctx, ConnOptions{URL: url}, DialBackoff{Base: time.Hour}, func(error, time.Duration) { cancel() })
+		_, _, err := Dial(ctx, ConnOptions{URL: url}, Backoff{Base: time.Hour}, func(error, time.Duration) { cancel() })
 		done <- err
 	}()
 	select {
@@ -132,7 +132,7 @@ func TestDialStopsWithContext(t *testing.T) {
 // TestDialOptionErrorsAreNotRetried: a seed file that cannot be read is a
 // configuration error no wait repairs.
 func TestDialOptionErrorsAreNotRetried(t *testing.T) {
-	_, _, err := Dial(context.Background(), ConnOptions{URL: "nats://127.0.0.1:1", NKeySeed: "/nonexistent/seed"}, DialBackoff{},
+	_, _, err := Dial(context.Background(), ConnOptions{URL: "nats://127.0.0.1:1", NKeySeed: "/nonexistent/seed"}, Backoff{},
 		func(err error, _ time.Duration) { t.Errorf("retried a configuration error: %v", err) })
 	if err == nil || !strings.Contains(err.Error(), "nkey seed") {
 		t.Errorf("Dial = %v, want the seed error", err)
