@@ -112,7 +112,7 @@ func (f *NATSFlags) Options(name string) natsx.ConnOptions {
 
 // The values of upstream's --apply-strategy.
 const (
-	ApplyDynamic   = "dynamic-apply"
+	ApplyDynamic    = "dynamic-apply"
 	ApplyServerSide = "server-side-apply"
 )
 
