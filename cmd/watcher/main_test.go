@@ -1,0 +1,14 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/metabus/metabus/pkg/cli/clitest"
+)
+
+// TestUpstreamFlags: every flag of upstream Metacontroller v4.17 parses, in
+// each spelling manifests use (issue #23).
+func TestUpstreamFlags(t *testing.T) { clitest.AcceptsUpstreamFlags(t, newCommand) }
+
+// TestStrayWords: an unknown word is an error, and nothing starts.
+func TestStrayWords(t *testing.T) { clitest.RefusesStrayWords(t, newCommand) }
