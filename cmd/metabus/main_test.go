@@ -40,3 +40,10 @@ func TestVersion(t *testing.T) {
 		t.Errorf("metabus version extra: exit code %d, want %d", code, cli.ExitUsage)
 	}
 }
+
+// TestReadiness (issues #23, #25): the all-in-one with an external NATS
+// server: /readyz follows NATS, the streams, the API server and the caches;
+// started before either exists, it waits for them.
+func TestReadiness(t *testing.T) {
+	clitest.CheckReadiness(t, clitest.Readiness{New: newRoot, Args: []string{"--external-nats", "--discovery-interval=5s"}})
+}

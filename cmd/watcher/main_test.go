@@ -12,3 +12,10 @@ func TestUpstreamFlags(t *testing.T) { clitest.AcceptsUpstreamFlags(t, newComman
 
 // TestStrayWords: an unknown word is an error, and nothing starts.
 func TestStrayWords(t *testing.T) { clitest.RefusesStrayWords(t, newCommand) }
+
+// TestReadiness (issues #23, #25): /readyz follows NATS, the streams, the
+// API server and the caches; started before either exists, the watcher
+// waits for them.
+func TestReadiness(t *testing.T) {
+	clitest.CheckReadiness(t, clitest.Readiness{New: newCommand, Args: []string{"--discovery-interval=5s"}})
+}
