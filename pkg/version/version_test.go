@@ -1,6 +1,8 @@
 package version
 
 import (
+	"os"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -71,5 +73,38 @@ metabus_build_info{goversion="go1.26.0",revision="abc123",version="v0.2.0"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), BuildInfoName); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestStampTargets: the build files stamp variables this package declares
+// (the Dockerfile once stamped main.version, which no main declared, so
+// every image said nothing about its build).
+func TestStampTargets(t *testing.T) {
+	declared := map[string]bool{"Version": true, "Revision": true}
+	const pkg = "github.com/metabus/metabus/pkg/version"
+	for _, file := range []string{"../../Dockerfile", "../../Makefile"} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(data)
+		targets := regexp.MustCompile(`-X\s+(\S+?)\.(\w+)=`).FindAllStringSubmatch(text, -1)
+		if len(targets) < 2 {
+			t.Errorf("%s stamps %d variables, want Version and Revision", file, len(targets))
+		}
+		for _, m := range targets {
+			p := m[1]
+			// Indirections the files use for the package path.
+			p = strings.NewReplacer("$(VERSION_PKG)", pkg, "$v", pkg).Replace(p)
+			if p != pkg || !declared[m[2]] {
+				t.Errorf("%s stamps %s.%s, which is not a variable of %s", file, m[1], m[2], pkg)
+			}
+		}
+		if strings.Contains(text, "$(VERSION_PKG)") && !strings.Contains(text, "VERSION_PKG := "+pkg) {
+			t.Errorf("%s: VERSION_PKG is not %s", file, pkg)
+		}
+		if !strings.Contains(text, "v="+pkg) && strings.Contains(text, "$v.") {
+			t.Errorf("%s: $v is not %s", file, pkg)
+		}
 	}
 }
