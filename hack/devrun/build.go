@@ -194,4 +194,3 @@ func (l *lastLines) String() string {
 	defer l.mu.Unlock()
 	return strings.Join(l.lines, "\n")
 }
-
