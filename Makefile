@@ -22,7 +22,7 @@ VERSION ?= $(or $(TAG),$(shell git describe --tags --always --dirty 2>/dev/null)
 REVISION ?= $(or $(shell git rev-parse HEAD 2>/dev/null),unknown)
 VERSION_PKG := github.com/metabus/metabus/pkg/version
 LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REVISION)
-IMAGE ?= metabus
+IMAGE ?= ghcr.io/metabus/metabus
 DOCKER ?= docker
 
 .PHONY: all build image test unit e2e fuzz bench bench-bus bench-watcher bench-compare faults run vet fmt kube-bins clean
@@ -33,7 +33,7 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
 # image builds the one image holding every binary (Dockerfile), stamped and
-# tagged $(IMAGE):$(TAG) (default: the version).
+# tagged $(IMAGE):$(TAG) (default: the version), the image deploy/ names.
 image:
 	$(DOCKER) build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMAGE):$(or $(TAG),$(VERSION)) .
 

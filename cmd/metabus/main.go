@@ -21,6 +21,7 @@ func main() { cli.Execute(newRoot()) }
 func newRoot() *cobra.Command {
 	root := allInOne()
 	root.AddCommand(cli.VersionCommand())
+	root.AddCommand(credentialsCommand())
 	return root
 }
 
