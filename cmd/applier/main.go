@@ -5,32 +5,40 @@ package main
 import (
 	"context"
 
+	"github.com/spf13/cobra"
+
 	"github.com/metabus/metabus/pkg/cli"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/services/applier"
 )
 
-func main() {
+func main() { cli.Execute(newCommand()) }
+
+func newCommand() *cobra.Command {
 	var cfg applier.Config
-	cli.Main("metabus-applier", nil, func(ctx context.Context, env cli.Env) error {
-		rest, err := env.Flags.Kube.Config()
-		if err != nil {
-			return err
-		}
-		opts := env.Flags.NATS.Options("metabus-applier")
-		opts.Logger = env.Log
-		nc, js, err := natsx.Connect(opts)
-		if err != nil {
-			return err
-		}
-		defer natsx.Drain(context.Background(), nc)
-		cfg.Workers, cfg.MaxInFlight, cfg.SnapshotWait = env.Flags.Workers, env.Flags.MaxInFlight, env.Flags.SnapshotWait
-		cfg.DiscoveryInterval = env.Flags.DiscoveryInterval
-		cfg.EventsQPS, cfg.EventsBurst = float32(env.Flags.EventsQPS), env.Flags.EventsBurst
-		a, err := applier.New(cfg, applier.Deps{REST: rest, NC: nc, JS: js, Log: env.Log, Metrics: env.Registry, Health: env.Health})
-		if err != nil {
-			return err
-		}
-		return a.Run(ctx)
-	})
+	return cli.Service{
+		Name:  "metabus-applier",
+		Stage: cli.Applier,
+		Short: "Consume desired states and converge children and parent status in the cluster",
+		Run: func(ctx context.Context, env cli.Env) error {
+			nc, js, err := env.ConnectNATS(ctx)
+			if err != nil {
+				return err
+			}
+			defer natsx.Drain(context.Background(), nc)
+			// The applier's server-side apply is issue #23's item 5; until
+			// it lands, say so rather than pretend.
+			if env.Flags.ApplyStrategy == cli.ApplyServerSide {
+				env.Log.Warn("--apply-strategy=server-side-apply is accepted but not implemented yet: children are applied as with dynamic-apply")
+			}
+			cfg.Workers, cfg.MaxInFlight, cfg.SnapshotWait = env.Flags.Workers, env.Flags.MaxInFlight, env.Flags.SnapshotWait
+			cfg.DiscoveryInterval = env.Flags.DiscoveryInterval
+			cfg.EventsQPS, cfg.EventsBurst = float32(env.Flags.EventsQPS), env.Flags.EventsBurst
+			a, err := applier.New(cfg, applier.Deps{REST: env.REST, NC: nc, JS: js, Log: env.Log, Metrics: env.Registry, Health: env.Health})
+			if err != nil {
+				return err
+			}
+			return a.Run(ctx)
+		},
+	}.Command()
 }

@@ -1,16 +1,31 @@
 // Command metabus runs every stage (watcher, dispatcher, applier, revisions)
-// in one process, with an embedded JetStream server unless --nats-url is given.
+// in one process, with an embedded JetStream server unless --external-nats
+// is given; its subcommands operate an installation.
 package main
 
 import (
 	"context"
 	"flag"
 
+	"github.com/spf13/cobra"
+
 	"github.com/metabus/metabus/pkg/allinone"
 	"github.com/metabus/metabus/pkg/cli"
 )
 
-func main() {
+func main() { cli.Execute(newRoot()) }
+
+// newRoot is `metabus`: with no subcommand it runs the all-in-one process.
+// A subcommand is one AddCommand line here; its connection flags come
+// from cli.AddClientFlags.
+func newRoot() *cobra.Command {
+	root := allInOne()
+	root.AddCommand(cli.VersionCommand())
+	root.AddCommand(credentialsCommand())
+	return root
+}
+
+func allInOne() *cobra.Command {
 	var (
 		cfg      allinone.Config
 		external bool
@@ -23,22 +38,32 @@ func main() {
 		fs.StringVar(&cfg.StoreDir, "nats-store-dir", "metabus-data", "JetStream store directory of the embedded server")
 		fs.StringVar(&cfg.Listen, "nats-listen", "127.0.0.1:4222", "client address of the embedded server (\"-\": in-process only)")
 	}
-	cli.Main("metabus", register, func(ctx context.Context, env cli.Env) error {
-		rest, err := env.Flags.Kube.Config()
-		if err != nil {
-			return err
-		}
-		if external {
-			cfg.NATS = env.Flags.NATS.Options("metabus")
-		}
-		f := env.Flags
-		cfg.Watcher.DiscoveryInterval = f.DiscoveryInterval
-		cfg.Watcher.EventsQPS, cfg.Watcher.EventsBurst = float32(f.EventsQPS), f.EventsBurst
-		cfg.Dispatcher.Workers, cfg.Dispatcher.MaxInFlight, cfg.Dispatcher.SnapshotWait = f.Workers, f.MaxInFlight, f.SnapshotWait
-		cfg.Dispatcher.EventsQPS, cfg.Dispatcher.EventsBurst = float32(f.EventsQPS), f.EventsBurst
-		cfg.Applier.Workers, cfg.Applier.MaxInFlight, cfg.Applier.SnapshotWait = f.Workers, f.MaxInFlight, f.SnapshotWait
-		cfg.Applier.DiscoveryInterval = f.DiscoveryInterval
-		cfg.Applier.EventsQPS, cfg.Applier.EventsBurst = float32(f.EventsQPS), f.EventsBurst
-		return allinone.Run(ctx, cfg, allinone.Deps{REST: rest, Log: env.Log, Metrics: env.Registry, Health: env.Health})
-	})
+	return cli.Service{
+		Name:  "metabus",
+		Stage: cli.AllInOne,
+		Short: "Metacontroller on NATS JetStream: every stage in one process",
+		Long: "metabus runs Metacontroller's CompositeControllers and DecoratorControllers as event-driven stages on NATS JetStream.\n" +
+			"Without a subcommand it runs every stage (watcher, dispatcher, applier, revisions) in this process,\n" +
+			"with an embedded JetStream server unless --external-nats is given.",
+		Flags: register,
+		Run: func(ctx context.Context, env cli.Env) error {
+			if external {
+				cfg.NATS = env.Flags.NATS.Options("metabus")
+			}
+			// The applier's server-side apply is issue #23's item 5; until
+			// it lands, say so rather than pretend.
+			if env.Flags.ApplyStrategy == cli.ApplyServerSide {
+				env.Log.Warn("--apply-strategy=server-side-apply is accepted but not implemented yet: children are applied as with dynamic-apply")
+			}
+			f := env.Flags
+			cfg.Watcher.DiscoveryInterval = f.DiscoveryInterval
+			cfg.Watcher.EventsQPS, cfg.Watcher.EventsBurst = float32(f.EventsQPS), f.EventsBurst
+			cfg.Dispatcher.Workers, cfg.Dispatcher.MaxInFlight, cfg.Dispatcher.SnapshotWait = f.Workers, f.MaxInFlight, f.SnapshotWait
+			cfg.Dispatcher.EventsQPS, cfg.Dispatcher.EventsBurst = float32(f.EventsQPS), f.EventsBurst
+			cfg.Applier.Workers, cfg.Applier.MaxInFlight, cfg.Applier.SnapshotWait = f.Workers, f.MaxInFlight, f.SnapshotWait
+			cfg.Applier.DiscoveryInterval = f.DiscoveryInterval
+			cfg.Applier.EventsQPS, cfg.Applier.EventsBurst = float32(f.EventsQPS), f.EventsBurst
+			return allinone.Run(ctx, cfg, allinone.Deps{REST: env.REST, Log: env.Log, Metrics: env.Registry, Health: env.Health})
+		},
+	}.Command()
 }

@@ -5,31 +5,35 @@ package main
 import (
 	"context"
 
+	"github.com/spf13/cobra"
+
 	"github.com/metabus/metabus/pkg/cli"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/services/watcher"
 )
 
-func main() {
+func main() { cli.Execute(newCommand()) }
+
+func newCommand() *cobra.Command {
 	var cfg watcher.Config
-	cli.Main("metabus-watcher", cfg.RegisterFlags, func(ctx context.Context, env cli.Env) error {
-		rest, err := env.Flags.Kube.Config()
-		if err != nil {
-			return err
-		}
-		opts := env.Flags.NATS.Options("metabus-watcher")
-		opts.Logger = env.Log
-		nc, js, err := natsx.Connect(opts)
-		if err != nil {
-			return err
-		}
-		defer natsx.Drain(context.Background(), nc)
-		cfg.DiscoveryInterval = env.Flags.DiscoveryInterval
-		cfg.EventsQPS, cfg.EventsBurst = float32(env.Flags.EventsQPS), env.Flags.EventsBurst
-		w, err := watcher.New(cfg, watcher.Deps{REST: rest, NC: nc, JS: js, Log: env.Log, Metrics: env.Registry, Health: env.Health})
-		if err != nil {
-			return err
-		}
-		return w.Run(ctx)
-	})
+	return cli.Service{
+		Name:  "metabus-watcher",
+		Stage: cli.Watcher,
+		Short: "Turn Kubernetes events into work items on NATS JetStream and serve observed-state snapshots",
+		Flags: cfg.RegisterFlags,
+		Run: func(ctx context.Context, env cli.Env) error {
+			nc, js, err := env.ConnectNATS(ctx)
+			if err != nil {
+				return err
+			}
+			defer natsx.Drain(context.Background(), nc)
+			cfg.DiscoveryInterval = env.Flags.DiscoveryInterval
+			cfg.EventsQPS, cfg.EventsBurst = float32(env.Flags.EventsQPS), env.Flags.EventsBurst
+			w, err := watcher.New(cfg, watcher.Deps{REST: env.REST, NC: nc, JS: js, Log: env.Log, Metrics: env.Registry, Health: env.Health})
+			if err != nil {
+				return err
+			}
+			return w.Run(ctx)
+		},
+	}.Command()
 }

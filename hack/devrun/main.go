@@ -1,10 +1,12 @@
 // Command devrun is `make run`: it brings metabus up for local development.
-// It uses the current kubeconfig's cluster if one answers, otherwise it
-// starts a local control plane (etcd, kube-apiserver, kube-controller-manager
-// built from Go modules); installs the CRDs; runs every metabus stage in this
-// process with an embedded JetStream server; then walks through the
-// HelloWorld tutorial with its hook served in-process, printing what
-// happens, and keeps serving until Ctrl-C (or exits with --exit-after-demo).
+// It first asks the current kubeconfig's cluster whether it answers, and
+// uses it if so; only otherwise does it build (once per machine, with
+// progress) and start a local control plane (etcd, kube-apiserver,
+// kube-controller-manager built from Go modules by hack/kubeenv/build.sh).
+// Then it installs the CRDs, runs every metabus stage in this process with
+// an embedded JetStream server, walks through the HelloWorld tutorial with
+// its hook served in-process, printing what happens, and keeps serving
+// until Ctrl-C (or exits with --exit-after-demo).
 package main
 
 import (
@@ -61,14 +63,44 @@ func say(format string, args ...any) {
 	fmt.Printf("==> "+format+"\n", args...)
 }
 
+// steps numbers what make run does and says how long each took.
+type steps struct {
+	n, total int
+	start    time.Time
+	began    time.Time
+}
+
+func (s *steps) next(what string) {
+	if s.n > 0 {
+		say("    (%s)", time.Since(s.began).Round(100*time.Millisecond))
+	} else {
+		s.start = time.Now()
+	}
+	s.n++
+	s.began = time.Now()
+	say("[%d/%d] %s", s.n, s.total, what)
+}
+
 func run(ctx context.Context, forceLocal, exitAfter bool, logLevel, dataDir string) error {
 	log, err := obs.NewLogger(obs.LogFlags{Level: logLevel, Encoder: "console"})
 	if err != nil {
 		return err
 	}
+	st := &steps{total: 4}
+	st.next("asking the current kubeconfig's cluster whether it answers")
 	cfg, how := existingCluster()
-	if cfg == nil || forceLocal {
-		say("no reachable cluster in the current kubeconfig (%s); starting a local control plane", how)
+	if forceLocal {
+		cfg, how = nil, "--local given"
+	}
+	if cfg == nil {
+		st.total = 5
+		say("no reachable cluster in the current kubeconfig (%s): a local control plane will run", how)
+		st.next("finding or building the local control plane (etcd, kube-apiserver, kube-controller-manager)")
+		binDir, err := controlPlaneBinaries(ctx)
+		if err != nil {
+			return err
+		}
+		st.next("starting the local control plane")
 		dir, err := filepath.Abs(filepath.Join(dataDir, "kube"))
 		if err != nil {
 			return err
@@ -78,23 +110,25 @@ func run(ctx context.Context, forceLocal, exitAfter bool, logLevel, dataDir stri
 			return err
 		}
 		env, err := kubeenv.Start(ctx, kubeenv.Options{
-			Dir:  dir,
-			CRDs: []string{"deploy/crds", "examples/helloworld/manifests/crd.yaml"},
-			Log:  func(f string, a ...any) { say("control plane: "+f, a...) },
+			BinDir: binDir,
+			Dir:    dir,
+			CRDs:   []string{"deploy/crds", "examples/helloworld/manifests/crd.yaml"},
+			Log:    func(f string, a ...any) { say("    control plane: "+f, a...) },
 		})
 		if err != nil {
 			return err
 		}
 		defer func() { say("stopping the local control plane"); _ = env.Stop() }()
 		cfg = env.Config
-		say("local control plane ready; use it with: export KUBECONFIG=%s", env.Kubeconfig)
+		say("local control plane ready, with the metabus and HelloWorld CRDs; use it with: export KUBECONFIG=%s", env.Kubeconfig)
 	} else {
 		say("using the cluster of the current kubeconfig (%s)", how)
+		st.next("installing the metabus CRDs and the HelloWorld CRD")
 		if err := kubeenv.ApplyManifests(ctx, cfg, "deploy/crds", "examples/helloworld/manifests/crd.yaml"); err != nil {
 			return fmt.Errorf("install CRDs: %w", err)
 		}
-		say("installed the metabus CRDs and the HelloWorld CRD")
 	}
+	st.next("starting metabus (every stage in this process, embedded JetStream)")
 
 	storeDir, err := filepath.Abs(filepath.Join(dataDir, "nats"))
 	if err != nil {
@@ -117,9 +151,11 @@ func run(ctx context.Context, forceLocal, exitAfter bool, logLevel, dataDir stri
 		return fmt.Errorf("metabus: %w", err)
 	}
 
+	st.next("HelloWorld walkthrough")
 	if err := demo(ctx, cfg, log); err != nil {
 		return fmt.Errorf("HelloWorld demo: %w", err)
 	}
+	say("done in %s", time.Since(st.start).Round(100*time.Millisecond))
 	if exitAfter {
 		cancel()
 		<-done

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -83,6 +84,10 @@ const (
 	ServiceRevisions  = "revisions"
 )
 
+// ReadyCheck names the readiness check Run registers: pending until every
+// stage is built (each then reports its own).
+const ReadyCheck = "metabus"
+
 // restFor is the API configuration of service.
 func (d Deps) restFor(service string) *rest.Config {
 	if rc := d.ServiceREST[service]; rc != nil {
@@ -100,6 +105,9 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if deps.Health == nil {
 		deps.Health = &obs.Health{}
 	}
+	// Not ready until every stage is built; each stage then reports its
+	// own readiness.
+	deps.Health.Pending(ReadyCheck, "starting")
 	var srv *server.Server
 	url := cfg.NATS.URL
 	if url == "" {
@@ -123,13 +131,17 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		}
 		log.Info("embedded NATS JetStream started", zap.String("url", url), zap.String("storeDir", dir))
 	}
+	// An external server that is not up yet is waited for.
 	connect := func(name string) (*nats.Conn, jetstream.JetStream, error) {
 		o := cfg.NATS
 		o.Name, o.Logger = name, log
 		if srv != nil {
 			o.InProcess = srv
 		}
-		return natsx.Connect(o)
+		return natsx.Dial(ctx, o, natsx.DefaultBackoff, func(err error, next time.Duration) {
+			log.Warn("NATS not reachable yet; retrying", zap.String("connection", name), zap.Error(err), zap.Duration("retryIn", next))
+			deps.Health.Pending(ReadyCheck, "waiting for NATS: "+err.Error())
+		})
 	}
 	var conns []*nats.Conn
 	defer func() {
@@ -181,10 +193,17 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		return err
 	}
 	var store revstore.Store = revs
-	// Create the streams before anyone consumes them.
-	if err := bus.Ensure(ctx, js, wcfg.Bus); err != nil {
-		return err
+	// Create the streams before anyone consumes them, waiting for a
+	// server that cannot create them yet.
+	err = natsx.Retry(ctx, natsx.DefaultBackoff, func(ctx context.Context) error { return bus.Ensure(ctx, js, wcfg.Bus) },
+		func(err error, next time.Duration) {
+			log.Warn("streams and consumers not ready yet; retrying", zap.Error(err), zap.Duration("retryIn", next))
+			deps.Health.Pending(ReadyCheck, "creating the streams and consumers: "+err.Error())
+		})
+	if err != nil {
+		return nil // ctx is done
 	}
+	deps.Health.Pending(ReadyCheck, "starting the stages")
 	// The watcher creates the streams; the others wait for them.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -256,6 +275,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		}
 		runIt(fmt.Sprintf("applier-%d", i), app.Run)
 	}
+	deps.Health.SetReady(ReadyCheck, func() error { return nil })
 	if deps.Started != nil {
 		deps.Started(srv, url)
 	}

@@ -1,9 +1,19 @@
-// Package cli holds the flags every metabus service shares (Kubernetes
-// client, NATS connection, logging, metrics and probes) and turns them into
-// clients, so that each service's main stays a few lines: flags, then Run.
+// Package cli is the command line of every metabus binary: the flags every
+// service shares (Kubernetes client, NATS connection, logging, metrics and
+// probes, upstream Metacontroller's flags), the cobra commands that run a
+// service or an operator subcommand, and what turns the flags into clients.
+// A service's main is a Service and one Execute call; an operator
+// subcommand of `metabus` is a *cobra.Command added with one AddCommand
+// line in cmd/metabus, using ClientFlags for its connections.
+//
+// Flags are parsed by pflag as kubectl's are; a service's own flags stay
+// on Go's flag package (services/*/flags.go) and are bridged in. Go-style
+// single-dash long flags (-workers=5), which manifests written for upstream
+// may use, are accepted too.
 package cli
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"time"
@@ -18,13 +28,23 @@ import (
 // KubeFlags configure the Kubernetes client.
 type KubeFlags struct {
 	Kubeconfig string
-	QPS        float64
-	Burst      int
+	// Context is the kubeconfig context to use ("" → its current one).
+	Context string
+	QPS     float64
+	Burst   int
 }
 
-// Register adds --kubeconfig, --client-go-qps and --client-go-burst.
-func (f *KubeFlags) Register(fs *flag.FlagSet) {
+// RegisterConfig adds --kubeconfig and --context, which say which cluster
+// to talk to (what an operator subcommand needs).
+func (f *KubeFlags) RegisterConfig(fs *flag.FlagSet) {
 	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "path to a kubeconfig (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)")
+	fs.StringVar(&f.Context, "context", "", "kubeconfig context to use (default: the kubeconfig's current context)")
+}
+
+// Register adds --kubeconfig, --context, --client-go-qps and
+// --client-go-burst.
+func (f *KubeFlags) Register(fs *flag.FlagSet) {
+	f.RegisterConfig(fs)
 	// Upstream defaults to 5/10, which caps it near 5 syncs/s. A fixed
 	// budget is wrong for every cluster but one: 100 QPS capped a default
 	// install at 33 parents/s (3 requests per parent) while the API server
@@ -36,15 +56,21 @@ func (f *KubeFlags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.Burst, "client-go-burst", 200, "Kubernetes client burst (with --client-go-qps > 0)")
 }
 
-// Config builds the REST config.
+// Config builds the REST config: from --kubeconfig (and --context) when
+// given, else the in-cluster configuration, else $KUBECONFIG or
+// ~/.kube/config.
 func (f *KubeFlags) Config() (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
-	if f.Kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", f.Kubeconfig)
-	} else if cfg, err = rest.InClusterConfig(); err != nil {
+	inCluster := false
+	if f.Kubeconfig == "" && f.Context == "" {
+		cfg, err = rest.InClusterConfig()
+		inCluster = err == nil
+	}
+	if !inCluster {
 		rules := clientcmd.NewDefaultClientConfigLoadingRules()
-		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+		rules.ExplicitPath = f.Kubeconfig
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: f.Context}).ClientConfig()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
@@ -84,6 +110,15 @@ func (f *NATSFlags) Options(name string) natsx.ConnOptions {
 	return natsx.ConnOptions{URL: f.URL, Name: name, Creds: f.Creds, NKeySeed: f.NKeySeed, CAFile: f.CAFile, CertFile: f.CertFile, KeyFile: f.KeyFile}
 }
 
+// The values of upstream's --apply-strategy.
+const (
+	ApplyDynamic    = "dynamic-apply"
+	ApplyServerSide = "server-side-apply"
+)
+
+// LeaseLock is the only --leader-election-resource-lock metabus supports.
+const LeaseLock = "leases"
+
 // CommonFlags are the flags of every service.
 type CommonFlags struct {
 	Kube        KubeFlags
@@ -92,6 +127,17 @@ type CommonFlags struct {
 	MetricsAddr string
 	HealthAddr  string
 	PprofAddr   string
+
+	// ApplyStrategy is upstream's --apply-strategy: how children are
+	// applied and parent status written, ApplyDynamic (default) or
+	// ApplyServerSide.
+	ApplyStrategy string
+	// SSAFieldManager is upstream's --apply-strategy-ssa-field-manager,
+	// the field manager of server-side apply.
+	SSAFieldManager string
+	// LeaderElectionResourceLock is upstream's
+	// --leader-election-resource-lock; only LeaseLock is supported.
+	LeaderElectionResourceLock string
 
 	// Shared by several services (registered once in the all-in-one).
 	Workers           int
@@ -118,4 +164,29 @@ func (f *CommonFlags) Register(fs *flag.FlagSet, defaultMetrics, defaultHealth s
 	// burst of 25.
 	fs.Float64Var(&f.EventsQPS, "events-qps", 1.0/300, "per-object Kubernetes Event rate")
 	fs.IntVar(&f.EventsBurst, "events-burst", 25, "per-object Kubernetes Event burst")
+	fs.StringVar(&f.ApplyStrategy, "apply-strategy", ApplyDynamic, "how children are applied and parent status written: "+ApplyDynamic+" or "+ApplyServerSide+" (as upstream)")
+	fs.StringVar(&f.SSAFieldManager, "apply-strategy-ssa-field-manager", "metacontroller", "field manager of server-side apply (as upstream)")
+	fs.StringVar(&f.LeaderElectionResourceLock, "leader-election-resource-lock", LeaseLock, "kind of object holding the leader-election lock; only \""+LeaseLock+"\" (Lease objects) is supported")
+}
+
+// Validate refuses values upstream's flags do not take, and those metabus
+// does not support, with a message that says what to use instead. Flags a
+// stage ignores are not checked (ignores says which).
+func (f *CommonFlags) Validate(ignores func(flag string) bool) error {
+	var errs []error
+	if !ignores("apply-strategy") {
+		switch f.ApplyStrategy {
+		case ApplyDynamic, ApplyServerSide:
+		default:
+			errs = append(errs, fmt.Errorf("--apply-strategy=%q: unknown apply strategy (use %q or %q)", f.ApplyStrategy, ApplyDynamic, ApplyServerSide))
+		}
+	}
+	if !ignores("apply-strategy-ssa-field-manager") && f.SSAFieldManager == "" {
+		errs = append(errs, errors.New("--apply-strategy-ssa-field-manager must not be empty"))
+	}
+	if !ignores("leader-election-resource-lock") && f.LeaderElectionResourceLock != LeaseLock {
+		errs = append(errs, fmt.Errorf("--leader-election-resource-lock=%q is not supported: metabus holds its leader-election lock in a Lease "+
+			"(coordination.k8s.io); use --leader-election-resource-lock=%s, the default, or leave the flag out", f.LeaderElectionResourceLock, LeaseLock))
+	}
+	return errors.Join(errs...)
 }

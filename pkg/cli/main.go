@@ -3,77 +3,176 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"os/signal"
 	"runtime"
 	"runtime/debug"
-	"syscall"
+	"sync"
 	"time"
 
 	"github.com/go-logr/zapr"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
+	"github.com/metabus/metabus/pkg/version"
 )
 
-// Env is what a service's run function gets from Main.
+// Env is what a service's run function gets.
 type Env struct {
-	Flags    *CommonFlags
+	// Name is the binary's name, the NATS connection's name.
+	Name  string
+	Flags *CommonFlags
+	// REST is the Kubernetes client configuration from the flags.
+	REST     *rest.Config
 	Log      *zap.Logger
 	Registry *prometheus.Registry
 	Health   *obs.Health
+	// check is the name of the stage's readiness check, pending until the
+	// service registers its own under the same name.
+	check string
 }
 
-// Main is the body of every service main: it registers the common flags and
-// the service's own (register), parses os.Args, sets up logging, metrics and
-// probes, and runs run until SIGINT/SIGTERM. It exits the process.
-func Main(name string, register func(fs *flag.FlagSet), run func(ctx context.Context, env Env) error) {
-	fs := flag.NewFlagSet(name, flag.ExitOnError)
-	common := &CommonFlags{}
-	common.Register(fs, ":9999", ":8081")
-	if register != nil {
-		register(fs)
-	}
-	_ = fs.Parse(os.Args[1:])
+// ConnectNATS connects to the NATS server of the flags, waiting (with
+// backoff, each failure logged and shown by /readyz) for one that is not
+// reachable yet, until ctx is done.
+func (e Env) ConnectNATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
+	opts := e.Flags.NATS.Options(e.Name)
+	opts.Logger = e.Log
+	return natsx.Dial(ctx, opts, natsx.DefaultBackoff, func(err error, next time.Duration) {
+		e.Log.Warn("NATS not reachable yet; retrying", zap.Error(err), zap.Duration("retryIn", next))
+		e.Health.Pending(e.check, "waiting for NATS: "+err.Error())
+	})
+}
+
+// How often, and how patiently, /readyz's API server check probes.
+var (
+	apiProbeInterval = 3 * time.Second
+	apiProbeTimeout  = 3 * time.Second
+)
+
+// runService sets up logging, metrics and probes, logs the build and the
+// upstream flags the stage ignores, and runs s until ctx is done.
+func runService(ctx context.Context, s Service, common *CommonFlags, flags *pflag.FlagSet) error {
 	setGCPercent()
-	log, err := obs.NewLogger(common.Log)
+	base, err := obs.NewLogger(common.Log)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-		os.Exit(2)
+		return invalidError{err}
 	}
-	defer func() { _ = log.Sync() }()
+	defer func() { _ = base.Sync() }()
 	// client-go (leader election, event broadcasting) logs through klog:
 	// send it to the same structured log.
-	klog.SetLogger(zapr.NewLogger(log.Named("client-go")))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	klog.SetLogger(zapr.NewLogger(base.Named("client-go")))
+	log := base.Named(s.Name)
+	info := version.Get()
+	log.Info("starting "+s.Name, zap.String("version", info.Version), zap.String("revision", info.Revision), zap.String("goVersion", info.GoVersion))
+	for _, name := range UpstreamFlagNames() {
+		if why := ignoredReason(s.Stage, name); why != "" && flags.Changed(name) {
+			log.Info(fmt.Sprintf("--%s is ignored by this stage because %s", name, why), zap.String("flag", name), zap.String("stage", string(s.Stage)))
+		}
+	}
+
+	// Stopped (LIFO) before the servers are waited for.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	env := Env{Flags: common, Log: log.Named(name), Registry: obs.NewRegistry(), Health: &obs.Health{}}
+	reg := obs.NewRegistry()
+	if err := version.Register(reg); err != nil {
+		return fmt.Errorf("register %s: %w", version.BuildInfoName, err)
+	}
+	health := &obs.Health{}
+	check := string(s.Stage)
+	health.Pending(check, "starting")
+	serveErr := make(chan error, 1)
+	wg.Add(1)
 	go func() {
-		if err := obs.Serve(ctx, log, common.MetricsAddr, common.HealthAddr, env.Registry, env.Health); err != nil {
+		defer wg.Done()
+		if err := obs.Serve(ctx, base, common.MetricsAddr, common.HealthAddr, reg, health); err != nil {
 			log.Error("metrics/health server", zap.Error(err))
+			serveErr <- err
 			stop()
 		}
 	}()
 	if common.PprofAddr != "" && common.PprofAddr != "0" {
-		go servePprof(ctx, log, common.PprofAddr)
+		wg.Add(1)
+		go func() { defer wg.Done(); servePprof(ctx, base, common.PprofAddr) }()
 	} else {
 		// Without /debug/pprof nobody can read a heap profile, so do not
 		// sample for one: the samples' call stacks are kept for the
 		// process's life (about 1.5 MB after the B1 benchmark).
 		runtime.MemProfileRate = 0
 	}
-	if err := run(ctx, env); err != nil && ctx.Err() == nil {
-		log.Error(name+" stopped", zap.Error(err))
-		_ = log.Sync()
-		os.Exit(1)
+	restCfg, err := common.Kube.Config()
+	if err != nil {
+		log.Error(s.Name+" cannot start", zap.Error(err))
+		return reportedError{err}
 	}
-	log.Info(name + " stopped")
+	probe, err := apiServerProbe(restCfg, log)
+	if err != nil {
+		log.Error(s.Name+" cannot start", zap.Error(err))
+		return reportedError{err}
+	}
+	health.SetReady("kubernetes", obs.Poll(ctx, apiProbeInterval, apiProbeTimeout, probe))
+
+	env := Env{Name: s.Name, Flags: common, REST: restCfg, Log: log, Registry: reg, Health: health, check: check}
+	if err := s.Run(ctx, env); err != nil && ctx.Err() == nil {
+		log.Error(s.Name+" stopped", zap.Error(err))
+		return reportedError{err}
+	}
+	select {
+	case err := <-serveErr:
+		// Without its probes the process would be restarted anyway; say
+		// why it stopped.
+		return reportedError{err}
+	default:
+	}
+	log.Info(s.Name + " stopped")
+	return nil
+}
+
+// apiServerProbe asks the API server's /readyz, logging when the answer
+// changes. A 403 still means the server answers (an RBAC that does not
+// grant /readyz to the service's account); a 401 means the credentials do
+// not work, so nothing else will.
+func apiServerProbe(cfg *rest.Config, log *zap.Logger) (func(context.Context) error, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Timeout = apiProbeTimeout
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	var mu sync.Mutex
+	var was error = errors.New("not checked yet")
+	return func(ctx context.Context) error {
+		err := kube.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
+		if apierrors.IsForbidden(err) {
+			err = nil
+		}
+		if err != nil {
+			err = fmt.Errorf("API server %s not answering: %w", cfg.Host, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil && (was == nil || was.Error() != err.Error()):
+			log.Warn("Kubernetes API server not ready", zap.Error(err))
+		case err == nil && was != nil:
+			log.Info("Kubernetes API server answering", zap.String("host", cfg.Host))
+		}
+		was = err
+		return err
+	}, nil
 }
 
 // DefaultGCPercent is the garbage collector's target (GOGC) unless the

@@ -89,8 +89,100 @@ type ConnOptions struct {
 }
 
 // Connect dials NATS and returns the connection and a JetStream handle. It
-// reconnects forever: the bus is allowed to blip, the services wait.
+// reconnects forever once connected: the bus is allowed to blip, the
+// services wait. The first dial is one attempt; Dial retries it.
 func Connect(o ConnOptions) (*nats.Conn, jetstream.JetStream, error) {
+	opts, err := o.natsOptions()
+	if err != nil {
+		return nil, nil, err
+	}
+	return connect(o, opts)
+}
+
+// Backoff bounds the waits between attempts of Dial and Retry: the first
+// wait is Base, doubled after each failure up to Max.
+type Backoff struct{ Base, Max time.Duration }
+
+// DefaultBackoff is 500 ms doubling to 30 s: a NATS server rolling over is
+// found within a second, one down for long costs a log line and an attempt
+// every 30 s.
+var DefaultBackoff = Backoff{Base: 500 * time.Millisecond, Max: 30 * time.Second}
+
+// Retry runs f until it succeeds or ctx is done, waiting between attempts
+// as b says (zero fields: DefaultBackoff's); every failure is reported to
+// onRetry with the wait before the next attempt. It returns ctx's error if
+// ctx ends first. Services use it for what must work before they can
+// start (the connection, the streams), so that a bus that is not there yet
+// is waited for instead of exiting into a crash-loop.
+func Retry(ctx context.Context, b Backoff, f func(context.Context) error, onRetry func(err error, next time.Duration)) error {
+	if b.Base <= 0 {
+		b.Base = DefaultBackoff.Base
+	}
+	if b.Max < b.Base {
+		b.Max = max(DefaultBackoff.Max, b.Base)
+	}
+	wait := b.Base
+	for {
+		err := f(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if onRetry != nil {
+			onRetry(err, wait)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, b.Max)
+	}
+}
+
+// Dial is Connect for a service's start: a server that cannot be reached
+// yet (not started, restarting, a cluster still electing, credentials not
+// yet loaded by it) is retried as Retry does until it answers or ctx is
+// done, so a service started before NATS waits for it instead of exiting.
+// Errors in the options themselves (an unreadable seed file) are returned
+// at once: no retry repairs them.
+func Dial(ctx context.Context, o ConnOptions, b Backoff, onRetry func(err error, next time.Duration)) (*nats.Conn, jetstream.JetStream, error) {
+	opts, err := o.natsOptions()
+	if err != nil {
+		return nil, nil, err
+	}
+	var (
+		nc *nats.Conn
+		js jetstream.JetStream
+	)
+	err = Retry(ctx, b, func(context.Context) error {
+		var err error
+		nc, js, err = connect(o, opts)
+		return err
+	}, onRetry)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+// Check is a readiness check of nc: it fails while the connection is not
+// established (reconnecting after a server loss, or closed).
+func Check(nc *nats.Conn) func() error {
+	return func() error {
+		if nc.IsConnected() {
+			return nil
+		}
+		return fmt.Errorf("not connected to NATS (%s)", strings.ToLower(nc.Status().String()))
+	}
+}
+
+// natsOptions turns o into nats.go options.
+func (o ConnOptions) natsOptions() ([]nats.Option, error) {
 	log := o.Logger
 	if log == nil {
 		log = zap.NewNop()
@@ -125,7 +217,7 @@ func Connect(o ConnOptions) (*nats.Conn, jetstream.JetStream, error) {
 	if o.NKeySeed != "" {
 		opt, err := nats.NkeyOptionFromSeed(o.NKeySeed)
 		if err != nil {
-			return nil, nil, fmt.Errorf("load nkey seed: %w", err)
+			return nil, fmt.Errorf("load nkey seed: %w", err)
 		}
 		opts = append(opts, opt)
 	}
@@ -135,9 +227,16 @@ func Connect(o ConnOptions) (*nats.Conn, jetstream.JetStream, error) {
 	if o.CertFile != "" || o.KeyFile != "" {
 		opts = append(opts, nats.ClientCert(o.CertFile, o.KeyFile))
 	}
-	url := o.URL
 	if o.InProcess != nil {
 		opts = append(opts, nats.InProcessServer(o.InProcess))
+	}
+	return opts, nil
+}
+
+// connect makes one attempt with opts.
+func connect(o ConnOptions, opts []nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	url := o.URL
+	if o.InProcess != nil {
 		url = ""
 	}
 	nc, err := nats.Connect(url, opts...)

@@ -28,15 +28,41 @@ type LogFlags struct {
 	Devel   bool
 	Encoder string
 	TimeEnc string
+	// Stacktrace is the level at and above which entries carry a stack
+	// trace ("" keeps the default: none in production, warn with
+	// --zap-devel).
+	Stacktrace string
 }
 
-// Register adds --zap-log-level, --zap-devel, --zap-encoder and
-// --zap-time-encoding.
+// Register adds --zap-log-level, --zap-devel, --zap-encoder,
+// --zap-stacktrace-level and --zap-time-encoding.
 func (f *LogFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Level, "zap-log-level", "", "log level: debug, info, error, or an integer verbosity (4 = API actions, 5 = diffs, 6 = hook bodies); default info, debug with --zap-devel")
 	fs.BoolVar(&f.Devel, "zap-devel", false, "development logging (console encoder, debug level, stack traces on warnings)")
 	fs.StringVar(&f.Encoder, "zap-encoder", "", "log encoding: json or console (default json, console with --zap-devel)")
 	fs.StringVar(&f.TimeEnc, "zap-time-encoding", "iso8601", "time encoding: epoch, millis, nano, iso8601, rfc3339, rfc3339nano")
+	fs.Func("zap-stacktrace-level", "level at and above which log entries carry a stack trace: info, error or panic (default none, warn with --zap-devel)",
+		func(v string) error {
+			if _, err := parseStacktraceLevel(v); err != nil {
+				return err
+			}
+			f.Stacktrace = v
+			return nil
+		})
+}
+
+// parseStacktraceLevel accepts controller-runtime's --zap-stacktrace-level
+// names.
+func parseStacktraceLevel(s string) (zapcore.Level, error) {
+	switch strings.ToLower(s) {
+	case "info":
+		return zapcore.InfoLevel, nil
+	case "error":
+		return zapcore.ErrorLevel, nil
+	case "panic":
+		return zapcore.PanicLevel, nil
+	}
+	return 0, fmt.Errorf("unknown stacktrace level %q (info, error or panic)", s)
 }
 
 // ParseLevel accepts level names and upstream's integer verbosities (n →
@@ -102,7 +128,16 @@ func NewLogger(f LogFlags) (*zap.Logger, error) {
 	cfg.EncoderConfig.EncodeTime = enc
 	// Sampling would hide repeated sync errors of different parents.
 	cfg.Sampling = nil
-	l, err := cfg.Build()
+	var opts []zap.Option
+	if f.Stacktrace != "" {
+		l, err := parseStacktraceLevel(f.Stacktrace)
+		if err != nil {
+			return nil, err
+		}
+		cfg.DisableStacktrace = true // replaced by the level asked for
+		opts = append(opts, zap.AddStacktrace(l))
+	}
+	l, err := cfg.Build(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("build logger: %w", err)
 	}
@@ -116,10 +151,24 @@ func NewRegistry() *prometheus.Registry {
 	return r
 }
 
-// Health aggregates readiness checks of the components of a process.
+// Health aggregates readiness checks of the components of a process. A
+// process is ready once at least one check is registered and every check
+// passes: components register a failing check as soon as they are built
+// (Pending) and replace it once they work, so that a process whose
+// components have not started yet is never reported ready.
 type Health struct {
 	mu     sync.Mutex
 	checks map[string]func() error
+}
+
+// ErrNoChecks is Ready's answer before any component registered a check.
+var ErrNoChecks = errors.New("starting: no component has reported yet")
+
+// Pending registers a check that fails with why, for a component that is
+// starting; it replaces the check later with SetReady.
+func (h *Health) Pending(name, why string) {
+	err := errors.New(why)
+	h.SetReady(name, func() error { return err })
 }
 
 // SetReady registers (or replaces) a named readiness check.
@@ -136,6 +185,9 @@ func (h *Health) SetReady(name string, check func() error) {
 func (h *Health) Ready() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if len(h.checks) == 0 {
+		return ErrNoChecks
+	}
 	var errs []error
 	for name, c := range h.checks {
 		if err := c(); err != nil {
@@ -143,6 +195,46 @@ func (h *Health) Ready() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Poll runs probe every interval (each call bounded by timeout) until ctx
+// is done, and returns a readiness check reporting its latest result; until
+// the first probe returns, the check fails with "not checked yet". Probing
+// in the background keeps /readyz fast and bounds what a prober's request
+// rate costs the probed server.
+func Poll(ctx context.Context, interval, timeout time.Duration, probe func(context.Context) error) func() error {
+	var (
+		mu   sync.Mutex
+		last = errors.New("not checked yet")
+	)
+	run := func() {
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		err := probe(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		mu.Lock()
+		last = err
+		mu.Unlock()
+	}
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			run()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return last
+	}
 }
 
 // Serve runs the metrics endpoint on metricsAddr and the probes on

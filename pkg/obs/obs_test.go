@@ -2,14 +2,17 @@ package obs
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -86,10 +89,10 @@ func TestLogFlagsRegister(t *testing.T) {
 	if f.Level != "" || f.Devel || f.Encoder != "" || f.TimeEnc != "iso8601" {
 		t.Fatalf("defaults = %+v, want no level override, no devel, no encoder, iso8601", f)
 	}
-	if err := fs.Parse([]string{"--zap-log-level=5", "--zap-devel", "--zap-encoder=json", "--zap-time-encoding=rfc3339"}); err != nil {
+	if err := fs.Parse([]string{"--zap-log-level=5", "--zap-devel", "--zap-encoder=json", "--zap-time-encoding=rfc3339", "--zap-stacktrace-level=error"}); err != nil {
 		t.Fatal(err)
 	}
-	want := LogFlags{Level: "5", Devel: true, Encoder: "json", TimeEnc: "rfc3339"}
+	want := LogFlags{Level: "5", Devel: true, Encoder: "json", TimeEnc: "rfc3339", Stacktrace: "error"}
 	if f != want {
 		t.Fatalf("parsed = %+v, want %+v", f, want)
 	}
@@ -188,6 +191,7 @@ func TestNewLoggerErrors(t *testing.T) {
 		{reason: "an unknown level", flags: LogFlags{Level: "loud"}, wantErr: `unknown log level "loud"`},
 		{reason: "a negative verbosity", flags: LogFlags{Level: "-3"}, wantErr: "must not be negative"},
 		{reason: "an unknown encoder", flags: LogFlags{Encoder: "xml"}, wantErr: "build logger"},
+		{reason: "an unknown stacktrace level", flags: LogFlags{Stacktrace: "warn"}, wantErr: `unknown stacktrace level "warn"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.reason, func(t *testing.T) {
@@ -346,6 +350,36 @@ func TestNewLoggerOutput(t *testing.T) {
 				}
 			},
 		},
+		{
+			reason: "--zap-stacktrace-level=info: stack traces from info up, as upstream's flag means",
+			flags:  LogFlags{Stacktrace: "info"},
+			check: func(t *testing.T, out string) {
+				got := map[string]bool{}
+				for _, line := range lines(out) {
+					m := decodeJSONLine(t, line)
+					if m["msg"] == "repeat" {
+						continue
+					}
+					_, has := m["stacktrace"]
+					got[m["msg"].(string)] = has
+				}
+				want := map[string]bool{"hello": true, "warn-entry": true, "err-entry": true}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("entries with a stack trace (-want +got):\n%s", diff)
+				}
+			},
+		},
+		{
+			reason: "--zap-stacktrace-level=panic with --zap-devel: no stack trace on errors",
+			flags:  LogFlags{Devel: true, Encoder: "json", Stacktrace: "panic"},
+			check: func(t *testing.T, out string) {
+				for _, line := range lines(out) {
+					if m := decodeJSONLine(t, line); m["stacktrace"] != nil {
+						t.Errorf("entry has a stack trace: %v", m["msg"])
+					}
+				}
+			},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.reason, func(t *testing.T) {
@@ -418,7 +452,15 @@ func TestHealth(t *testing.T) {
 		want   []string
 		wantIs []error
 	}{
-		{reason: "no checks: ready", setup: func(*Health) {}},
+		{reason: "no checks: not ready (nothing has started)", setup: func(*Health) {}, want: []string{"no component has reported"}, wantIs: []error{ErrNoChecks}},
+		{reason: "a pending component is not ready", setup: func(h *Health) {
+			h.SetReady("a", func() error { return nil })
+			h.Pending("watcher", "starting: waiting for NATS")
+		}, want: []string{"watcher: starting: waiting for NATS"}},
+		{reason: "a pending check replaced once the component works", setup: func(h *Health) {
+			h.Pending("watcher", "starting")
+			h.SetReady("watcher", func() error { return nil })
+		}},
 		{reason: "all checks pass", setup: func(h *Health) {
 			h.SetReady("a", func() error { return nil })
 			h.SetReady("b", func() error { return nil })
@@ -493,4 +535,40 @@ func TestHealthIsLive(t *testing.T) {
 	if err := h.Ready(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestPoll: the check reports the probe's latest result, fails before the
+// first one, and follows the probe when it turns.
+func TestPoll(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var down atomic.Bool
+	down.Store(true)
+	block := make(chan struct{})
+	check := Poll(ctx, 10*time.Millisecond, time.Second, func(ctx context.Context) error {
+		<-block
+		if down.Load() {
+			return errors.New("refused")
+		}
+		return nil
+	})
+	if err := check(); err == nil || !strings.Contains(err.Error(), "not checked yet") {
+		t.Fatalf("before the first probe: %v, want not checked yet", err)
+	}
+	close(block)
+	waitFor := func(what string, ok func(error) bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !ok(check()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: check still %v", what, check())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor("down", func(err error) bool { return err != nil && err.Error() == "refused" })
+	down.Store(false)
+	waitFor("up", func(err error) bool { return err == nil })
+	down.Store(true)
+	waitFor("down again", func(err error) bool { return err != nil })
 }

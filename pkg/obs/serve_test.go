@@ -106,7 +106,7 @@ func TestServeSeparateAddresses(t *testing.T) {
 		{reason: "the probes are not on the metrics port", addr: metricsAddr, path: "/healthz", wantCode: 404},
 		{reason: "the probes are not on the metrics port", addr: metricsAddr, path: "/readyz", wantCode: 404},
 		{reason: "liveness", addr: healthAddr, path: "/healthz", wantCode: 200, wantBody: "ok"},
-		{reason: "readiness without checks", addr: healthAddr, path: "/readyz", wantCode: 200, wantBody: "ok"},
+		{reason: "not ready before any component reported", addr: healthAddr, path: "/readyz", wantCode: 503, wantBody: "no component has reported"},
 		{reason: "metrics are not on the probe port", addr: healthAddr, path: "/metrics", wantCode: 404},
 	}
 	for _, tc := range cases {
@@ -197,7 +197,9 @@ func TestServeDisabledEndpoints(t *testing.T) {
 			if tc.health {
 				healthAddr = addr
 			}
-			stop := startServe(t, metricsAddr, healthAddr, &Health{})
+			var h Health
+			h.SetReady("x", func() error { return nil })
+			stop := startServe(t, metricsAddr, healthAddr, &h)
 			waitServing(t, addr)
 			wantMetrics, wantHealth := 404, 404
 			if tc.metrics {

@@ -27,6 +27,7 @@ import (
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/kubeapi"
+	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
 	"github.com/metabus/metabus/pkg/revstore"
 	"github.com/metabus/metabus/pkg/snapshot"
@@ -139,6 +140,8 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	if health == nil {
 		health = &obs.Health{}
 	}
+	// Not ready until Run has found the streams and consumes.
+	health.Pending(readyCheck, "starting")
 	a := &Applier{
 		cfg:     cfg,
 		log:     log.Named("applier"),
@@ -164,9 +167,13 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	return a, nil
 }
 
+// readyCheck names the applier's readiness check.
+const readyCheck = "applier"
+
 // Run consumes desired states until ctx is done.
 func (a *Applier) Run(ctx context.Context) error {
 	defer a.rec.Shutdown(ctx)
+	a.health.Pending(readyCheck, "waiting for the streams and consumers")
 	if err := bus.WaitReady(ctx, a.js); err != nil {
 		return err
 	}
@@ -178,14 +185,41 @@ func (a *Applier) Run(ctx context.Context) error {
 	if ackWait <= 0 {
 		ackWait = bus.DesiredAckWait
 	}
-	a.health.SetReady("applier", func() error { return nil })
+	// The consumer is restarted with backoff whenever it cannot start (a
+	// partition read timing out while a cluster elects its leaders) or
+	// stops, never the process; the replica is not ready meanwhile.
+	var (
+		mu   sync.Mutex
+		down = errors.New("desired-state consumer starting")
+	)
+	connected := natsx.Check(a.nc)
+	a.health.SetReady(readyCheck, func() error {
+		if err := connected(); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return down
+	})
 	a.log.Info("applier started", zap.Int("workers", a.cfg.Workers))
-	return bus.Consume(ctx, a.js, bus.ConsumeConfig{
-		Stream: bus.DesiredStream, Prefix: bus.DesiredConsumerPrefix, Stage: bus.DesiredStage,
-		PerController: a.cfg.Workers, Total: a.cfg.MaxInFlight, AckWait: ackWait, Ordered: true,
-		OnError:   func(err error) { a.log.Warn("desired-state consumer", zap.Error(err)) },
-		Ownership: a.metrics.partitions,
-	}, a.handle)
+	bus.Supervise(ctx, bus.SuperviseOptions{}, func(ctx context.Context) error {
+		return bus.Consume(ctx, a.js, bus.ConsumeConfig{
+			Stream: bus.DesiredStream, Prefix: bus.DesiredConsumerPrefix, Stage: bus.DesiredStage,
+			PerController: a.cfg.Workers, Total: a.cfg.MaxInFlight, AckWait: ackWait, Ordered: true,
+			OnError:   func(err error) { a.log.Warn("desired-state consumer", zap.Error(err)) },
+			Ownership: a.metrics.partitions,
+		}, a.handle)
+	}, func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			a.log.Error("desired-state consumer stopped, restarting", zap.Error(err))
+			down = fmt.Errorf("desired-state consumer down: %w", err)
+			return
+		}
+		down = nil
+	})
+	return nil
 }
 
 func (a *Applier) desiredStream(ctx context.Context) (jetstream.Stream, error) {

@@ -30,6 +30,7 @@ import (
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/hooks"
 	"github.com/metabus/metabus/pkg/kubeapi"
+	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
 	"github.com/metabus/metabus/pkg/related"
 	"github.com/metabus/metabus/pkg/revstore"
@@ -160,6 +161,8 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	if health == nil {
 		health = &obs.Health{}
 	}
+	// Not ready until Run has found the streams and consumes.
+	health.Pending(readyCheck, "starting")
 	d := &Dispatcher{
 		cfg:       cfg,
 		log:       log.Named("dispatcher"),
@@ -200,9 +203,16 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	return d, nil
 }
 
+// readyCheck names the dispatcher's readiness check.
+const readyCheck = "dispatcher"
+
+// errStarting is a supervised worker's state before its first run settled.
+var errStarting = errors.New("starting")
+
 // Run consumes work items until ctx is done.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	defer d.rec.Shutdown(ctx)
+	d.health.Pending(readyCheck, "waiting for the streams and consumers")
 	if err := bus.WaitReady(ctx, d.js); err != nil {
 		return err
 	}
@@ -213,6 +223,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			return fmt.Errorf("subscribe to applied notes: %w", err)
 		}
 		defer func() { _ = sub.Unsubscribe() }()
+	}
+	ackWait := d.cfg.Bus.WorkAckWait
+	if ackWait <= 0 {
+		ackWait = bus.WorkAckWait
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -231,7 +245,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				bgMu.Lock()
 				defer bgMu.Unlock()
 				if err == nil {
-					if bgDown[name] != nil {
+					if was := bgDown[name]; was != nil && was != errStarting {
 						d.log.Info(name + " running again")
 					}
 					delete(bgDown, name)
@@ -242,6 +256,18 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			})
 		}()
 	}
+	// The work consumer itself is supervised the same way: a consumer
+	// that cannot start (a partition read timing out while a cluster
+	// elects its leaders) or stops is restarted, never the process.
+	bgDown["work consumer"] = errStarting
+	background("work consumer", func(ctx context.Context) error {
+		return bus.Consume(ctx, d.js, bus.ConsumeConfig{
+			Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
+			PerController: d.cfg.Workers, Total: d.cfg.MaxInFlight, AckWait: ackWait,
+			OnError:   func(err error) { d.log.Warn("work consumer", zap.Error(err)) },
+			Ownership: d.metrics.partitions,
+		}, d.handle)
+	})
 	if d.cfg.RunRelay {
 		background("schedule relay", func(ctx context.Context) error { return bus.RunRelayWith(ctx, d.pub, logErr) })
 	}
@@ -250,11 +276,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			return bus.RunDLQ(ctx, d.js, d.onDeadLetter, logErr)
 		})
 	}
-	ackWait := d.cfg.Bus.WorkAckWait
-	if ackWait <= 0 {
-		ackWait = bus.WorkAckWait
-	}
-	d.health.SetReady("dispatcher", func() error {
+	connected := natsx.Check(d.nc)
+	d.health.SetReady(readyCheck, func() error {
+		if err := connected(); err != nil {
+			return err
+		}
 		bgMu.Lock()
 		defer bgMu.Unlock()
 		var errs []error
@@ -264,12 +290,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return errors.Join(errs...)
 	})
 	d.log.Info("dispatcher started", zap.Int("workers", d.cfg.Workers))
-	return bus.Consume(ctx, d.js, bus.ConsumeConfig{
-		Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
-		PerController: d.cfg.Workers, Total: d.cfg.MaxInFlight, AckWait: ackWait,
-		OnError:   func(err error) { d.log.Warn("work consumer", zap.Error(err)) },
-		Ownership: d.metrics.partitions,
-	}, d.handle)
+	<-ctx.Done()
+	return nil
 }
 
 // onDeadLetter reports a poison message on its parent.

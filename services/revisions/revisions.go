@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
 	"github.com/metabus/metabus/pkg/revstore"
 )
@@ -91,6 +92,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if health == nil {
 		health = &obs.Health{}
 	}
+	// Not ready until Run serves.
+	health.Pending(readyCheck, "starting")
 	s := &Service{
 		cfg:     cfg,
 		log:     log.Named("revisions"),
@@ -133,6 +136,9 @@ func (s *Service) Revisions(ctx context.Context, req revstore.Request) (*revstor
 	}
 	return resp, nil
 }
+
+// readyCheck names the revisions service's readiness check.
+const readyCheck = "revisions"
 
 // Run serves the revisions micro service on NATS until ctx is done. Then it
 // stops taking requests and returns once those it took are answered; they
@@ -183,12 +189,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("register revisions service: %w", err)
 	}
-	s.health.SetReady("revisions", func() error {
-		if !s.nc.IsConnected() {
-			return errors.New("not connected to NATS")
-		}
-		return nil
-	})
+	s.health.SetReady(readyCheck, natsx.Check(s.nc))
 	s.log.Info("revisions service started", zap.String("subject", bus.RevisionsSubject), zap.Int("concurrency", s.cfg.Concurrency))
 	<-ctx.Done()
 	stopErr := svc.Stop()

@@ -49,6 +49,7 @@ import (
 	"github.com/metabus/metabus/pkg/kindtable"
 	"github.com/metabus/metabus/pkg/kubeapi"
 	"github.com/metabus/metabus/pkg/leader"
+	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
 	"github.com/metabus/metabus/pkg/related"
 )
@@ -209,10 +210,19 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--controller-resources: %w", err)
 	}
+	if cfg.Bus.Partitions != 0 {
+		// A wrong count is the command line's: refuse it at once rather
+		// than retrying the stream setup for ever.
+		if err := bus.ValidPartitions(cfg.Bus.Partitions); err != nil {
+			return nil, fmt.Errorf("--partitions: %w", err)
+		}
+	}
 	health := deps.Health
 	if health == nil {
 		health = &obs.Health{}
 	}
+	// Not ready until Run has the streams and synced caches.
+	health.Pending(readyCheck, "starting")
 	w := &Watcher{
 		cfg:         cfg,
 		log:         log.Named("watcher"),
@@ -247,12 +257,24 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 	return w, nil
 }
 
+// readyCheck names the watcher's readiness check.
+const readyCheck = "watcher"
+
 // Run starts the watcher and blocks until ctx is done.
 func (w *Watcher) Run(ctx context.Context) error {
 	defer w.rec.Shutdown(ctx)
 	if w.cfg.EnsureStreams {
-		if err := bus.Ensure(ctx, w.js, w.cfg.Bus); err != nil {
-			return err
+		// The streams may not be creatable yet: NATS restarting, or a
+		// cluster still placing the replicas of new R3 streams (a stream
+		// read then times out). Wait for them rather than exit.
+		w.health.Pending(readyCheck, "creating the streams and consumers")
+		err := natsx.Retry(ctx, natsx.DefaultBackoff, func(ctx context.Context) error { return bus.Ensure(ctx, w.js, w.cfg.Bus) },
+			func(err error, next time.Duration) {
+				w.log.Warn("streams and consumers not ready yet; retrying", zap.Error(err), zap.Duration("retryIn", next))
+				w.health.Pending(readyCheck, "creating the streams and consumers: "+err.Error())
+			})
+		if err != nil {
+			return nil // ctx is done
 		}
 		// Partition consumers keep their state in memory: a restarted
 		// NATS server has lost them until they are recreated.
@@ -264,9 +286,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 			}
 			w.log.Warn("bus", zap.Error(err))
 		})
-	} else if err := bus.WaitReady(ctx, w.js); err != nil {
-		return err
+	} else {
+		w.health.Pending(readyCheck, "waiting for the streams and consumers")
+		if err := bus.WaitReady(ctx, w.js); err != nil {
+			return err
+		}
 	}
+	w.health.Pending(readyCheck, "waiting for the controller caches to sync")
 	if err := w.disc.Refresh(ctx); err != nil {
 		w.log.Warn("initial discovery incomplete", zap.Error(err))
 	}
@@ -316,7 +342,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	w.health.SetReady("watcher", func() error {
+	connected := natsx.Check(w.nc)
+	w.health.SetReady(readyCheck, func() error {
+		if err := connected(); err != nil {
+			return err
+		}
 		for kind, h := range w.ctrlHandles {
 			if !h.HasSynced() {
 				return fmt.Errorf("%s cache not synced", kind)

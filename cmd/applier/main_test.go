@@ -1,0 +1,21 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/metabus/metabus/pkg/cli/clitest"
+)
+
+// TestUpstreamFlags: every flag of upstream Metacontroller v4.17 parses, in
+// each spelling manifests use (issue #23).
+func TestUpstreamFlags(t *testing.T) { clitest.AcceptsUpstreamFlags(t, newCommand) }
+
+// TestStrayWords: an unknown word is an error, and nothing starts.
+func TestStrayWords(t *testing.T) { clitest.RefusesStrayWords(t, newCommand) }
+
+// TestReadiness (issues #23, #25): /readyz follows NATS, the streams and
+// consumers and the API server; started before either exists, the service
+// waits for them.
+func TestReadiness(t *testing.T) {
+	clitest.CheckReadiness(t, clitest.Readiness{New: newCommand, EnsureStreams: true})
+}
