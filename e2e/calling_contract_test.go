@@ -326,7 +326,7 @@ func (s *secretsScenario) start(t *testing.T, inst *instance, ns, secretNS, pref
 		}
 	}
 	if _, err := kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "shared"},
-		Data: map[string][]byte{"value": []byte("c2VjcmV0")}}, metav1.CreateOptions{}); err != nil {
+		Data: map[string][]byte{"value": []byte("secret")}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	url, ca := tlsHook(t, s.handler())
@@ -391,8 +391,8 @@ func TestContractSecretsUnderDefaults(t *testing.T) {
 	if got := s.authz["/basic"]; got == "" || got[:6] != "Basic " {
 		t.Errorf("basic hook saw Authorization %q, want Basic credentials", got)
 	}
-	if s.propagated != "c2VjcmV0" {
-		t.Errorf("the propagate hook saw the related Secret's value %q, want it", s.propagated)
+	if s.propagated != "c2VjcmV0" { // base64 of "secret", as a Secret's data is sent
+		t.Errorf("the propagate hook saw the related Secret's value %q, want c2VjcmV0", s.propagated)
 	}
 }
 
