@@ -41,5 +41,18 @@
 // every Secret and ConfigMap reference must be in a namespace Options.SecretNamespaceAllowed
 // accepts, and credentials (authorization, basicAuth, a user:password in the url) are only sent
 // to https URLs, unless the webhook or the options carrying them set allowInsecureCredentials.
-// A service reference is http unless its protocol is https.
+// A service reference is http unless its protocol is https. Options.InsecureCredentialsRefused
+// makes the client ignore allowInsecureCredentials altogether.
+//
+// Credentials never follow a redirect to plain http (unless the call may send them in clear),
+// and they follow one only to the same host and port: net/http alone would send the
+// Authorization header to any port and scheme of the same host name, and to its subdomains.
+//
+// # Destinations
+//
+// Options.Destinations is an admin's policy of where hooks may be called (hosts, addresses,
+// CIDRs, ports; see Destinations). It is checked on every dial, after DNS resolution and before
+// the connection is opened, so neither a name resolving to a denied address, nor a rebinding
+// name, nor a redirect reaches a denied destination. A denied call fails with a *RefusedError
+// naming the rule.
 package hooks
