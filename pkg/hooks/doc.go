@@ -18,7 +18,9 @@
 // A reply carrying ce-specversion (binary mode) or Content-Type: application/cloudevents+json
 // (structured mode) is read as a CloudEvent and its data is the response; anything else is
 // plain JSON. The sdk's client.Request cannot be used because it fails on plain JSON replies.
-// Bodies are capped (Options.MaxResponseBytes) because a hook is untrusted input.
+// Bodies are capped (Options.MaxResponseBytes) because a hook is untrusted input, and so is
+// their shape (256Ki objects and arrays, 1Mi values), checked before decoding: 8 MiB of tiny
+// values would otherwise decode to hundreds of MiB.
 //
 // Decoding follows upstream: JSON keys are matched case-sensitively and integers are kept as
 // int64 (sigs.k8s.io/json), so unstructured children behave like objects read from the API

@@ -197,6 +197,21 @@ func (ix *relatedIndex) size() (buckets, handles int) {
 	return buckets, handles
 }
 
+// relatedBuckets sums the namespace buckets of every wiring's related
+// index, for the metrics.
+func (w *Watcher) relatedBuckets() int {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	n := 0
+	for _, wr := range w.wirings {
+		if wr.related != nil {
+			b, _ := wr.related.size()
+			n += b
+		}
+	}
+	return n
+}
+
 // release drops every subscription (the wiring stops).
 func (ix *relatedIndex) release() {
 	ix.mu.Lock()
