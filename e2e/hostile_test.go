@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -23,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/metabus/metabus/pkg/allinone"
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
@@ -31,7 +34,6 @@ import (
 	"github.com/metabus/metabus/pkg/testnats"
 	"github.com/metabus/metabus/pkg/testpki"
 	"github.com/metabus/metabus/services/dispatcher"
-	"github.com/metabus/metabus/services/watcher"
 )
 
 // The hostile-tenant suite (issue 26): metabus runs under the hardened
@@ -57,21 +59,64 @@ const (
 	tenantUser = "e2e-hostile-tenant"
 )
 
-// hardenedProfile is the hardened profile's settings (SECURITY.md, the
-// Helm value and kustomize overlay of the hardened profile): controllers
-// may not watch Secrets, related rules may not name them, webhook
-// credentials come from the dispatcher's own namespace only and never over
-// plain http, and hooks may not be aimed at the API server, loopback or
-// link-local addresses (hookHost excepted, for the test's hooks).
-func hardenedProfile() allinone.Config {
-	return allinone.Config{
-		Watcher: watcher.Config{ControllerResources: []string{"*", "-core/secrets"}},
-		Dispatcher: dispatcher.Config{
-			RelatedResources:          []string{"*", "-core/secrets"},
-			HookDestinations:          []string{hookHost + ",-apiserver,-loopback,-link-local,*"},
-			RefuseInsecureCredentials: true,
-		},
+// hardenedProfile is the hardened profile's settings, as shipped: the
+// service arguments deploy/overlays/hardened sets, parsed by the services'
+// own flags. hookHost is listed first among the hook destinations: the
+// test's hooks run there (in a cluster, an admin lists the hooks' network
+// the same way).
+func hardenedProfile(t *testing.T) allinone.Config {
+	t.Helper()
+	data, err := os.ReadFile("../deploy/overlays/hardened/kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
 	}
+	var kustomization struct {
+		Patches []struct {
+			Target struct{ Name string }
+			Patch  string
+		}
+	}
+	if err := yaml.Unmarshal(data, &kustomization); err != nil {
+		t.Fatalf("deploy/overlays/hardened: %v", err)
+	}
+	args := map[string][]string{}
+	for _, p := range kustomization.Patches {
+		var ops []struct {
+			Op    string
+			Value any
+		}
+		if p.Target.Name == "" || yaml.Unmarshal([]byte(p.Patch), &ops) != nil {
+			continue
+		}
+		for _, op := range ops {
+			if v, ok := op.Value.(string); ok && op.Op == "replace" && strings.HasPrefix(v, "--") {
+				args[p.Target.Name] = append(args[p.Target.Name], v)
+			}
+		}
+	}
+	var cfg allinone.Config
+	for name, register := range map[string]func(*flag.FlagSet){
+		"metabus-dispatcher": cfg.Dispatcher.RegisterFlags,
+		"metabus-watcher":    cfg.Watcher.RegisterFlags,
+	} {
+		if len(args[name]) == 0 {
+			t.Fatalf("deploy/overlays/hardened sets no argument of %s", name)
+		}
+		fs := flag.NewFlagSet(name, flag.ContinueOnError)
+		register(fs)
+		if err := fs.Parse(args[name]); err != nil {
+			t.Fatalf("deploy/overlays/hardened: %s %v: %v", name, args[name], err)
+		}
+		t.Logf("hardened profile: %s %s", name, strings.Join(args[name], " "))
+	}
+	for _, need := range []bool{len(cfg.Dispatcher.HookDestinations) > 0, cfg.Dispatcher.RefuseInsecureCredentials,
+		len(cfg.Dispatcher.RelatedResources) > 0, len(cfg.Watcher.ControllerResources) > 0} {
+		if !need {
+			t.Fatalf("deploy/overlays/hardened lacks a narrowing setting the suite relies on: %+v %+v", cfg.Dispatcher, cfg.Watcher)
+		}
+	}
+	cfg.Dispatcher.HookDestinations = append([]string{hookHost}, cfg.Dispatcher.HookDestinations...)
+	return cfg
 }
 
 // hostile is the suite's running metabus and what it records.
@@ -112,8 +157,10 @@ func startHostile(t *testing.T) *hostile {
 	t.Helper()
 	h := &hostile{ca: testpki.NewCA(t, "hostile hooks")}
 
-	// The applier without its all-resources role, granted the test's own
-	// parent and child kinds only.
+	// The hardened profile's RBAC: the dispatcher reads Secrets in its own
+	// namespace only, the applier is without its all-resources role and
+	// granted the test's own parent and child kinds only.
+	narrowDispatcherSecrets(t)
 	narrowApplier(t)
 	grantApplier(t, "e2e-hostile-applier",
 		rbacv1.PolicyRule{APIGroups: []string{"test.metabus.dev"}, Resources: []string{"widgets"}, Verbs: []string{"get", "update"}},
@@ -127,7 +174,7 @@ func startHostile(t *testing.T) *hostile {
 	})
 
 	h.nats = testnats.StartProduction(t, "../deploy/nats/nats-server.conf")
-	cfg := hardenedProfile()
+	cfg := hardenedProfile(t)
 	cfg.NATS.URL = h.nats.URL
 	// Snapshots and revisions over NATS too, as between deployed services:
 	// their replies are on the bus for the bus test to try to read.
