@@ -525,7 +525,9 @@ func (h *hostile) foreignSecrets(t *testing.T) {
 // allowInsecureCredentials, which the profile does not honour), through a
 // service reference without protocol https, as a user:password in the URL,
 // and by an https hook redirecting to plain http. Every attempt is refused
-// with a SyncError; the plain-http listener receives nothing.
+// with a SyncError; the plain-http listener receives nothing. And metabus's
+// own NATS credentials named as a hook credential, over https: refused, the
+// hook receives nothing.
 func (h *hostile) credentialsOverHTTP(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
@@ -573,6 +575,26 @@ func (h *hostile) credentialsOverHTTP(t *testing.T) {
 	}
 	if n := plain.all.Load(); n != 0 {
 		t.Errorf("the plain-http listener received %d requests", n)
+	}
+
+	// metabus's own NATS credentials, over https: never a hook credential.
+	tlsHook := h.serveOn(t, hookHost, true, func(l *listener, w http.ResponseWriter, r *http.Request) {
+		l.record(r.Header.Get("Authorization"))
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	})
+	natsSecret := natsx.CredentialsSecretPrefix + "dispatcher"
+	h.controller(t, compositeKind, "hostile-nats-creds-"+ns, map[string]any{
+		"parentResource": selecting("nats-creds"),
+		"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": tlsHook.URL, "caBundle": map[string]any{"inline": ca},
+			"authorization": map[string]any{"secretRef": map[string]any{"name": natsSecret, "namespace": dispatcher.DefaultNamespace, "key": "nkey.seed"}}}}},
+	})
+	h.widget(t, ns, "nats-creds", map[string]string{"mode": "nats-creds"})
+	eventually(t, 45*time.Second, "a SyncError on the parent naming metabus's own NATS credentials", func() error {
+		return warningEvent(ctx, ns, "nats-creds", "SyncError", natsSecret, "holds metabus's own NATS credentials")
+	})
+	if n := tlsHook.all.Load(); n != 0 {
+		t.Errorf("the hook named with metabus's NATS credentials received %d requests", n)
 	}
 	if n := origin.count("Bearer s3cr3t-" + ns); n == 0 {
 		t.Error("the https hook never received the call: the redirect was not tried")
