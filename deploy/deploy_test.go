@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/metabus/metabus/pkg/natscreds"
+	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/services/applier"
 )
 
@@ -1643,11 +1644,21 @@ func TestNATSConfig(t *testing.T) {
 		{"APPLIER_NKEY", "publish", "$JS.API.CONSUMER.DELETE.MC_DESIRED.desired-64-p00", false},
 	}
 	for _, u := range users {
+		// Each service's replies on its own inbox prefix (issue 26): its
+		// own, never the shared _INBOX nor another service's.
+		own := strings.ToLower(strings.TrimSuffix(u, "_NKEY"))
+		for _, other := range users {
+			svc := strings.ToLower(strings.TrimSuffix(other, "_NKEY"))
+			cases = append(cases, tc{u, "subscribe", natsx.ServiceInboxPrefix(svc) + ".q8Zy3.1", svc == own})
+		}
 		cases = append(cases,
 			tc{u, "publish", "$JS.API.INFO", true},
 			tc{u, "publish", "$JS.API.STREAM.INFO.MC_WORK", true},
 			tc{u, "publish", "$JS.API.CONSUMER.INFO.MC_WORK.work-64-p00", true},
-			tc{u, "subscribe", "_INBOX.q8Zy3.1", true},
+			tc{u, "subscribe", "_INBOX.q8Zy3.1", false},
+			tc{u, "subscribe", "_INBOX.>", false},
+			tc{u, "subscribe", ">", false},
+			tc{u, "publish", natsx.ServiceInboxPrefix(own) + ".q8Zy3.1", false},
 			tc{u, "publish", "$JS.API.STREAM.DELETE.MC_WORK", false},
 			tc{u, "publish", "$JS.API.CONSUMER.DELETE.MC_SCHED.due-relay", false},
 			tc{u, "publish", "$SYS.REQ.SERVER.PING", false},

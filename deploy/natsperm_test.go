@@ -462,6 +462,28 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 			return err
 		}},
 	}
+	// Nobody reads another's replies (issue 26): snapshots (Secret
+	// children), revisions and JetStream API replies travel on inboxes.
+	for _, user := range testnats.Services {
+		for _, subject := range []string{"_INBOX.>", "_INBOX.*", ">"} {
+			denials = append(denials, denial{user: user, what: "subscribe to " + subject, subject: subject,
+				do: func(ctx context.Context, c *permConn) error {
+					_, err := c.nc.Subscribe(subject, func(*nats.Msg) {})
+					return err
+				}})
+		}
+		for _, other := range testnats.Services {
+			if other == user {
+				continue
+			}
+			subject := natsx.ServiceInboxPrefix(other) + ".>"
+			denials = append(denials, denial{user: user, what: "read the " + other + "'s replies", subject: subject,
+				do: func(ctx context.Context, c *permConn) error {
+					_, err := c.nc.Subscribe(subject, func(*nats.Msg) {})
+					return err
+				}})
+		}
+	}
 	var dwg sync.WaitGroup
 	for _, d := range denials {
 		dwg.Add(1)
@@ -549,7 +571,7 @@ type permConn struct {
 // --nats-nkey seed file) and records the connection's async errors.
 func (e *permEnv) connect(t *testing.T, user string) *permConn {
 	t.Helper()
-	nc, js, err := natsx.Connect(natsx.ConnOptions{URL: e.url, Name: "metabus-" + user, NKeySeed: e.seeds[user]})
+	nc, js, err := natsx.Connect(natsx.ConnOptions{URL: e.url, Name: "metabus-" + user, NKeySeed: e.seeds[user], InboxPrefix: natsx.ServiceInboxPrefix(user)})
 	if err != nil {
 		t.Fatalf("connect as %s: %v", user, err)
 	}
@@ -631,7 +653,7 @@ type denial struct {
 // later (a request to a refused subject times out), so its error is logged,
 // not required.
 func (d denial) check(t *testing.T, e *permEnv) {
-	nc, js, err := natsx.Connect(natsx.ConnOptions{URL: e.url, Name: "denial-" + d.user, NKeySeed: e.seeds[d.user]})
+	nc, js, err := natsx.Connect(natsx.ConnOptions{URL: e.url, Name: "denial-" + d.user, NKeySeed: e.seeds[d.user], InboxPrefix: natsx.ServiceInboxPrefix(d.user)})
 	if err != nil {
 		t.Errorf("%s may not %s: connect: %v", d.user, d.what, err)
 		return

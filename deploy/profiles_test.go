@@ -95,6 +95,7 @@ func TestProfiles(t *testing.T) {
 	def, hardened := renders(t)
 	type want struct {
 		secretNamespaces, relatedResources, controllerResources string
+		hookDestinations, refuseInsecureCredentials             string
 		// What the dispatcher may read in a tenant's namespace, the applier
 		// write anywhere.
 		tenantSecrets, anyWrite bool
@@ -107,6 +108,12 @@ func TestProfiles(t *testing.T) {
 		}
 		if got := flagValues(d, "related-resources"); !slices.Equal(got, []string{w.relatedResources}) {
 			t.Errorf("dispatcher --related-resources %q, want [%q]", got, w.relatedResources)
+		}
+		if got := flagValues(d, "hook-destinations"); !slices.Equal(got, []string{w.hookDestinations}) {
+			t.Errorf("dispatcher --hook-destinations %q, want [%q]", got, w.hookDestinations)
+		}
+		if got := flagValues(d, "refuse-insecure-credentials"); !slices.Equal(got, []string{w.refuseInsecureCredentials}) {
+			t.Errorf("dispatcher --refuse-insecure-credentials %q, want [%q]", got, w.refuseInsecureCredentials)
 		}
 		if got := flagValues(containerArgs(t, r.objs, "metabus-watcher"), "controller-resources"); !slices.Equal(got, []string{w.controllerResources}) {
 			t.Errorf("watcher --controller-resources %q, want [%q]", got, w.controllerResources)
@@ -135,12 +142,14 @@ func TestProfiles(t *testing.T) {
 	}
 	for _, r := range def {
 		t.Run(r.name, func(t *testing.T) {
-			check(t, r, want{secretNamespaces: "*", relatedResources: "*", controllerResources: "*", tenantSecrets: true, anyWrite: true})
+			check(t, r, want{secretNamespaces: "*", relatedResources: "*", controllerResources: "*",
+				hookDestinations: "*", refuseInsecureCredentials: "false", tenantSecrets: true, anyWrite: true})
 		})
 	}
 	for _, r := range hardened {
 		t.Run(r.name, func(t *testing.T) {
-			check(t, r, want{secretNamespaces: "", relatedResources: "*,-core/secrets", controllerResources: "*,-core/secrets"})
+			check(t, r, want{secretNamespaces: "", relatedResources: "*,-core/secrets", controllerResources: "*,-core/secrets",
+				hookDestinations: "-apiserver,-loopback,-link-local,*", refuseInsecureCredentials: "true"})
 			for _, kind := range []string{"ClusterRole", "ClusterRoleBinding"} {
 				if o := find(r.objs, kind, "metabus-dispatcher-secrets-all-namespaces"); o != nil {
 					t.Errorf("%s metabus-dispatcher-secrets-all-namespaces is rendered", kind)

@@ -118,6 +118,13 @@ const (
 // startMetabusAs is startMetabusWith with the services' identity.
 func startMetabusAs(tb testing.TB, cfg allinone.Config, trace obs.Tracer, wrap func(http.RoundTripper) http.RoundTripper, who identity) *instance {
 	tb.Helper()
+	return startMetabusDeps(tb, cfg, trace, wrap, who, nil)
+}
+
+// startMetabusDeps is startMetabusAs with a last say on the process's
+// dependencies (e.g. each service's own NATS user).
+func startMetabusDeps(tb testing.TB, cfg allinone.Config, trace obs.Tracer, wrap func(http.RoundTripper) http.RoundTripper, who identity, edit func(*allinone.Deps)) *instance {
+	tb.Helper()
 	inst := &instance{reg: prometheus.NewRegistry()}
 	label := strings.ToLower(strings.NewReplacer("/", "-", "_", "-", "=", "-").Replace(tb.Name()))
 	if len(label) > 63 {
@@ -149,6 +156,9 @@ func startMetabusAs(tb testing.TB, cfg allinone.Config, trace obs.Tracer, wrap f
 	}
 	if who == serviceAccounts {
 		deps.ServiceREST = asServiceAccounts(rc)
+	}
+	if edit != nil {
+		edit(&deps)
 	}
 	go func() { done <- allinone.Run(ctx, cfg, deps) }()
 	select {

@@ -11,10 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -282,6 +284,167 @@ func TestApplierNarrowedRBAC(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, "the child once ConfigMaps are granted", func() error {
 		_, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, "w-a", metav1.GetOptions{})
+		return err
+	})
+}
+
+// narrowClusterRole replaces the rules of a shipped ClusterRole until the
+// test ends or it calls the returned restore, as an admin narrowing it
+// would, and waits until the API server's authorizer applies the new rules
+// to the role's ServiceAccount (probe: a verb on a resource the narrowed
+// rules no longer grant).
+func narrowClusterRole(t *testing.T, name, service string, rules []rbacv1.PolicyRule, probe authorizationv1.ResourceAttributes) (restore func()) {
+	t.Helper()
+	ctx := context.Background()
+	role, err := kube.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped := role.Rules
+	role.Rules = rules
+	if _, err := kube.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	allowed := func() (bool, error) {
+		r, err := kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: serviceAccount(service), ResourceAttributes: &probe,
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			return false, err
+		}
+		return r.Status.Allowed, nil
+	}
+	var once sync.Once
+	restore = func() {
+		once.Do(func() {
+			cur, err := kube.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{})
+			if err == nil {
+				cur.Rules = shipped
+				_, err = kube.RbacV1().ClusterRoles().Update(ctx, cur, metav1.UpdateOptions{})
+			}
+			if err != nil {
+				t.Errorf("restore ClusterRole %s: %v", name, err)
+				return
+			}
+			eventually(t, 30*time.Second, "the shipped rules of "+name+" back in force", func() error {
+				if ok, err := allowed(); err != nil || !ok {
+					return fmt.Errorf("%s may not %s %s yet (%v)", service, probe.Verb, probe.Resource, err)
+				}
+				return nil
+			})
+		})
+	}
+	t.Cleanup(restore)
+	eventually(t, 30*time.Second, "the narrowed rules of "+name+" in force", func() error {
+		if ok, err := allowed(); err != nil || ok {
+			return fmt.Errorf("%s may still %s %s (%v)", service, probe.Verb, probe.Resource, err)
+		}
+		return nil
+	})
+	return restore
+}
+
+// TestWatcherNarrowedRBAC (issue 26): the watcher runs under its
+// production ClusterRole, not with more rights. With the wildcard read
+// replaced by the resources one controller uses (what deploy/rbac/
+// watcher.yaml tells admins they may do), that controller converges and one
+// naming a resource outside the list is never synced: had the watcher more
+// rights than its ClusterRole, it would be. Once the shipped role is back,
+// the second converges too.
+func TestWatcherNarrowedRBAC(t *testing.T) {
+	ctx := context.Background()
+	read := []string{"get", "list", "watch"}
+	restore := narrowClusterRole(t, "metabus-watcher", allinone.ServiceWatcher, []rbacv1.PolicyRule{
+		{APIGroups: []string{"metacontroller.k8s.io"}, Resources: []string{"compositecontrollers", "decoratorcontrollers", "mapcontrollers", "controllerrevisions"}, Verbs: read},
+		{APIGroups: []string{"test.metabus.dev"}, Resources: []string{"widgets"}, Verbs: read},
+		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: read},
+		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}, authorizationv1.ResourceAttributes{Verb: "list", Resource: "configmaps"})
+
+	inst := startMetabus(t, allinone.Config{}, nil)
+	ns := newNamespace(t)
+	var granted, refused atomic.Int64
+	statusHook := func(calls *atomic.Int64) string {
+		return hookServer(t, jsonHook(func(map[string]any) (int, any) {
+			calls.Add(1)
+			return 200, map[string]any{"status": map[string]any{"synced": true}, "children": []any{}}
+		}))
+	}
+	byMode := func(mode string) map[string]any {
+		return map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets",
+			"labelSelector": map[string]any{"matchLabels": map[string]any{"mode": mode}}}
+	}
+	createController(t, inst, compositeKind, "watcher-granted-"+ns, map[string]any{
+		"parentResource": byMode("granted"),
+		"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "services"}},
+		"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": statusHook(&granted)}}},
+	})
+	createController(t, inst, compositeKind, "watcher-refused-"+ns, map[string]any{
+		"parentResource": byMode("refused"),
+		"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}},
+		"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": hookServer(t, jsonHook(widgetHook(&refused)))}}},
+	})
+	for name, mode := range map[string]string{"g": "granted", "w": "refused"} {
+		w := newWidget(name, []string{"a"}, 1)
+		w.SetLabels(map[string]string{"mode": mode})
+		if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, w, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, "the controller whose resources the watcher may read to sync", func() error {
+		g, err := dyn.Resource(widgetsGVR).Namespace(ns).Get(ctx, "g", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if synced, _, _ := unstructured.NestedBool(g.Object, "status", "synced"); !synced {
+			return fmt.Errorf("status %v", g.Object["status"])
+		}
+		return nil
+	})
+	// The other has had as long, and longer: no configmaps informer can
+	// sync, so its parents are never sent to its hook.
+	time.Sleep(5 * time.Second)
+	if n := refused.Load(); n != 0 {
+		t.Fatalf("the controller naming configmaps, which the narrowed watcher may not list, was synced %d times: the watcher runs with more rights than its ClusterRole", n)
+	}
+	restore()
+	eventually(t, 60*time.Second, "the other controller's child once the shipped ClusterRole is back", func() error {
+		_, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, "w-a", metav1.GetOptions{})
+		return err
+	})
+}
+
+// TestRevisionsNarrowedRBAC (issue 26): the revisions service runs under
+// its production ClusterRole, not with more rights. Without its rule on
+// controllerrevisions a rolling controller's parent never reaches its hook
+// (its revision history cannot be loaded) and no Pod is created: had the
+// service more rights than its ClusterRole, the rollout would proceed. With
+// the shipped role back, it does.
+func TestRevisionsNarrowedRBAC(t *testing.T) {
+	ctx := context.Background()
+	restore := narrowClusterRole(t, "metabus-revisions", allinone.ServiceRevisions, []rbacv1.PolicyRule{
+		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}, authorizationv1.ResourceAttributes{Verb: "list", Group: "metacontroller.k8s.io", Resource: "controllerrevisions"})
+
+	inst := startMetabus(t, allinone.Config{}, nil)
+	ns := newNamespace(t)
+	var calls atomic.Int64
+	url := hookServer(t, jsonHook(func(req map[string]any) (int, any) {
+		calls.Add(1)
+		return rollsetHook(req)
+	}))
+	rollsetController(t, inst, "revisions-narrowed-"+ns, url, "RollingRecreate")
+	createRollSet(t, ns, "r", 1, 1)
+	time.Sleep(8 * time.Second)
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("the rolling controller's hook was called %d times though the revisions service may not read ControllerRevisions: it runs with more rights than its ClusterRole", n)
+	}
+	if pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err != nil || len(pods.Items) != 0 {
+		t.Fatalf("Pods %v (%v), want none", pods, err)
+	}
+	restore()
+	eventually(t, 60*time.Second, "the rolling controller's Pod once the shipped ClusterRole is back", func() error {
+		_, err := kube.CoreV1().Pods(ns).Get(ctx, "r-0", metav1.GetOptions{})
 		return err
 	})
 }

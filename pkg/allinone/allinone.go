@@ -67,6 +67,12 @@ type Deps struct {
 	// ServiceAccount, so a rule missing from deploy/rbac fails a test
 	// rather than a user's installation.
 	ServiceREST map[string]*rest.Config
+	// ServiceNATS, if set, gives services their own NATS connection options
+	// instead of Config.NATS, keyed by service name: the e2e tests connect
+	// each to a server loaded from the shipped nats-server.conf as its own
+	// nkey user, so that a subject missing from a user's permissions fails
+	// a test. Name, Logger and the inbox prefix are set here still.
+	ServiceNATS map[string]natsx.ConnOptions
 	Log         *zap.Logger
 	Metrics     prometheus.Registerer
 	Health      *obs.Health
@@ -131,10 +137,15 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		}
 		log.Info("embedded NATS JetStream started", zap.String("url", url), zap.String("storeDir", dir))
 	}
-	// An external server that is not up yet is waited for.
-	connect := func(name string) (*nats.Conn, jetstream.JetStream, error) {
+	// An external server that is not up yet is waited for. Each service
+	// replies on its own inbox prefix, as when deployed, so that a server
+	// with per-service permissions serves this process too.
+	connect := func(service, name string) (*nats.Conn, jetstream.JetStream, error) {
 		o := cfg.NATS
-		o.Name, o.Logger = name, log
+		if so, ok := deps.ServiceNATS[service]; ok {
+			o = so
+		}
+		o.Name, o.Logger, o.InboxPrefix = name, log, natsx.ServiceInboxPrefix(service)
 		if srv != nil {
 			o.InProcess = srv
 		}
@@ -150,7 +161,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		}
 	}()
 
-	nc, js, err := connect("metabus-watcher")
+	nc, js, err := connect(ServiceWatcher, "metabus-watcher")
 	if err != nil {
 		return err
 	}
@@ -183,7 +194,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		return err
 	}
 	var src snapshot.Source = w
-	rnc, _, err := connect("metabus-revisions")
+	rnc, _, err := connect(ServiceRevisions, "metabus-revisions")
 	if err != nil {
 		return err
 	}
@@ -224,7 +235,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	// tests) reach it.
 	runIt("revisions", revs.Run)
 	for i := 0; i < max(cfg.Dispatchers, 1); i++ {
-		nc, js, err := connect(fmt.Sprintf("metabus-dispatcher-%d", i))
+		nc, js, err := connect(ServiceDispatcher, fmt.Sprintf("metabus-dispatcher-%d", i))
 		if err != nil {
 			cancel()
 			wg.Wait()
@@ -251,7 +262,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		runIt(fmt.Sprintf("dispatcher-%d", i), disp.Run)
 	}
 	for i := 0; i < max(cfg.Appliers, 1); i++ {
-		nc, js, err := connect(fmt.Sprintf("metabus-applier-%d", i))
+		nc, js, err := connect(ServiceApplier, fmt.Sprintf("metabus-applier-%d", i))
 		if err != nil {
 			cancel()
 			wg.Wait()

@@ -31,7 +31,7 @@ func TestRedactSecretData(t *testing.T) {
 			want: `{"parent":{"name":"p"},"workSeq":12345678901234567,"children":[` +
 				`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"db"},"type":"Opaque","data":{"password":""},"stringData":{"user":""}},` +
 				`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"},"data":{"k":"v"}}]}`,
-			wantNote: "data and stringData values of 1 Secret children",
+			wantNote: "data and stringData values of 1 Secrets",
 		},
 		{
 			reason:   "a Secret-like custom kind is not a Secret",
@@ -40,10 +40,34 @@ func TestRedactSecretData(t *testing.T) {
 			wantNote: "",
 		},
 		{
+			reason: "a rolling parent's older revision: Secrets under revisions[].children are redacted too",
+			in: `{"children":[],"revisions":[{"name":"r1","children":[` +
+				`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"old"},"data":{"password":"aHVudGVyMg=="}}]}]}`,
+			want: `{"children":[],"revisions":[{"name":"r1","children":[` +
+				`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"old"},"data":{"password":""}}]}]}`,
+			wantNote: "data and stringData values of 1 Secrets",
+		},
+		{
+			reason: "anywhere else: a Secret in a status, a List, and the items of a SecretList (which omit kind)",
+			in: `{"status":{"copy":{"apiVersion":"v1","kind":"Secret","stringData":{"k":"s3cr3t"}}},` +
+				`"children":[{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Secret","data":{"a":"czE="}}]},` +
+				`{"apiVersion":"v1","kind":"SecretList","items":[{"metadata":{"name":"x"},"data":{"b":"czI="}}]}]}`,
+			want: `{"status":{"copy":{"apiVersion":"v1","kind":"Secret","stringData":{"k":""}}},` +
+				`"children":[{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Secret","data":{"a":""}}]},` +
+				`{"apiVersion":"v1","kind":"SecretList","items":[{"metadata":{"name":"x"},"data":{"b":""}}]}]}`,
+			wantNote: "data and stringData values of 3 Secrets",
+		},
+		{
+			reason:   "a Secret whose data is not a map: the field is dropped",
+			in:       `{"children":[{"apiVersion":"v1","kind":"Secret","data":"aHVudGVyMg=="}]}`,
+			want:     `{"children":[{"apiVersion":"v1","kind":"Secret","data":null}]}`,
+			wantNote: "data and stringData values of 1 Secrets",
+		},
+		{
 			reason:   "undecodable: the body is dropped",
 			in:       `{"children":[{"kind":"Secret","data":{"password":"aHVudGVyMg=="}`,
 			want:     `{}`,
-			wantNote: "body removed: not a decodable desired state",
+			wantNote: "body removed: not a decodable message",
 		},
 	}
 	for _, tt := range tests {
@@ -73,7 +97,8 @@ func TestRedactSecretData(t *testing.T) {
 }
 
 // A desired state that exhausts its deliveries is parked in MC_DLQ (kept a
-// week) without its Secret children's data, and says so in a header.
+// week) without the data of any Secret it carries, children or an older
+// revision's children, and says so in a header.
 func TestDeadLetterRedactsSecretChildren(t *testing.T) {
 	js := startBus(t, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -86,6 +111,10 @@ func TestDeadLetterRedactsSecretChildren(t *testing.T) {
 		Controller: ControllerRef{Kind: "CompositeController", Name: "c", UID: "ctrl-uid"},
 		Parent:     ObjectRef{APIVersion: "example.com/v1", Kind: "Thing", Resource: "things", Namespace: "ns", Name: "a", UID: "parent-uid"},
 		Hook:       "sync", WorkSeq: 1, Children: []*unstructured.Unstructured{secret},
+		Revisions: []RevisionChildren{{Name: "r1", Children: []*unstructured.Unstructured{{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": "db-old"},
+			"data": map[string]any{"password": "b2xkLWh1bnRlcjI="}, // old-hunter2
+		}}}}},
 	}
 	if err := (Publisher{JS: js}).PublishDesired(ctx, ds); err != nil {
 		t.Fatal(err)
@@ -117,13 +146,13 @@ func TestDeadLetterRedactsSecretChildren(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no message in %s: %v", DLQStream, err)
 	}
-	if strings.Contains(string(parked.Data), "aHVudGVyMg==") {
+	if strings.Contains(string(parked.Data), "aHVudGVyMg==") || strings.Contains(string(parked.Data), "b2xkLWh1bnRlcjI=") {
 		t.Errorf("MC_DLQ holds the Secret's data: %s", parked.Data)
 	}
 	if !strings.Contains(string(parked.Data), `"name":"db"`) || !strings.Contains(string(parked.Data), `"password":""`) {
 		t.Errorf("MC_DLQ lost the Secret's reference or keys: %s", parked.Data)
 	}
-	if got := parked.Header.Get("Metabus-Redacted"); got != "data and stringData values of 1 Secret children" {
+	if got := parked.Header.Get("Metabus-Redacted"); got != "data and stringData values of 2 Secrets" {
 		t.Errorf("Metabus-Redacted header %q", got)
 	}
 }

@@ -41,6 +41,8 @@ type Env struct {
 	// check is the name of the stage's readiness check, pending until the
 	// service registers its own under the same name.
 	check string
+	// stage is what the binary runs.
+	stage Stage
 }
 
 // ConnectNATS connects to the NATS server of the flags, waiting (with
@@ -49,6 +51,11 @@ type Env struct {
 func (e Env) ConnectNATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
 	opts := e.Flags.NATS.Options(e.Name)
 	opts.Logger = e.Log
+	if e.stage != AllInOne && e.stage != "" {
+		// A service replies on its own inbox prefix: its NATS user may
+		// subscribe to that one only (deploy/nats/nats-server.conf).
+		opts.InboxPrefix = natsx.ServiceInboxPrefix(string(e.stage))
+	}
 	return natsx.Dial(ctx, opts, natsx.DefaultBackoff, func(err error, next time.Duration) {
 		e.Log.Warn("NATS not reachable yet; retrying", zap.Error(err), zap.Duration("retryIn", next))
 		e.Health.Pending(e.check, "waiting for NATS: "+err.Error())
@@ -125,7 +132,7 @@ func runService(ctx context.Context, s Service, common *CommonFlags, flags *pfla
 	}
 	health.SetReady("kubernetes", obs.Poll(ctx, apiProbeInterval, apiProbeTimeout, probe))
 
-	env := Env{Name: s.Name, Flags: common, REST: restCfg, Log: log, Registry: reg, Health: health, check: check}
+	env := Env{Name: s.Name, Flags: common, REST: restCfg, Log: log, Registry: reg, Health: health, check: check, stage: s.Stage}
 	if err := s.Run(ctx, env); err != nil && ctx.Err() == nil {
 		log.Error(s.Name+" stopped", zap.Error(err))
 		return reportedError{err}

@@ -56,6 +56,13 @@ type Options struct {
 	// Now is the clock for ETag expiry, Secret refresh, Retry-After dates and ce-time
 	// (time.Now if nil).
 	Now func() time.Time
+	// Destinations is where hooks may be called, checked at every dial (redirects included);
+	// nil allows everything. A denied call fails with a *RefusedError naming the rule.
+	Destinations *Destinations
+	// InsecureCredentialsRefused, when set, makes the client ignore allowInsecureCredentials:
+	// credentials are never sent over plain http, and refusals end with this text (it should
+	// say which setting refuses them).
+	InsecureCredentialsRefused string
 }
 
 // Client calls hooks. It is safe for concurrent use; share one per process so that
@@ -63,6 +70,7 @@ type Options struct {
 type Client struct {
 	secrets        Secrets
 	nsAllowed      func(namespace string) error
+	noInsecure     string
 	log            *zap.Logger
 	maxBody        int64
 	defaultTimeout time.Duration
@@ -89,6 +97,7 @@ func New(opts Options) *Client {
 		maxBody:        opts.MaxResponseBytes,
 		defaultTimeout: opts.DefaultTimeout,
 		now:            opts.Now,
+		noInsecure:     opts.InsecureCredentialsRefused,
 		endpoints:      make(map[string]*endpoint),
 	}
 	if c.log == nil {
@@ -103,12 +112,16 @@ func New(opts Options) *Client {
 	if c.now == nil {
 		c.now = time.Now
 	}
-	c.baseTransport = newBaseTransport()
-	// No http.Client.Timeout: the per-call context carries the webhook timeout, which also
-	// bounds Secret resolution and reading the body.
-	c.plain = &resolvedEndpoint{client: &http.Client{Transport: c.baseTransport}}
+	c.baseTransport = newBaseTransport(opts.Destinations)
+	c.plain = &resolvedEndpoint{client: newHTTPClient(c.baseTransport)}
 	c.metrics = newMetrics(opts.Registerer, c.log)
 	return c
+}
+
+// newHTTPClient is the client of one transport. It has no Timeout: the per-call context
+// carries the webhook timeout, which also bounds Secret resolution and reading the body.
+func newHTTPClient(t *http.Transport) *http.Client {
+	return &http.Client{Transport: t, CheckRedirect: checkRedirect}
 }
 
 // Call describes one hook invocation.
@@ -195,8 +208,10 @@ func (c *Client) do(ctx context.Context, call *Call, u *url.URL, target string, 
 		}
 		return codeError, fmt.Errorf("hooks: %s: %w", target, err)
 	}
+	a, _ := effectiveAuth(w, call.EndpointConfigs, u)
+	st := &callState{insecureAllowed: c.insecureAllowed(w, a)}
 	now := c.now()
-	req, err := newRequest(ctx, u, call, body, now)
+	req, err := newRequest(withCallState(ctx, st), u, call, body, now)
 	if err != nil {
 		return codeError, fmt.Errorf("hooks: %s: %w", target, err)
 	}
@@ -220,6 +235,9 @@ func (c *Client) do(ctx context.Context, call *Call, u *url.URL, target string, 
 
 	res, err := c.metrics.roundTrip(ep.client, req, call.ControllerType, call.ControllerName, call.Kind, target)
 	if err != nil {
+		if refused := refusal(err, target, st); refused != nil {
+			return codeError, refused
+		}
 		if te := contextError(ctx, target, err); te != nil {
 			return codeTimeout, te
 		}

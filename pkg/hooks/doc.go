@@ -18,7 +18,9 @@
 // A reply carrying ce-specversion (binary mode) or Content-Type: application/cloudevents+json
 // (structured mode) is read as a CloudEvent and its data is the response; anything else is
 // plain JSON. The sdk's client.Request cannot be used because it fails on plain JSON replies.
-// Bodies are capped (Options.MaxResponseBytes) because a hook is untrusted input.
+// Bodies are capped (Options.MaxResponseBytes) because a hook is untrusted input, and so is
+// their shape (256Ki objects and arrays, 1Mi values), checked before decoding: 8 MiB of tiny
+// values would otherwise decode to hundreds of MiB.
 //
 // Decoding follows upstream: JSON keys are matched case-sensitively and integers are kept as
 // int64 (sigs.k8s.io/json), so unstructured children behave like objects read from the API
@@ -41,5 +43,18 @@
 // every Secret and ConfigMap reference must be in a namespace Options.SecretNamespaceAllowed
 // accepts, and credentials (authorization, basicAuth, a user:password in the url) are only sent
 // to https URLs, unless the webhook or the options carrying them set allowInsecureCredentials.
-// A service reference is http unless its protocol is https.
+// A service reference is http unless its protocol is https. Options.InsecureCredentialsRefused
+// makes the client ignore allowInsecureCredentials altogether.
+//
+// Credentials never follow a redirect to plain http (unless the call may send them in clear),
+// and they follow one only to the same host and port: net/http alone would send the
+// Authorization header to any port and scheme of the same host name, and to its subdomains.
+//
+// # Destinations
+//
+// Options.Destinations is an admin's policy of where hooks may be called (hosts, addresses,
+// CIDRs, ports; see Destinations). It is checked on every dial, after DNS resolution and before
+// the connection is opened, so neither a name resolving to a denied address, nor a rebinding
+// name, nor a redirect reaches a denied destination. A denied call fails with a *RefusedError
+// naming the rule.
 package hooks

@@ -302,21 +302,27 @@ func TestInsecureCredentialsServiceReference(t *testing.T) {
 		w.Authorization = token
 		return w
 	}
+	insecure := func(w *v1alpha1.Webhook) *v1alpha1.Webhook {
+		w.AllowInsecureCredentials = ptr(true)
+		return w
+	}
 	tests := []struct {
 		reason  string
 		webhook *v1alpha1.Webhook
-		refused bool
+		// noInsecure is Options.InsecureCredentialsRefused.
+		noInsecure string
+		refused    bool
 	}{
 		{reason: "no protocol means http: refused", webhook: svc("", 80), refused: true},
 		{reason: "protocol http: refused", webhook: svc("http", 8080), refused: true},
 		{reason: "port 443 without protocol https is still http: refused", webhook: svc("", 443), refused: true},
 		{reason: "protocol https: allowed", webhook: svc("https", 443), refused: false},
 		{reason: "protocol HTTPS (any case): allowed", webhook: svc("HTTPS", 8443), refused: false},
-		{reason: "protocol http with allowInsecureCredentials: allowed", webhook: func() *v1alpha1.Webhook {
-			w := svc("http", 80)
-			w.AllowInsecureCredentials = ptr(true)
-			return w
-		}(), refused: false},
+		{reason: "protocol http with allowInsecureCredentials: allowed", webhook: insecure(svc("http", 80)), refused: false},
+		{reason: "allowInsecureCredentials, but the caller's policy does not honour it: refused",
+			webhook: insecure(svc("http", 80)), noInsecure: "--allow-insecure-credentials=false", refused: true},
+		{reason: "protocol https, the caller refusing insecure credentials: allowed",
+			webhook: insecure(svc("https", 443)), noInsecure: "--allow-insecure-credentials=false", refused: false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.reason, func(t *testing.T) {
@@ -325,10 +331,14 @@ func TestInsecureCredentialsServiceReference(t *testing.T) {
 				t.Fatal(err)
 			}
 			a, where := effectiveAuth(tt.webhook, nil, u)
-			err = checkInsecureCredentials(u, tt.webhook, a, where, u.Redacted())
+			c := New(Options{InsecureCredentialsRefused: tt.noInsecure})
+			err = c.checkInsecureCredentials(u, tt.webhook, a, where, u.Redacted())
 			var refused *RefusedError
 			if got := errors.As(err, &refused); got != tt.refused {
 				t.Errorf("%s: refused = %v, want %v (err %v)", u, got, tt.refused, err)
+			}
+			if tt.refused && tt.noInsecure != "" && !strings.Contains(err.Error(), tt.noInsecure) {
+				t.Errorf("the refusal %q does not name the setting %q", err, tt.noInsecure)
 			}
 		})
 	}

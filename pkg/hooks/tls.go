@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -68,13 +69,18 @@ func (m *material) hash() [sha256.Size]byte {
 	return sum
 }
 
-// newBaseTransport is the transport of hooks without custom TLS.
-func newBaseTransport() *http.Transport {
+// newBaseTransport is the transport of hooks without custom TLS. A policy that does not allow
+// everything checks every dial.
+func newBaseTransport(dest *Destinations) *http.Transport {
 	var t *http.Transport
 	if dt, ok := http.DefaultTransport.(*http.Transport); ok {
 		t = dt.Clone()
 	} else {
 		t = &http.Transport{Proxy: http.ProxyFromEnvironment, ForceAttemptHTTP2: true}
+	}
+	if !dest.AllowsAll() {
+		// net/http's default dialer, checked.
+		t.DialContext = dest.dialContext(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
 	}
 	// Many workers call the same few hooks concurrently; Go's default of 2 idle connections
 	// per host would make most calls open a new connection (and TLS handshake).
@@ -90,7 +96,7 @@ func (c *Client) endpointFor(ctx context.Context, w *v1alpha1.Webhook, configs [
 	a, where := effectiveAuth(w, configs, u)
 	target := u.Redacted()
 	if a == nil {
-		if err := checkInsecureCredentials(u, w, nil, where, target); err != nil {
+		if err := c.checkInsecureCredentials(u, w, nil, where, target); err != nil {
 			return nil, err
 		}
 		return c.plain, nil
@@ -103,7 +109,7 @@ func (c *Client) endpointFor(ctx context.Context, w *v1alpha1.Webhook, configs [
 	if err := c.checkNamespaces(a, where, target); err != nil {
 		return nil, err
 	}
-	if err := checkInsecureCredentials(u, w, a, where, target); err != nil {
+	if err := c.checkInsecureCredentials(u, w, a, where, target); err != nil {
 		return nil, err
 	}
 	cfg, err := json.Marshal(a)
@@ -202,6 +208,6 @@ func (c *Client) resolveEndpoint(ctx context.Context, a *v1alpha1.WebhookAuth, o
 	t := c.baseTransport.Clone()
 	t.TLSClientConfig = tc
 	r.transport = t
-	r.client = &http.Client{Transport: t}
+	r.client = newHTTPClient(t)
 	return r, nil
 }

@@ -86,7 +86,19 @@ type ConnOptions struct {
 	// InProcess connects to an embedded server without TCP.
 	InProcess *server.Server
 	Logger    *zap.Logger
+	// InboxPrefix replaces _INBOX as the prefix of the connection's reply
+	// subjects (request/reply, JetStream API calls and pulls): each service
+	// uses ServiceInboxPrefix, so that NATS permissions can let each user
+	// subscribe to its own replies only ("" keeps _INBOX).
+	InboxPrefix string
 }
+
+// ServiceInboxPrefix is the reply-subject prefix of a metabus service
+// ("watcher", "dispatcher", "applier", "revisions"): _INBOX_<service>. The
+// shipped nats-server.conf allows each service's user to subscribe to
+// <prefix>.> and to no other inbox, so no service reads another's replies
+// (snapshots carry Secret children).
+func ServiceInboxPrefix(service string) string { return "_INBOX_" + service }
 
 // Connect dials NATS and returns the connection and a JetStream handle. It
 // reconnects forever once connected: the bus is allowed to blip, the
@@ -210,6 +222,9 @@ func (o ConnOptions) natsOptions() ([]nats.Option, error) {
 			}
 			log.Warn("nats asynchronous error", fields...)
 		}),
+	}
+	if o.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(o.InboxPrefix))
 	}
 	if o.Creds != "" {
 		opts = append(opts, nats.UserCredentials(o.Creds))

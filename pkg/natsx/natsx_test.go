@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 )
@@ -191,4 +192,76 @@ func freePort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestServiceInbox (issue 26): a connection with a service's inbox prefix
+// gets its replies (core request/reply and JetStream API calls) on that
+// prefix, so a server allowing the user only <prefix>.> serves it, and a
+// user allowed only another prefix cannot read them.
+func TestServiceInbox(t *testing.T) {
+	perms := func(inbox string) *server.Permissions {
+		return &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: []string{"svc.echo", "$JS.API.>"}},
+			Subscribe: &server.SubjectPermission{Allow: []string{inbox + ".>", "svc.echo"}},
+			Response:  &server.ResponsePermission{MaxMsgs: 1},
+		}
+	}
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true, StoreDir: t.TempDir(),
+		Users: []*server.User{
+			{Username: "a", Password: "pw", Permissions: perms(ServiceInboxPrefix("a"))},
+			{Username: "b", Password: "pw", Permissions: perms(ServiceInboxPrefix("b"))},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(5 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	defer s.Shutdown()
+	connect := func(user string) (*nats.Conn, jetstream.JetStream) {
+		t.Helper()
+		url := strings.Replace(s.ClientURL(), "nats://", "nats://"+user+":pw@", 1)
+		nc, js, err := Connect(ConnOptions{URL: url, Name: user, InboxPrefix: ServiceInboxPrefix(user)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc, js
+	}
+	a, ajs := connect("a")
+	b, _ := connect("b")
+	if _, err := b.Subscribe("svc.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.NewRespInbox(); !strings.HasPrefix(got, "_INBOX_a.") {
+		t.Errorf("reply inbox %q, want the prefix _INBOX_a.", got)
+	}
+	msg, err := a.Request("svc.echo", []byte("ping"), 5*time.Second)
+	if err != nil || string(msg.Data) != "ping" {
+		t.Fatalf("request/reply on the service's inbox: %v, %v", msg, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := ajs.AccountInfo(ctx); err != nil {
+		t.Fatalf("a JetStream API call on the service's inbox: %v", err)
+	}
+	denied := make(chan error, 1)
+	b.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { denied <- err })
+	if _, err := b.Subscribe(ServiceInboxPrefix("a")+".>", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-denied:
+		if !errors.Is(err, nats.ErrPermissionViolation) && !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+			t.Errorf("subscribing to another's inbox: %v, want a permissions violation", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Error("b subscribed to a's inbox without a permissions violation")
+	}
 }

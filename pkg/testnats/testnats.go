@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,24 +31,33 @@ type Production struct {
 // of deploy/nats/nats-server.conf), changed only where it names the pod's
 // environment: the included cluster.conf is an empty file (a single node),
 // and the listen address, monitoring port, pid file and store directory are
-// local. The users' public nkeys reach it as in the StatefulSet, through
-// environment variables (so tests using it cannot run in parallel).
+// local. The users' public nkeys and the server name, which the StatefulSet
+// passes as environment variables ($WATCHER_NKEY..., $POD_NAME), are put in
+// their place in the text, so that tests using it may run in parallel.
 func StartProduction(t testing.TB, conf string) *Production {
 	t.Helper()
 	dir := t.TempDir()
 	p := &Production{Seeds: map[string]string{}}
+	env := map[string]string{"POD_NAME": "nats-0"}
 	for _, user := range Services {
 		pub, seedFile := NewUser(t, dir, user)
-		t.Setenv(strings.ToUpper(user)+"_NKEY", pub)
+		env[strings.ToUpper(user)+"_NKEY"] = pub
 		p.Seeds[user] = seedFile
 	}
-	t.Setenv("POD_NAME", "nats-0")
 
 	data, err := os.ReadFile(conf)
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(data)
+	for name, value := range env {
+		// Outside comments only.
+		re := regexp.MustCompile(`(?m)^([^#\n]*)\$` + name + `\b`)
+		if n := len(re.FindAllStringIndex(text, -1)); n != 1 {
+			t.Fatalf("nats-server.conf: $%s is used %d times, want 1 (update testnats's substitutions)", name, n)
+		}
+		text = re.ReplaceAllString(text, "${1}"+strings.ReplaceAll(strconv.Quote(value), "$", "$$"))
+	}
 	for _, r := range []struct{ re, repl string }{
 		{`(?m)^listen:.*$`, "listen: 127.0.0.1:-1"},
 		{`(?m)^http_port:.*$`, "# http_port: disabled in the test"},

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -69,6 +70,14 @@ type Config struct {
 	// sets related.HardenedPolicy). A refused rule fails the sync with a
 	// SyncError Event before the watcher starts watching anything for it.
 	RelatedResources []string
+	// HookDestinations is where hooks may be called (hooks.ParseDestinations
+	// entries, "apiserver" naming the API server's addresses); nil allows
+	// every destination, as upstream. A denied call fails the sync with a
+	// SyncError Event naming the rule, nothing sent.
+	HookDestinations []string
+	// RefuseInsecureCredentials ignores webhooks' allowInsecureCredentials:
+	// credentials are never sent over plain http.
+	RefuseInsecureCredentials bool
 }
 
 // Defaults fills unset fields.
@@ -192,13 +201,26 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		return nil, fmt.Errorf("--related-resources: %w", err)
 	}
 	scope := newSecretScope(cfg.Namespace, cfg.SecretNamespaces)
-	d.hooks = hooks.New(hooks.Options{
+	apiServer := apiServerAddrs(context.Background(), deps.REST, os.Getenv)
+	dest, err := hookDestinations(cfg.HookDestinations, apiServer)
+	if err != nil {
+		return nil, err
+	}
+	opts := hooks.Options{
 		Secrets:                kubeSecrets{kube: kube, scope: scope},
 		SecretNamespaceAllowed: scope.check,
 		Registerer:             deps.Metrics,
 		Logger:                 d.log,
-	})
+		Destinations:           dest,
+	}
+	if cfg.RefuseInsecureCredentials {
+		opts.InsecureCredentialsRefused = InsecureCredentialsSetting
+	}
+	d.hooks = hooks.New(opts)
 	d.log.Info("webhook TLS/auth options may reference Secrets and ConfigMaps in", zap.String("namespaces", scope.String()))
+	d.log.Info("hooks may be called at", zap.String("destinations", dest.String()),
+		zap.Stringers("apiserver", apiServer),
+		zap.Bool("refuseInsecureCredentials", cfg.RefuseInsecureCredentials))
 	d.log.Info("customize hooks' related rules may name", zap.Strings("resources", relatedEntries))
 	return d, nil
 }

@@ -2,8 +2,11 @@ package dispatcher
 
 import (
 	"flag"
+	"net/netip"
+	"slices"
 	"strings"
 
+	"github.com/metabus/metabus/pkg/hooks"
 	"github.com/metabus/metabus/pkg/related"
 )
 
@@ -33,4 +36,19 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"related rules may name; -<group>/<resource> denies and wins over any allow. A refused rule fails the sync with a SyncError. "+
 		"Repeatable (default "+strings.Join(related.DefaultPolicy, ",")+")",
 		related.AppendEntries(related.RelatedSetting, &c.RelatedResources))
+	fs.Func("hook-destinations", "comma-separated entries saying where hooks may be called, read in order, the first match deciding "+
+		"(none matching: denied): [-]TARGET[:PORT], TARGET one of *, a host name, *.<domain>, an IP, a CIDR ([v6]:port with a port), "+
+		"loopback, link-local, private, apiserver; - denies. Checked at every dial after DNS resolution, redirects included. "+
+		"E.g. -loopback,-link-local,-apiserver,*. Repeatable (default *: anywhere, as upstream)",
+		func(v string) error {
+			// The API server's addresses are resolved at start; the syntax is checked now.
+			named := map[string][]netip.Prefix{APIServerSet: nil}
+			if _, err := hooks.ParseDestinations(append(slices.Clone(c.HookDestinations), v), named, HookDestinationsSetting); err != nil {
+				return err
+			}
+			c.HookDestinations = append(c.HookDestinations, v)
+			return nil
+		})
+	fs.BoolVar(&c.RefuseInsecureCredentials, "refuse-insecure-credentials", false,
+		"never send webhook credentials over plain http, whatever a webhook's allowInsecureCredentials says")
 }

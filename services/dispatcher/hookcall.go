@@ -115,6 +115,10 @@ func hookError(kind string, err error) error {
 	}
 	var refused *hooks.RefusedError
 	if errors.As(err, &refused) {
+		if refused.Redirect != "" {
+			// The hook was called; what it redirected to was refused.
+			return failure(fmt.Errorf("%s hook failed: %w", kind, err))
+		}
 		return failure(fmt.Errorf("%s hook not called: %w", kind, err))
 	}
 	return failure(fmt.Errorf("%s hook failed: %w", kind, err))

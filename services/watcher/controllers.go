@@ -197,6 +197,7 @@ func (w *Watcher) unwire(id, why string, release bool) {
 	old := w.wirings[id]
 	delete(w.wirings, id)
 	w.mu.Unlock()
+	w.badWeights.Delete(id)
 	if old != nil {
 		if release {
 			old.releaseFinalizers(old.allParents(), "controller deleted")
@@ -208,7 +209,10 @@ func (w *Watcher) unwire(id, why string, release bool) {
 }
 
 // controllerWeight reads the controller's WeightAnnotation (1 when absent
-// or invalid; an invalid value is reported once per value in the log).
+// or invalid). An invalid value is logged once, and again only when it
+// changes: badWeights keeps the last invalid value per controller, not
+// every value ever seen, since the annotation is its author's to change as
+// often as they like.
 func (w *Watcher) controllerWeight(ref bus.ControllerRef) int {
 	obj, ok := w.controllerObject(ref.Kind, ref.Name)
 	if !ok {
@@ -216,10 +220,15 @@ func (w *Watcher) controllerWeight(ref bus.ControllerRef) int {
 	}
 	v := obj.GetAnnotations()[bus.WeightAnnotation]
 	weight, err := bus.ParseWeight(v)
-	if err != nil {
-		if _, seen := w.badWeights.LoadOrStore(ref.ID()+"="+v, true); !seen {
-			w.log.Warn("ignoring the controller's weight", zap.String("controller", ref.Name), zap.Error(err))
+	id := ref.ID()
+	if err == nil {
+		if _, had := w.badWeights.Load(id); had {
+			w.badWeights.Delete(id)
 		}
+		return weight
+	}
+	if last, seen := w.badWeights.Swap(id, v); !seen || last != v {
+		w.log.Warn("ignoring the controller's weight", zap.String("controller", ref.Name), zap.Error(err))
 	}
 	return weight
 }

@@ -53,7 +53,12 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) *metrics {
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "metabus_watcher_publish_queue_depth",
 				Help: "Parents waiting to be published to MC_WORK.",
-			}, func() float64 { return float64(w.out.queue.Len()) }))
+			}, func() float64 { return float64(w.out.queue.Len()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "metabus_watcher_related_buckets",
+				Help: "Namespace buckets of the related-resource index over every controller: one per resource and namespace " +
+					"that some parent's customize hook currently names (what it grows with).",
+			}, func() float64 { return float64(w.relatedBuckets()) }))
 	}
 	var errs [4]error
 	m.queues, errs[0] = obs.NewWorkQueueMetrics(reg)

@@ -30,6 +30,12 @@ type relatedRule struct {
 // relatedIndex maps related objects to the parents that depend on them. A
 // change of a related object looks up its resource and namespace bucket,
 // not every parent of the controller.
+//
+// Its size follows what the parents' rules name now, not what they ever
+// named: a customize hook is someone else's code, and one naming a new
+// namespace (or resource) at every call must not grow the watcher. Empty
+// buckets are deleted, and the informer of a resource (and of namespaces)
+// is released once no rule needs it.
 type relatedIndex struct {
 	mu       sync.Mutex
 	byParent map[string][]relatedRule // parent UID → its rules
@@ -38,6 +44,8 @@ type relatedIndex struct {
 	byBucket map[schema.GroupVersionResource]map[string]map[string][]related.Rule
 	handles  map[schema.GroupVersionResource]*informers.Handle
 	ns       *informers.Handle // namespaces, for namespaceSelector rules
+	// nsRules counts the indexed rules that need namespace labels.
+	nsRules int
 
 	w   *Watcher
 	ctx context.Context
@@ -93,7 +101,10 @@ func (ix *relatedIndex) register(rr *bus.RelatedRules) ([]relatedRule, error) {
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	ix.dropLocked(rr.ParentUID)
+	// The new rules go in before what the old ones leave unused is
+	// released, so an informer both use keeps running (no relist).
+	ix.unindexLocked(rr.ParentUID)
+	defer ix.releaseUnusedLocked()
 	ix.byParent[rr.ParentUID] = rules
 	for _, r := range rules {
 		gvr := r.res.GVR
@@ -106,6 +117,9 @@ func (ix *relatedIndex) register(rr *bus.RelatedRules) ([]relatedRule, error) {
 			ix.byBucket[gvr][r.rule.Namespace] = b
 		}
 		b[rr.ParentUID] = append(b[rr.ParentUID], r.rule)
+		if r.rule.NeedsNamespaceLabels() {
+			ix.nsRules++
+		}
 		if ix.handles[gvr] == nil {
 			h := ix.w.registry.Acquire(gvr)
 			ix.handles[gvr] = h
@@ -129,16 +143,73 @@ func (ix *relatedIndex) register(rr *bus.RelatedRules) ([]relatedRule, error) {
 func (ix *relatedIndex) drop(uid string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	ix.dropLocked(uid)
+	ix.unindexLocked(uid)
+	ix.releaseUnusedLocked()
 }
 
-func (ix *relatedIndex) dropLocked(uid string) {
+// unindexLocked removes a parent's rules from the index, deleting the
+// buckets they leave empty.
+func (ix *relatedIndex) unindexLocked(uid string) {
 	for _, r := range ix.byParent[uid] {
-		if b := ix.byBucket[r.res.GVR][r.rule.Namespace]; b != nil {
+		gvr := r.res.GVR
+		if b := ix.byBucket[gvr][r.rule.Namespace]; b != nil {
 			delete(b, uid)
+			if len(b) == 0 {
+				delete(ix.byBucket[gvr], r.rule.Namespace)
+			}
+		}
+		if len(ix.byBucket[gvr]) == 0 {
+			delete(ix.byBucket, gvr)
+		}
+		if r.rule.NeedsNamespaceLabels() {
+			ix.nsRules--
 		}
 	}
 	delete(ix.byParent, uid)
+}
+
+// releaseUnusedLocked releases the informers no indexed rule needs.
+func (ix *relatedIndex) releaseUnusedLocked() {
+	for gvr, h := range ix.handles {
+		if len(ix.byBucket[gvr]) == 0 {
+			h.Release()
+			delete(ix.handles, gvr)
+		}
+	}
+	if ix.ns != nil && ix.nsRules == 0 {
+		ix.ns.Release()
+		ix.ns = nil
+	}
+}
+
+// size returns how many namespace buckets and informer handles (the
+// namespaces' included) the index holds.
+func (ix *relatedIndex) size() (buckets, handles int) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for _, b := range ix.byBucket {
+		buckets += len(b)
+	}
+	handles = len(ix.handles)
+	if ix.ns != nil {
+		handles++
+	}
+	return buckets, handles
+}
+
+// relatedBuckets sums the namespace buckets of every wiring's related
+// index, for the metrics.
+func (w *Watcher) relatedBuckets() int {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	n := 0
+	for _, wr := range w.wirings {
+		if wr.related != nil {
+			b, _ := wr.related.size()
+			n += b
+		}
+	}
+	return n
 }
 
 // release drops every subscription (the wiring stops).

@@ -142,7 +142,8 @@ type Watcher struct {
 		ctx  context.Context
 		stop func()
 	}
-	// badWeights remembers invalid weight annotations already logged.
+	// badWeights holds, per controller ID, the invalid weight annotation
+	// last logged, so that each is logged once.
 	badWeights sync.Map
 	log        *zap.Logger
 	dyn        dynamic.Interface

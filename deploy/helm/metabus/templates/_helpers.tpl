@@ -73,8 +73,8 @@ app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 {{/*
 The narrowing settings as the profile sets them, unless their own value
 overrides it; YAML, read back with fromYaml:
-  secretNamespaces, relatedResources, controllerResources: lists
-  applierAllResources: bool
+  secretNamespaces, relatedResources, controllerResources, hookDestinations: lists
+  applierAllResources, refuseInsecureCredentials: bool
 */}}
 {{- define "metabus.policy" -}}
 {{- $hardened := eq (include "metabus.profile" .) "hardened" }}
@@ -84,11 +84,17 @@ overrides it; YAML, read back with fromYaml:
 {{- with .Values.dispatcher.relatedResources }}{{ $related = . }}{{ end }}
 {{- $controllers := ternary (list "*" "-core/secrets") (list "*") $hardened }}
 {{- with .Values.watcher.controllerResources }}{{ $controllers = . }}{{ end }}
+{{- $destinations := ternary (list "-apiserver" "-loopback" "-link-local" "*") (list "*") $hardened }}
+{{- with .Values.dispatcher.hookDestinations }}{{ $destinations = . }}{{ end }}
+{{- $refuseInsecure := $hardened }}
+{{- if kindIs "bool" .Values.dispatcher.refuseInsecureCredentials }}{{ $refuseInsecure = .Values.dispatcher.refuseInsecureCredentials }}{{ end }}
 {{- $all := not $hardened }}
 {{- if kindIs "bool" .Values.applier.rbac.allResources }}{{ $all = .Values.applier.rbac.allResources }}{{ end }}
 secretNamespaces: {{ $secretNamespaces | toJson }}
 relatedResources: {{ $related | toJson }}
 controllerResources: {{ $controllers | toJson }}
+hookDestinations: {{ $destinations | toJson }}
+refuseInsecureCredentials: {{ $refuseInsecure }}
 applierAllResources: {{ $all }}
 {{- end }}
 
@@ -184,9 +190,8 @@ The arguments the chart sets for one service besides the common ones:
 {{- else if eq .svc "dispatcher" }}
 - --secret-namespaces={{ join "," $policy.secretNamespaces }}
 - --related-resources={{ join "," $policy.relatedResources }}
-{{- /* Hook destinations (hostile-tenant hardening): the dispatcher's flag
-of where hooks may be called goes here, set by the profile like the two
-above. */}}
+- --hook-destinations={{ join "," $policy.hookDestinations }}
+- --refuse-insecure-credentials={{ $policy.refuseInsecureCredentials }}
 {{- end }}
 {{- end }}
 
