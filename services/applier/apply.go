@@ -174,7 +174,7 @@ func (a *Applier) applyParent(ctx context.Context, ds *bus.DesiredState, snap *s
 		}
 		// The rollout's Updated condition joins the hook's status: plan
 		// the status again with it.
-		withUpdatedCondition(ds, parent, cond)
+		withUpdatedCondition(ds, cond)
 		in.Parent = parent
 		again, err := ctrl.ApplyParent(in)
 		if err != nil {
