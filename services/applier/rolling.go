@@ -81,7 +81,7 @@ func (a *Applier) rolling(ctx context.Context, ds *bus.DesiredState, roll kinds.
 	}
 	step, err := rollout.Step(rollout.StepInput{
 		Owner: owner, Rules: rules, Checks: checks, History: h,
-		Latest: desired, Older: older, Observed: observed,
+		Latest: desired, Older: older, Observed: observed, Apply: a.planOptions(decl),
 	})
 	var missing *rollout.MissingRevisionsError
 	switch {
