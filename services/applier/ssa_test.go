@@ -174,7 +174,7 @@ func TestApplyParentServerSideApply(t *testing.T) {
 		{
 			reason: "an OnDelete child is never applied",
 			method: "OnDelete", children: group(configMap("a", true, changed)),
-			syncs:  []sync{{want: resultNoop}},
+			syncs: []sync{{want: resultNoop}},
 		},
 	}
 	for _, tt := range tests {
