@@ -31,6 +31,10 @@ const (
 	ReasonNotDesired      = "not desired"
 	ReasonChangedRecreate = "changed (Recreate)"
 	ReasonChangedInPlace  = "changed (InPlace)"
+	// ReasonRecordLastApplied is the in-place update of a Recreate child
+	// whose values are the desired ones but whose last-applied
+	// annotation is missing or differs.
+	ReasonRecordLastApplied = "record last-applied (Recreate)"
 	// ReasonOwnership is a server-side apply (or a Recreate's dry run)
 	// of a child whose values are already the desired ones (Settled):
 	// only its field ownership can change.
@@ -110,7 +114,9 @@ func (a Action) Key() ChildKey {
 //   - observed and not desired: Delete, unless the child is already being deleted;
 //   - both, by the rule's update method: OnDelete (or ""): nothing. InPlace: apply.UpdateChild,
 //     and Update if it changed anything. Recreate: apply.UpdateChild, and Delete if it changed
-//     anything; the next sync, which the deletion triggers, creates it again.
+//     a value; the next sync, which the deletion triggers, creates it again. A Recreate child
+//     whose values are the desired ones but whose annotation is missing or differs (written by
+//     server-side apply, or by someone else and adopted) is updated in place to record it.
 //     RollingRecreate and RollingInPlace act as Recreate and InPlace here: the gradual
 //     rollout (package rollout's Step) decides which revision renders each child's desired
 //     state, so at most one child is handed to Plan with a changed desired state per sync.
@@ -277,6 +283,15 @@ func (p *planner) update(key childKey, rule *Rule, observed, desired *unstructur
 		return
 	}
 	if !changed {
+		return
+	}
+	if op == OpDelete && !apply.Changes(observed.Object, merged.Object) {
+		// Only the last-applied annotation differs: the child has the
+		// desired values, but no annotation (server-side apply or
+		// someone else wrote it) or one that lists fields it does not
+		// change. Record it in place: recreating a child with the desired
+		// values would change nothing but its identity.
+		p.add(key, Action{Op: OpUpdate, Rule: rule, Object: merged, Reason: ReasonRecordLastApplied})
 		return
 	}
 	obj := merged
