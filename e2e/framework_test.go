@@ -84,6 +84,9 @@ type instance struct {
 	selector string
 	nats     *server.Server
 	url      string
+	// stop stops it (at the latest when the test ends); it may be called
+	// more than once.
+	stop func()
 }
 
 // startMetabus runs metabus for the test. Each instance only serves
@@ -170,17 +173,21 @@ func startMetabusDeps(tb testing.TB, cfg allinone.Config, trace obs.Tracer, wrap
 		cancel()
 		tb.Fatal("metabus did not start in 60s")
 	}
-	tb.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				tb.Errorf("metabus stopped with error: %v", err)
+	var once sync.Once
+	inst.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					tb.Errorf("metabus stopped with error: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				tb.Errorf("metabus did not stop in 30s")
 			}
-		case <-time.After(30 * time.Second):
-			tb.Errorf("metabus did not stop in 30s")
-		}
-	})
+		})
+	}
+	tb.Cleanup(inst.stop)
 	return inst
 }
 
