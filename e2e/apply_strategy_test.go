@@ -271,6 +271,9 @@ type hookCalls struct {
 func (h *hookCalls) wrap(f func(map[string]any) (int, any)) func(map[string]any) (int, any) {
 	return func(req map[string]any) (int, any) {
 		name, _, _ := unstructured.NestedString(req, "parent", "metadata", "name")
+		if name == "" { // a decorator's target
+			name, _, _ = unstructured.NestedString(req, "object", "metadata", "name")
+		}
 		h.mu.Lock()
 		h.n[name]++
 		h.mu.Unlock()

@@ -128,12 +128,7 @@ func startMetabusAs(tb testing.TB, cfg allinone.Config, trace obs.Tracer, wrap f
 // dependencies (e.g. each service's own NATS user).
 func startMetabusDeps(tb testing.TB, cfg allinone.Config, trace obs.Tracer, wrap func(http.RoundTripper) http.RoundTripper, who identity, edit func(*allinone.Deps)) *instance {
 	tb.Helper()
-	inst := &instance{reg: prometheus.NewRegistry()}
-	label := strings.ToLower(strings.NewReplacer("/", "-", "_", "-", "=", "-").Replace(tb.Name()))
-	if len(label) > 63 {
-		label = label[:63]
-	}
-	inst.selector = strings.Trim(label, "-")
+	inst := &instance{reg: prometheus.NewRegistry(), selector: selectorOf(tb)}
 	cfg.Watcher.TargetLabelSelector = "metabus.dev/e2e=" + inst.selector
 	if cfg.Watcher.DiscoveryInterval == 0 {
 		cfg.Watcher.DiscoveryInterval = 5 * time.Second
@@ -189,6 +184,18 @@ func startMetabusDeps(tb testing.TB, cfg allinone.Config, trace obs.Tracer, wrap
 	}
 	tb.Cleanup(inst.stop)
 	return inst
+}
+
+// selectorOf is the value of the metabus.dev/e2e label of the controllers
+// the instances a test starts serve: one per test, so that a test can
+// create its controllers before it starts metabus, or stop it and start
+// another one that serves them.
+func selectorOf(tb testing.TB) string {
+	label := strings.ToLower(strings.NewReplacer("/", "-", "_", "-", "=", "-").Replace(tb.Name()))
+	if len(label) > 63 {
+		label = label[:63]
+	}
+	return strings.Trim(label, "-")
 }
 
 // label returns the label that makes a controller served by inst.
