@@ -135,6 +135,9 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
+	if cfg.Strategy == apply.ServerSideApply {
+		log.Info("children are written with server-side apply", zap.String("fieldManager", cfg.FieldManager))
+	}
 	raw, err := newRawClient(deps.REST)
 	if err != nil {
 		return nil, err
