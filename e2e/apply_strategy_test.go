@@ -141,13 +141,13 @@ func versions(ctx context.Context, t *testing.T, ns string) map[string]string {
 	return out
 }
 
-// TestApplyContract runs the child-write contract in both strategies:
+// TestContractApply runs the child-write contract in both strategies:
 // children are created; a field another manager sets is kept and costs
 // no write; a hook answer that changes a value and drops a field updates
 // an InPlace child in place (the field removed, the other manager's kept),
 // recreates a Recreate child and leaves an OnDelete one; a child no longer
 // returned is deleted; the parent's status follows.
-func TestApplyContract(t *testing.T) {
+func TestContractApply(t *testing.T) {
 	withStrategies(t, func(t *testing.T, cfg allinone.Config) {
 		ctx := context.Background()
 		inst := startMetabus(t, cfg, nil)
@@ -310,14 +310,14 @@ func lastApplied(ctx context.Context, ns, name string) (bool, error) {
 	return ok, nil
 }
 
-// TestApplyStrategySwitch: an installation switched from dynamic apply to
+// TestContractStrategySwitch: an installation switched from dynamic apply to
 // server-side apply and back, while it runs (stopped and started with the
 // other strategy, nothing else changed), recreates no child and loses no
 // field another field manager set, for every update method; after each
 // switch a changed answer converges as usual. A Recreate child that
 // server-side apply recreated (without dynamic apply's annotation) is not
 // recreated again by dynamic apply for the annotation alone.
-func TestApplyStrategySwitch(t *testing.T) {
+func TestContractStrategySwitch(t *testing.T) {
 	ctx := context.Background()
 	calls := &hookCalls{n: map[string]int{}}
 	url := hookServer(t, jsonHook(calls.wrap(noteHook)))
