@@ -84,6 +84,9 @@ type instance struct {
 	selector string
 	nats     *server.Server
 	url      string
+	// stop stops it (at the latest when the test ends); it may be called
+	// more than once.
+	stop func()
 }
 
 // startMetabus runs metabus for the test. Each instance only serves
@@ -125,12 +128,7 @@ func startMetabusAs(tb testing.TB, cfg allinone.Config, trace obs.Tracer, wrap f
 // dependencies (e.g. each service's own NATS user).
 func startMetabusDeps(tb testing.TB, cfg allinone.Config, trace obs.Tracer, wrap func(http.RoundTripper) http.RoundTripper, who identity, edit func(*allinone.Deps)) *instance {
 	tb.Helper()
-	inst := &instance{reg: prometheus.NewRegistry()}
-	label := strings.ToLower(strings.NewReplacer("/", "-", "_", "-", "=", "-").Replace(tb.Name()))
-	if len(label) > 63 {
-		label = label[:63]
-	}
-	inst.selector = strings.Trim(label, "-")
+	inst := &instance{reg: prometheus.NewRegistry(), selector: selectorOf(tb)}
 	cfg.Watcher.TargetLabelSelector = "metabus.dev/e2e=" + inst.selector
 	if cfg.Watcher.DiscoveryInterval == 0 {
 		cfg.Watcher.DiscoveryInterval = 5 * time.Second
@@ -170,18 +168,34 @@ func startMetabusDeps(tb testing.TB, cfg allinone.Config, trace obs.Tracer, wrap
 		cancel()
 		tb.Fatal("metabus did not start in 60s")
 	}
-	tb.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				tb.Errorf("metabus stopped with error: %v", err)
+	var once sync.Once
+	inst.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					tb.Errorf("metabus stopped with error: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				tb.Errorf("metabus did not stop in 30s")
 			}
-		case <-time.After(30 * time.Second):
-			tb.Errorf("metabus did not stop in 30s")
-		}
-	})
+		})
+	}
+	tb.Cleanup(inst.stop)
 	return inst
+}
+
+// selectorOf is the value of the metabus.dev/e2e label of the controllers
+// the instances a test starts serve: one per test, so that a test can
+// create its controllers before it starts metabus, or stop it and start
+// another one that serves them.
+func selectorOf(tb testing.TB) string {
+	label := strings.ToLower(strings.NewReplacer("/", "-", "_", "-", "=", "-").Replace(tb.Name()))
+	if len(label) > 63 {
+		label = label[:63]
+	}
+	return strings.Trim(label, "-")
 }
 
 // label returns the label that makes a controller served by inst.

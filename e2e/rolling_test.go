@@ -823,7 +823,13 @@ func checkRolledOnce(t *testing.T, evs []podEvent, names []string) {
 // pods Pods in hook order, and the UIDs of the running ones.
 func startRollSet(t *testing.T, ctrl, method, name string, pods, replicas int) (string, *podHistory, []string, map[string]types.UID) {
 	t.Helper()
-	inst := startMetabus(t, allinone.Config{}, nil)
+	return startRollSetWith(t, allinone.Config{}, ctrl, method, name, pods, replicas)
+}
+
+// startRollSetWith is startRollSet with metabus configured by cfg.
+func startRollSetWith(t *testing.T, cfg allinone.Config, ctrl, method, name string, pods, replicas int) (string, *podHistory, []string, map[string]types.UID) {
+	t.Helper()
+	inst := startMetabus(t, cfg, nil)
 	ns := newNamespace(t)
 	h := recordPods(t, ns)
 	url := hookServer(t, jsonHook(rollsetHook))
@@ -837,10 +843,14 @@ func startRollSet(t *testing.T, ctrl, method, name string, pods, replicas int) (
 // time in hook order, each only once the previous one is Ready; while the
 // updated Pod is not Ready the rollout waits (Updated False/RolloutWaiting)
 // and resumes when it is. At the end a single ControllerRevision is left,
-// shaped as upstream's.
+// shaped as upstream's. Both apply strategies.
 func TestRollingRecreateInOrder(t *testing.T) {
+	withStrategies(t, testRollingRecreateInOrder)
+}
+
+func testRollingRecreateInOrder(t *testing.T, cfg allinone.Config) {
 	const name = "web"
-	ns, h, names, old := startRollSet(t, "rollsets-recreate", "RollingRecreate", name, 3, 3)
+	ns, h, names, old := startRollSetWith(t, cfg, "rollsets-recreate", "RollingRecreate", name, 3, 3)
 
 	h.mark("template v2", rollImage(2))
 	setRollImage(t, ns, name, 2)
@@ -967,10 +977,15 @@ func TestRollingChildDeletedMidRollout(t *testing.T) {
 // TestRollingInPlace: RollingInPlace updates the Pods in place (same
 // objects), one at a time in hook order, each once the previous one has
 // observed its update (status.observedGeneration) and is Ready again.
+// Both apply strategies.
 func TestRollingInPlace(t *testing.T) {
+	withStrategies(t, testRollingInPlace)
+}
+
+func testRollingInPlace(t *testing.T, cfg allinone.Config) {
 	ctx := context.Background()
 	const name = "inplace"
-	ns, h, names, old := startRollSet(t, "rollsets-inplace", "RollingInPlace", name, 3, 3)
+	ns, h, names, old := startRollSetWith(t, cfg, "rollsets-inplace", "RollingInPlace", name, 3, 3)
 
 	h.mark("template v2", rollImage(2))
 	setRollImage(t, ns, name, 2)

@@ -97,10 +97,14 @@ func configMapNames(ctx context.Context, ns, app string) ([]string, error) {
 
 // TestChildrenConverge: a child deleted by someone else is recreated, a
 // child the hook stops returning is deleted, and InPlace updates change a
-// child without replacing it.
+// child without replacing it, in both apply strategies.
 func TestChildrenConverge(t *testing.T) {
+	withStrategies(t, testChildrenConverge)
+}
+
+func testChildrenConverge(t *testing.T, cfg allinone.Config) {
 	ctx := context.Background()
-	inst := startMetabus(t, allinone.Config{}, nil)
+	inst := startMetabus(t, cfg, nil)
 	ns := newNamespace(t)
 	url := hookServer(t, jsonHook(widgetHook(nil)))
 	widgetController(t, inst, "widgets-converge", url, "InPlace")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/metabus/metabus/pkg/apply"
 	"github.com/metabus/metabus/pkg/cli"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/services/applier"
@@ -26,11 +27,7 @@ func newCommand() *cobra.Command {
 				return err
 			}
 			defer natsx.Drain(context.Background(), nc)
-			// The applier's server-side apply is issue #23's item 5; until
-			// it lands, say so rather than pretend.
-			if env.Flags.ApplyStrategy == cli.ApplyServerSide {
-				env.Log.Warn("--apply-strategy=server-side-apply is accepted but not implemented yet: children are applied as with dynamic-apply")
-			}
+			cfg.Strategy, cfg.FieldManager = apply.Strategy(env.Flags.ApplyStrategy), env.Flags.SSAFieldManager
 			cfg.Workers, cfg.MaxInFlight, cfg.SnapshotWait = env.Flags.Workers, env.Flags.MaxInFlight, env.Flags.SnapshotWait
 			cfg.DiscoveryInterval = env.Flags.DiscoveryInterval
 			cfg.EventsQPS, cfg.EventsBurst = float32(env.Flags.EventsQPS), env.Flags.EventsBurst

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/metabus/metabus/pkg/allinone"
+	"github.com/metabus/metabus/pkg/apply"
 	"github.com/metabus/metabus/pkg/cli"
 )
 
@@ -50,11 +51,7 @@ func allInOne() *cobra.Command {
 			if external {
 				cfg.NATS = env.Flags.NATS.Options("metabus")
 			}
-			// The applier's server-side apply is issue #23's item 5; until
-			// it lands, say so rather than pretend.
-			if env.Flags.ApplyStrategy == cli.ApplyServerSide {
-				env.Log.Warn("--apply-strategy=server-side-apply is accepted but not implemented yet: children are applied as with dynamic-apply")
-			}
+			cfg.Applier.Strategy, cfg.Applier.FieldManager = apply.Strategy(env.Flags.ApplyStrategy), env.Flags.SSAFieldManager
 			f := env.Flags
 			cfg.Watcher.DiscoveryInterval = f.DiscoveryInterval
 			cfg.Watcher.EventsQPS, cfg.Watcher.EventsBurst = float32(f.EventsQPS), f.EventsBurst

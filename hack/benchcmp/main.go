@@ -6,6 +6,8 @@
 //   - raw: the harness itself does only the necessary writes, 64 concurrent
 //     (the physical limit of the API server on this machine);
 //   - metabus: the all-in-one binary (bin/metabus) at its defaults;
+//   - metabus-ssa: the same binary with --apply-strategy=server-side-apply
+//     (upstream's option; B1-B5);
 //   - baseline: another metabus build (-baseline), e.g. the one before a
 //     change, with the same flags: its effect measured in the same run;
 //   - upstream: upstream Metacontroller, tuned (--workers=50
@@ -76,6 +78,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -113,7 +116,7 @@ func main() {
 	flag.IntVar(&cfg.parents, "parents", 2000, "B1: parents created by 50 concurrent clients")
 	flag.IntVar(&cfg.rssParents, "rss-parents", 0, "B5: this many more parents before reading RSS again (0: skip)")
 	flag.IntVar(&cfg.rounds, "rounds", 1, "rounds; contenders are interleaved and the table shows median [min–max]")
-	flag.StringVar(&only, "only", "raw,metabus,baseline,upstream", "contenders to run (baseline only with -baseline, upstream only with -upstream or $MC_BIN)")
+	flag.StringVar(&only, "only", "raw,metabus,metabus-ssa,baseline,upstream", "contenders to run (baseline only with -baseline, upstream only with -upstream or $MC_BIN)")
 	flag.StringVar(&scenarios, "scenarios", "all", "scenarios to run, e.g. \"B6\" or \"B1,B2\" (all: B1-B8)")
 	flag.IntVar(&cfg.b7Parents, "b7-parents", 500, "B7: new parents per dispatcher count")
 	flag.IntVar(&cfg.b8Controllers, "b8-controllers", 1000, "B8: DecoratorControllers")
@@ -159,9 +162,9 @@ func setup(cfg *config, only, scenarios string, onlyGiven bool) error {
 				}
 				continue
 			}
-		case "metabus":
+		case "metabus", "metabus-ssa":
 			if err := checkExecutable(cfg.metabusBin); err != nil {
-				return fmt.Errorf("metabus: %w (build it with: go build -o bin/ ./cmd/...)", err)
+				return fmt.Errorf("%s: %w (build it with: go build -o bin/ ./cmd/...)", c, err)
 			}
 		case "baseline":
 			if cfg.baselineBin == "" {
@@ -241,6 +244,8 @@ func benchmark(ctx context.Context, cfg *config) error {
 		switch c {
 		case "metabus":
 			logf("metabus: %s %s", cfg.metabusBin, strings.Join(cfg.metabusArgs, " "))
+		case "metabus-ssa":
+			logf("metabus-ssa: %s %s", cfg.metabusBin, strings.Join(append(slices.Clone(cfg.metabusArgs), ssaArgs...), " "))
 		case "baseline":
 			logf("baseline: %s %s", cfg.baselineBin, strings.Join(cfg.metabusArgs, " "))
 		case "upstream":
@@ -358,7 +363,8 @@ func printTable(w io.Writer, cfg *config, results map[string][]figures) {
 	if cfg.rounds > 1 {
 		head = fmt.Sprintf("figure (median [min–max] of %d rounds)", cfg.rounds)
 	}
-	names := map[string]string{"raw": "raw client", "metabus": "metabus (defaults)", "baseline": "metabus baseline", "upstream": "upstream (tuned)"}
+	names := map[string]string{"raw": "raw client", "metabus": "metabus (defaults)", "metabus-ssa": "metabus (server-side apply)",
+		"baseline": "metabus baseline", "upstream": "upstream (tuned)"}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprint(tw, head)
 	for _, c := range cfg.contenders {
@@ -410,6 +416,9 @@ func summaryLine(cfg *config, results map[string][]figures) string {
 	}
 	if m, b := rate["metabus"], rate["baseline"]; !math.IsNaN(m) && !math.IsNaN(b) && b > 0 && m > 0 {
 		s += fmt.Sprintf("; metabus/baseline %.2f×", m/b)
+	}
+	if m, a := rate["metabus"], rate["metabus-ssa"]; !math.IsNaN(m) && !math.IsNaN(a) && a > 0 && m > 0 {
+		s += fmt.Sprintf("; server-side/dynamic apply %.2f×", a/m)
 	}
 	return s
 }

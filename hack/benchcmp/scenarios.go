@@ -26,10 +26,16 @@ const ns = "default"
 // a missing key prints "—".
 type figures map[string]float64
 
+// ssaArgs are what makes the metabus-ssa contender: the same binary and
+// flags as metabus, with upstream's server-side apply strategy. It runs
+// B1-B5 (what applying costs); B6-B8 are about the dispatchers, which the
+// strategy does not touch.
+var ssaArgs = []string{"--apply-strategy=server-side-apply"}
+
 // run is one contender in one round, on its own fresh control plane.
 type run struct {
 	cfg  *config
-	name string // raw, metabus, upstream
+	name string // raw, metabus, metabus-ssa, baseline, upstream
 	dir  string // its log directory
 	logf func(string, ...any)
 
@@ -126,7 +132,7 @@ func (r *run) do(ctx context.Context) error {
 			return fmt.Errorf("B5: %w", err)
 		}
 	}
-	if sc["B6"] {
+	if sc["B6"] && r.name != "metabus-ssa" {
 		if err := r.b6(ctx); err != nil {
 			return fmt.Errorf("B6: %w", err)
 		}
@@ -151,8 +157,11 @@ func (r *run) startController(ctx context.Context) error {
 		r.raw.start()
 		r.ctrl = r.raw
 		return nil
-	case "metabus", "baseline":
+	case "metabus", "metabus-ssa", "baseline":
 		args := r.cfg.metabusArgs
+		if r.name == "metabus-ssa" {
+			args = append(slices.Clone(args), ssaArgs...)
+		}
 		if r.cfg.scenarios["B7"] || r.cfg.scenarios["B8"] {
 			var err error
 			if args, err = r.b7Listen(args); err != nil {

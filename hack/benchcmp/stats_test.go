@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"net/url"
+	"strings"
 	"testing"
 )
 
@@ -178,6 +179,9 @@ func TestParseContenders(t *testing.T) {
 	got, err := parseContenders("upstream, raw,upstream")
 	if err != nil || len(got) != 2 || got[0] != "raw" || got[1] != "upstream" {
 		t.Errorf("got %v, %v", got, err)
+	}
+	if got, err := parseContenders("metabus-ssa,metabus,raw"); err != nil || strings.Join(got, ",") != "raw,metabus,metabus-ssa" {
+		t.Errorf("got %v, %v: want the table's order", got, err)
 	}
 	if _, err := parseContenders("raw,kind"); err == nil {
 		t.Error("unknown contender: no error")

@@ -51,6 +51,12 @@
 // numbers as int64, float64 or json.Number (other Go integer and float kinds are accepted
 // too). Any other Go type, a malformed json.Number, or a NaN/Inf float is reported as an
 // error; nothing in this package panics on its input.
+//
+// The package also holds the pure part of the other strategy, server-side
+// apply (Strategy, ssa.go): the configuration sent for a child
+// (Configuration), whether a child already holds its values (Settled),
+// whether a dry run changes it (Changes), and when the applier's memory of
+// its last apply makes the next one a repeat (Applied).
 package apply
 
 import "fmt"

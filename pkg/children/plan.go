@@ -20,6 +20,9 @@ const (
 	OpCreate Op = "Create"
 	OpUpdate Op = "Update"
 	OpDelete Op = "Delete"
+	// OpApply is a server-side apply of Object (apply.ServerSideApply
+	// only): it creates the child, or updates Observed.
+	OpApply Op = "Apply"
 )
 
 // Reasons recorded on actions (for events, logs and metrics labels).
@@ -28,6 +31,14 @@ const (
 	ReasonNotDesired      = "not desired"
 	ReasonChangedRecreate = "changed (Recreate)"
 	ReasonChangedInPlace  = "changed (InPlace)"
+	// ReasonRecordLastApplied is the in-place update of a Recreate child
+	// whose values are the desired ones but whose last-applied
+	// annotation is missing or differs.
+	ReasonRecordLastApplied = "record last-applied (Recreate)"
+	// ReasonOwnership is a server-side apply (or a Recreate's dry run)
+	// of a child whose values are already the desired ones (Settled):
+	// only its field ownership can change.
+	ReasonOwnership = "settled (ownership only)"
 )
 
 // Action is one write that converges a child towards its desired state.
@@ -37,9 +48,43 @@ type Action struct {
 	// Object is, for Create, the object to create (last-applied annotation and controller
 	// reference set); for Update, the merged object to PUT (it carries the observed
 	// resourceVersion, so a concurrent change fails with a conflict instead of being lost); for
-	// Delete, the observed object itself (not a copy), whose UID callers use as a precondition.
+	// Delete, the observed object itself (not a copy), whose UID callers use as a precondition;
+	// for Apply, the applied configuration (apply.Configuration plus the controller reference).
 	Object *unstructured.Unstructured
 	Reason string
+
+	// The fields below are set with apply.ServerSideApply only.
+
+	// Observed is the child an OpApply updates (nil when it creates one):
+	// its resourceVersion is the apply's precondition.
+	Observed *unstructured.Unstructured
+	// Verify, on the OpDelete of a Recreate child, is the configuration
+	// to dry-run first: the child is deleted only if applying it would
+	// change the child (apply.Changes), as upstream does.
+	Verify *unstructured.Unstructured
+	// Settled says the observed child already holds every value of the
+	// configuration (apply.Settled): the write can only change field
+	// ownership, and the writer skips it when it knows it applied this
+	// configuration to this child before (apply.Applied.Covers). A
+	// settled action does not make a rolling child "not updated".
+	Settled bool
+	// DropLastApplied asks to remove LastAppliedAnnotation (dynamic
+	// apply's bookkeeping, left by an earlier strategy) before an InPlace
+	// apply, as upstream does: it belongs to another field manager, so the
+	// apply alone would keep it.
+	DropLastApplied bool
+}
+
+// Creates reports whether the action creates a child (an OpApply without
+// an observed child creates it).
+func (a Action) Creates() bool {
+	return a.Op == OpCreate || (a.Op == OpApply && a.Observed == nil)
+}
+
+// Options are how Plan writes children.
+type Options struct {
+	// Strategy is apply.DynamicApply ("") or apply.ServerSideApply.
+	Strategy apply.Strategy
 }
 
 // Key returns the identity of the action's child.
@@ -69,7 +114,9 @@ func (a Action) Key() ChildKey {
 //   - observed and not desired: Delete, unless the child is already being deleted;
 //   - both, by the rule's update method: OnDelete (or ""): nothing. InPlace: apply.UpdateChild,
 //     and Update if it changed anything. Recreate: apply.UpdateChild, and Delete if it changed
-//     anything; the next sync, which the deletion triggers, creates it again.
+//     a value; the next sync, which the deletion triggers, creates it again. A Recreate child
+//     whose values are the desired ones but whose annotation is missing or differs (written by
+//     server-side apply, or by someone else and adopted) is updated in place to record it.
 //     RollingRecreate and RollingInPlace act as Recreate and InPlace here: the gradual
 //     rollout (package rollout's Step) decides which revision renders each child's desired
 //     state, so at most one child is handed to Plan with a changed desired state per sync.
@@ -89,6 +136,32 @@ func (a Action) Key() ChildKey {
 // object) is joined into the returned error while the actions for all other children are still
 // returned, so that callers can make progress as upstream does and report the rest.
 func Plan(owner Owner, rules []Rule, observed map[int][]*unstructured.Unstructured, desired []Desired) ([]Action, error) {
+	return PlanWith(Options{}, owner, rules, observed, desired)
+}
+
+// PlanWith is Plan with a write strategy. With apply.ServerSideApply the
+// decisions are the same, the writes differ:
+//   - desired and not observed: OpApply of the configuration
+//     (apply.Configuration, then the controller reference), which creates
+//     the child;
+//   - InPlace (and RollingInPlace): OpApply with Observed, unless the
+//     child is Settled and carries no LastAppliedAnnotation, when it is
+//     still planned but Settled (the writer knows whether it owns the
+//     configuration's fields already);
+//   - Recreate (and RollingRecreate): OpDelete with Verify, the
+//     configuration the writer dry-runs first; Settled when the values
+//     already match;
+//   - OnDelete: nothing, as always; deletes of undesired children as
+//     always.
+func PlanWith(opts Options, owner Owner, rules []Rule, observed map[int][]*unstructured.Unstructured, desired []Desired) ([]Action, error) {
+	ssa := false
+	switch opts.Strategy {
+	case "", apply.DynamicApply:
+	case apply.ServerSideApply:
+		ssa = true
+	default:
+		return nil, fmt.Errorf("children: unknown apply strategy %q", opts.Strategy)
+	}
 	if owner.UID == "" {
 		return nil, fmt.Errorf("children: owner %s %q has no UID to reference", owner.Kind, owner.Name)
 	}
@@ -108,7 +181,7 @@ func Plan(owner Owner, rules []Rule, observed map[int][]*unstructured.Unstructur
 		return nil, err
 	}
 
-	p := planner{owner: owner, ownerGroup: apiGroup(owner.APIVersion), rules: rules}
+	p := planner{owner: owner, ownerGroup: apiGroup(owner.APIVersion), rules: rules, ssa: ssa}
 	seen := make(map[childKey]bool, len(want.list))
 	for ruleIdx := range rules {
 		rule := &rules[ruleIdx]
@@ -141,7 +214,7 @@ func Plan(owner Owner, rules []Rule, observed map[int][]*unstructured.Unstructur
 	}
 	slices.SortStableFunc(p.actions, func(a, b plannedAction) int {
 		return cmp.Or(
-			cmp.Compare(phase(a.Op), phase(b.Op)),
+			cmp.Compare(phase(a.Action), phase(b.Action)),
 			cmp.Compare(a.key.rule, b.key.rule),
 			cmp.Compare(a.key.namespace, b.key.namespace),
 			cmp.Compare(a.key.name, b.key.name),
@@ -167,6 +240,7 @@ type indexedDesired struct {
 }
 
 type planner struct {
+	ssa        bool
 	owner      Owner
 	ownerGroup string
 	rules      []Rule
@@ -199,12 +273,25 @@ func (p *planner) update(key childKey, rule *Rule, observed, desired *unstructur
 	default: // OnDelete: existing children are left alone until someone else deletes them
 		return
 	}
+	if p.ssa {
+		p.updateSSA(key, rule, op, observed, desired)
+		return
+	}
 	merged, changed, err := apply.UpdateChild(observed, desired)
 	if err != nil {
 		p.fail(key, fmt.Errorf("computing update: %w", err))
 		return
 	}
 	if !changed {
+		return
+	}
+	if op == OpDelete && !apply.Changes(observed.Object, merged.Object) {
+		// Only the last-applied annotation differs: the child has the
+		// desired values, but no annotation (server-side apply or
+		// someone else wrote it) or one that lists fields it does not
+		// change. Record it in place: recreating a child with the desired
+		// values would change nothing but its identity.
+		p.add(key, Action{Op: OpUpdate, Rule: rule, Object: merged, Reason: ReasonRecordLastApplied})
 		return
 	}
 	obj := merged
@@ -214,7 +301,53 @@ func (p *planner) update(key childKey, rule *Rule, observed, desired *unstructur
 	p.add(key, Action{Op: op, Rule: rule, Object: obj, Reason: reason})
 }
 
+// updateSSA plans the server-side apply of an existing child: op is
+// OpUpdate (InPlace) or OpDelete (Recreate).
+func (p *planner) updateSSA(key childKey, rule *Rule, op Op, observed, desired *unstructured.Unstructured) {
+	cfg, err := p.configuration(desired)
+	if err != nil {
+		p.fail(key, fmt.Errorf("computing apply configuration: %w", err))
+		return
+	}
+	settled := apply.Settled(observed.Object, cfg.Object)
+	reason := ReasonOwnership
+	if op == OpDelete {
+		if !settled {
+			reason = ReasonChangedRecreate
+		}
+		p.add(key, Action{Op: OpDelete, Rule: rule, Object: observed, Verify: cfg, Settled: settled, Reason: reason})
+		return
+	}
+	_, legacy := observed.GetAnnotations()[apply.LastAppliedAnnotation]
+	if !settled || legacy {
+		settled, reason = false, ReasonChangedInPlace
+	}
+	p.add(key, Action{Op: OpApply, Rule: rule, Object: cfg, Observed: observed, Settled: settled, DropLastApplied: legacy, Reason: reason})
+}
+
+// configuration is the applied configuration of a desired child: the
+// controller reference is added as on a create.
+func (p *planner) configuration(desired *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	cfg, err := apply.Configuration(desired)
+	if err != nil {
+		return nil, err
+	}
+	if err := setControllerRef(cfg, p.owner); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
 func (p *planner) create(d indexedDesired) {
+	if p.ssa {
+		cfg, err := p.configuration(d.object)
+		if err != nil {
+			p.fail(d.key, fmt.Errorf("preparing create: %w", err))
+			return
+		}
+		p.add(d.key, Action{Op: OpApply, Rule: d.rule, Object: cfg, Reason: ReasonMissing})
+		return
+	}
 	obj, err := apply.PrepareCreate(d.object)
 	if err != nil {
 		p.fail(d.key, fmt.Errorf("preparing create: %w", err))
@@ -241,7 +374,7 @@ var serverOwnedMetadata = [...]string{
 }
 
 // setControllerRef appends the owner's controller reference to obj's ownerReferences (which obj
-// owns: it is PrepareCreate's copy), dropping any existing reference to the same UID.
+// owns: it is PrepareCreate's or apply.Configuration's copy), dropping any existing reference to the same UID.
 func setControllerRef(obj *unstructured.Unstructured, owner Owner) error {
 	meta, err := metadata(obj.Object)
 	if err != nil {
@@ -321,11 +454,11 @@ func isDeleting(obj map[string]any) bool {
 	return meta["deletionTimestamp"] != nil
 }
 
-func phase(op Op) int {
-	switch op {
-	case OpDelete:
+func phase(a Action) int {
+	switch {
+	case a.Op == OpDelete:
 		return 0
-	case OpCreate:
+	case a.Creates():
 		return 1
 	default:
 		return 2

@@ -73,6 +73,21 @@ func TestPlanByMethod(t *testing.T) {
 			},
 		},
 		{
+			reason: "children with the desired values but no annotation (server-side apply wrote them): recorded in place, a Recreate child is never recreated for it",
+			mutate: func(t *testing.T, d []*unstructured.Unstructured, o map[int][]*unstructured.Unstructured) []*unstructured.Unstructured {
+				ann := o[1][0].GetAnnotations()
+				delete(ann, apply.LastAppliedAnnotation)
+				o[1][0].SetAnnotations(ann)
+				return d
+			},
+			want: map[v1alpha1.ChildUpdateMethod][]string{
+				v1alpha1.ChildUpdateInPlace:         {"Update ConfigMap ns/cfg (changed (InPlace))"},
+				v1alpha1.ChildUpdateRollingInPlace:  {"Update ConfigMap ns/cfg (changed (InPlace))"},
+				v1alpha1.ChildUpdateRecreate:        {"Update ConfigMap ns/cfg (record last-applied (Recreate))"},
+				v1alpha1.ChildUpdateRollingRecreate: {"Update ConfigMap ns/cfg (record last-applied (Recreate))"},
+			},
+		},
+		{
 			reason: "children being deleted are never updated, deleted again or recreated",
 			mutate: func(t *testing.T, d []*unstructured.Unstructured, o map[int][]*unstructured.Unstructured) []*unstructured.Unstructured {
 				markDeleting(o[0][0], o[1][0])

@@ -129,8 +129,8 @@ type CommonFlags struct {
 	PprofAddr   string
 
 	// ApplyStrategy is upstream's --apply-strategy: how children are
-	// applied and parent status written, ApplyDynamic (default) or
-	// ApplyServerSide.
+	// applied, ApplyDynamic (default) or ApplyServerSide (the parent's
+	// status is written the same way under both, as upstream).
 	ApplyStrategy string
 	// SSAFieldManager is upstream's --apply-strategy-ssa-field-manager,
 	// the field manager of server-side apply.
@@ -164,7 +164,7 @@ func (f *CommonFlags) Register(fs *flag.FlagSet, defaultMetrics, defaultHealth s
 	// burst of 25.
 	fs.Float64Var(&f.EventsQPS, "events-qps", 1.0/300, "per-object Kubernetes Event rate")
 	fs.IntVar(&f.EventsBurst, "events-burst", 25, "per-object Kubernetes Event burst")
-	fs.StringVar(&f.ApplyStrategy, "apply-strategy", ApplyDynamic, "how children are applied and parent status written: "+ApplyDynamic+" or "+ApplyServerSide+" (as upstream)")
+	fs.StringVar(&f.ApplyStrategy, "apply-strategy", ApplyDynamic, "how children are applied: "+ApplyDynamic+" or "+ApplyServerSide+" (as upstream)")
 	fs.StringVar(&f.SSAFieldManager, "apply-strategy-ssa-field-manager", "metacontroller", "field manager of server-side apply (as upstream)")
 	fs.StringVar(&f.LeaderElectionResourceLock, "leader-election-resource-lock", LeaseLock, "kind of object holding the leader-election lock; only \""+LeaseLock+"\" (Lease objects) is supported")
 }

@@ -60,6 +60,13 @@ type ApplyChildRules struct {
 	// child left by an earlier parent of the same name rewrites them to
 	// the new parent's UID, or its selector would release the child again.
 	OwnerUIDLabels []string
+	// DynamicApplyOnly keeps the kind's children on dynamic apply whatever
+	// --apply-strategy says: its desired states are built from the
+	// last-applied annotation that only dynamic apply keeps (MapController
+	// keeps a detached key's outputs by re-applying them as last applied;
+	// under server-side apply that would give up every field they have).
+	// Server-side apply is upstream's option for upstream's kinds.
+	DynamicApplyOnly bool
 }
 
 // ApplyChildRule is one declared child resource.

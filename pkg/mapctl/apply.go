@@ -19,7 +19,10 @@ func (c *Controller) ApplyChildRules() kinds.ApplyChildRules {
 		rules[i].ResourceRule = r.ResourceRule
 		rules[i].Method = OutputMethod(r)
 	}
-	return kinds.ApplyChildRules{Field: "spec.outputResources", Noun: "outputs", Rules: rules, RejectReason: events.ReasonSyncError}
+	// Kept outputs are re-applied from their last-applied annotation
+	// (asApplied): dynamic apply only.
+	return kinds.ApplyChildRules{Field: "spec.outputResources", Noun: "outputs", Rules: rules, RejectReason: events.ReasonSyncError,
+		DynamicApplyOnly: true}
 }
 
 // ApplyOwner is the owner of one key's outputs (OutputOwner): the parent,

@@ -33,7 +33,7 @@ func TestApplyChildRules(t *testing.T) {
 		{
 			reason:  "the issue's example: one output updated in place",
 			outputs: validSpec()["outputResources"].([]any),
-			want: kinds.ApplyChildRules{Field: "spec.outputResources", Noun: "outputs", RejectReason: "SyncError", Rules: []kinds.ApplyChildRule{
+			want: kinds.ApplyChildRules{Field: "spec.outputResources", Noun: "outputs", RejectReason: "SyncError", DynamicApplyOnly: true, Rules: []kinds.ApplyChildRule{
 				{ResourceRule: resRule("snapshot.storage.k8s.io/v1", "volumesnapshots"), Method: v1alpha1.ChildUpdateInPlace},
 			}},
 		},
@@ -45,7 +45,7 @@ func TestApplyChildRules(t *testing.T) {
 				out("apps/v1", "deployments", map[string]any{}),
 				out("snapshot.storage.k8s.io/v1", "volumesnapshots", method("OnDelete")),
 			},
-			want: kinds.ApplyChildRules{Field: "spec.outputResources", Noun: "outputs", RejectReason: "SyncError", Rules: []kinds.ApplyChildRule{
+			want: kinds.ApplyChildRules{Field: "spec.outputResources", Noun: "outputs", RejectReason: "SyncError", DynamicApplyOnly: true, Rules: []kinds.ApplyChildRule{
 				{ResourceRule: resRule("v1", "configmaps"), Method: v1alpha1.ChildUpdateRecreate},
 				{ResourceRule: resRule("v1", "secrets"), Method: v1alpha1.ChildUpdateOnDelete},
 				{ResourceRule: resRule("apps/v1", "deployments"), Method: v1alpha1.ChildUpdateOnDelete},

@@ -14,7 +14,6 @@ import (
 	"cmp"
 	"fmt"
 	"math"
-	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -54,8 +53,8 @@ type Input struct {
 	Children []Child // in the order the hook returned them for the latest revision
 }
 
-// Condition is the parent's Updated condition; the caller adds lastTransitionTime and
-// observedGeneration when it writes it into status.conditions.
+// Condition is the parent's Updated condition, which the caller sets in the hook's status with
+// WithCondition.
 type Condition struct {
 	Type    string `json:"type"`
 	Status  string `json:"status"` // "True" or "False"
@@ -87,7 +86,8 @@ type Plan struct {
 //     moved: the caller recreates it at its own revision, and its turn comes once it exists.
 //   - Condition: False/RolloutWaiting naming the first unhealthy child and its failing check;
 //     else False/RolloutProgressing while a child is updating, is being moved or awaits its
-//     recreation; else True/OnLatestRevision, and Done.
+//     recreation; else True/OnLatestRevision with upstream's message ("latest
+//     ControllerRevision: <name>"), and Done.
 func Decide(in Input) Plan {
 	var (
 		total, onLatest   int
@@ -140,8 +140,10 @@ func Decide(in Input) Plan {
 	case missing > 0:
 		plan.Condition.Message = fmt.Sprintf("waiting for %d deleted children to be recreated at their revisions", missing) + progress
 	default:
+		// Upstream's message, word for word: a parent it left on the
+		// latest revision reads the same to metabus.
 		plan.Condition = Condition{Type: ConditionUpdated, Status: "True", Reason: ReasonOnLatestRevision,
-			Message: fmt.Sprintf("all %d children are on revision %s", total, in.Latest)}
+			Message: "latest ControllerRevision: " + in.Latest}
 		plan.Done = true
 	}
 	return plan
@@ -251,45 +253,38 @@ func Aggregate(results []RevisionResult) (status map[string]any, resyncAfter flo
 	return status, resyncAfter, finalized
 }
 
-// WithCondition returns a copy of the hook's status with c set in status.conditions (replacing
-// any condition of the same type the hook returned), as upstream sets the Updated condition.
-// lastTransitionTime is kept from the parent's current condition of that type when its status
-// is unchanged, so a steady rollout does not rewrite the parent's status on every sync; else it
-// is now (RFC 3339).
-func WithCondition(status, current map[string]any, c Condition, now time.Time) map[string]any {
+// WithCondition returns a copy of the hook's status with c set in status.conditions, in
+// upstream's form: {type, status, reason, message} (reason and message left out when empty),
+// with no lastTransitionTime, replacing in place a condition of the same type the hook returned,
+// else appended. The condition is a function of the rollout alone, so a parent whose rollout
+// has not changed gets the same status back and is not rewritten; a parent upstream left behind
+// (its True condition names the latest ControllerRevision, as Decide's does) is not rewritten
+// either when metabus takes it over.
+func WithCondition(status map[string]any, c Condition) map[string]any {
 	out := make(map[string]any, len(status)+1)
 	for k, v := range status {
 		out[k] = v
 	}
-	transition := now.UTC().Format(time.RFC3339)
-	if prev := findCondition(current, c.Type); prev != nil && prev["status"] == c.Status {
-		if t, ok := prev["lastTransitionTime"].(string); ok && t != "" {
-			transition = t
-		}
+	cond := map[string]any{"type": c.Type, "status": c.Status}
+	if c.Reason != "" {
+		cond["reason"] = c.Reason
 	}
-	cond := map[string]any{
-		"type": c.Type, "status": c.Status, "reason": c.Reason, "message": c.Message,
-		"lastTransitionTime": transition,
+	if c.Message != "" {
+		cond["message"] = c.Message
 	}
-	var conds []any
-	if list, ok := out["conditions"].([]any); ok {
-		for _, item := range list {
-			if m, ok := item.(map[string]any); ok && m["type"] == c.Type {
-				continue
-			}
-			conds = append(conds, item)
-		}
-	}
-	out["conditions"] = append(conds, cond)
-	return out
-}
-
-func findCondition(status map[string]any, typ string) map[string]any {
-	list, _ := status["conditions"].([]any)
+	list, _ := out["conditions"].([]any)
+	conds := make([]any, 0, len(list)+1)
+	replaced := false
 	for _, item := range list {
-		if m, ok := item.(map[string]any); ok && m["type"] == typ {
-			return m
+		if m, ok := item.(map[string]any); ok && m["type"] == c.Type && !replaced {
+			conds, replaced = append(conds, cond), true
+			continue
 		}
+		conds = append(conds, item)
 	}
-	return nil
+	if !replaced {
+		conds = append(conds, cond)
+	}
+	out["conditions"] = conds
+	return out
 }

@@ -3,7 +3,8 @@ package rollout
 import (
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -64,14 +65,14 @@ func TestDecide(t *testing.T) {
 	}{
 		{
 			reason:     "no children: nothing to roll out",
-			wantStatus: "True", wantReason: ReasonOnLatestRevision, wantMessage: []string{"all 0 children"},
+			wantStatus: "True", wantReason: ReasonOnLatestRevision, wantMessage: []string{"latest ControllerRevision: v2"},
 		},
 		{
 			reason: "all children on the latest revision and healthy: done",
 			children: []Child{
 				on("v2", "web-0", ready("web-0"), true), on("v2", "web-1", ready("web-1"), true),
 			},
-			wantStatus: "True", wantReason: ReasonOnLatestRevision, wantMessage: []string{"all 2 children are on revision v2"},
+			wantStatus: "True", wantReason: ReasonOnLatestRevision, wantMessage: []string{"latest ControllerRevision: v2"},
 		},
 		{
 			reason: "a new template: the first child in hook order moves",
@@ -217,7 +218,7 @@ func TestDecide(t *testing.T) {
 				{Key: key("other"), Method: "", Revision: "v2", Observed: pod("other"), Matches: false},
 				on("v2", "web-0", ready("web-0"), true),
 			},
-			wantStatus: "True", wantReason: ReasonOnLatestRevision, wantMessage: []string{"all 1 children"},
+			wantStatus: "True", wantReason: ReasonOnLatestRevision, wantMessage: []string{"latest ControllerRevision: v2"},
 		},
 		{
 			reason: "status checks are per child: a kind without checks is healthy once it matches",
@@ -304,44 +305,60 @@ func TestAggregate(t *testing.T) {
 }
 
 func TestWithCondition(t *testing.T) {
-	now := time.Date(2026, 11, 22, 5, 0, 0, 0, time.UTC)
-	updated := func(status, reason string) Condition {
-		return Condition{Type: ConditionUpdated, Status: status, Reason: reason, Message: "m"}
-	}
-	current := map[string]any{"conditions": []any{map[string]any{
-		"type": "Updated", "status": "False", "reason": "RolloutWaiting", "lastTransitionTime": "2026-11-22T04:00:00Z"}}}
+	onLatest := Condition{Type: ConditionUpdated, Status: "True", Reason: ReasonOnLatestRevision, Message: "latest ControllerRevision: things.example.com-abc"}
+	// What upstream v4.17.2 wrote: no lastTransitionTime, reason and message.
+	upstreamForm := map[string]any{"type": "Updated", "status": "True", "reason": "OnLatestRevision", "message": "latest ControllerRevision: things.example.com-abc"}
+	ready := map[string]any{"type": "Ready", "status": "True"}
 	cases := []struct {
-		reason         string
-		status         map[string]any
-		current        map[string]any
-		cond           Condition
-		wantTransition string
-		wantConditions int
+		reason string
+		status map[string]any
+		cond   Condition
+		want   map[string]any
 	}{
-		{"no current condition: the transition is now", map[string]any{"replicas": 3}, nil,
-			updated("False", ReasonRolloutProgressing), "2026-11-22T05:00:00Z", 1},
-		{"same status, other reason: the transition time is kept", nil, current,
-			updated("False", ReasonRolloutProgressing), "2026-11-22T04:00:00Z", 1},
-		{"status flips: the transition is now", nil, current,
-			updated("True", ReasonOnLatestRevision), "2026-11-22T05:00:00Z", 1},
-		{"the hook's own conditions are kept and its Updated replaced",
-			map[string]any{"conditions": []any{map[string]any{"type": "Ready", "status": "True"}, map[string]any{"type": "Updated", "status": "x"}}},
-			nil, updated("True", ReasonOnLatestRevision), "2026-11-22T05:00:00Z", 2},
+		{
+			reason: "appended in upstream's form, the hook's fields kept",
+			status: map[string]any{"replicas": 3},
+			cond:   onLatest,
+			want:   map[string]any{"replicas": 3, "conditions": []any{upstreamForm}},
+		},
+		{
+			reason: "the hook's own Updated condition is replaced in place (upstream's SetCondition), its others kept in order",
+			status: map[string]any{"conditions": []any{map[string]any{"type": "Updated", "status": "x", "lastTransitionTime": "t"}, ready}},
+			cond:   onLatest,
+			want:   map[string]any{"conditions": []any{upstreamForm, ready}},
+		},
+		{
+			reason: "empty reason and message are left out, as upstream does",
+			status: nil,
+			cond:   Condition{Type: ConditionUpdated, Status: "False"},
+			want:   map[string]any{"conditions": []any{map[string]any{"type": "Updated", "status": "False"}}},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.reason, func(t *testing.T) {
-			out := WithCondition(tc.status, tc.current, tc.cond, now)
-			conds := out["conditions"].([]any)
-			if len(conds) != tc.wantConditions {
-				t.Fatalf("conditions %v", conds)
-			}
-			got := findCondition(out, ConditionUpdated)
-			if got["lastTransitionTime"] != tc.wantTransition || got["status"] != tc.cond.Status || got["reason"] != tc.cond.Reason {
-				t.Errorf("condition %v", got)
-			}
-			if tc.status != nil && tc.status["replicas"] != nil && out["replicas"] != 3 {
-				t.Errorf("hook status field lost: %v", out)
+			if diff := cmp.Diff(tc.want, WithCondition(tc.status, tc.cond)); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestUpdatedConditionStable: the status of a parent on the latest revision
+// is the same at every sync, and the same as upstream left it, so neither a
+// steady parent nor one metabus takes over from upstream is rewritten (the
+// applier writes a status only when it differs).
+func TestUpdatedConditionStable(t *testing.T) {
+	in := Input{Latest: "things.example.com-abc", Children: []Child{on("things.example.com-abc", "web-0", pod("web-0", "Ready=True"), true)}}
+	hookStatus := func() map[string]any { return map[string]any{"replicas": int64(1)} }
+	first := WithCondition(hookStatus(), Decide(in).Condition)
+	second := WithCondition(hookStatus(), Decide(in).Condition)
+	if diff := cmp.Diff(first, second); diff != "" {
+		t.Errorf("two syncs of an unchanged rollout differ (-first +second):\n%s", diff)
+	}
+	upstream := map[string]any{"replicas": int64(1), "conditions": []any{map[string]any{
+		"type": "Updated", "status": "True", "reason": "OnLatestRevision", "message": "latest ControllerRevision: things.example.com-abc",
+	}}}
+	if diff := cmp.Diff(upstream, first); diff != "" {
+		t.Errorf("status differs from upstream's (-upstream +metabus):\n%s", diff)
 	}
 }

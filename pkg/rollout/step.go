@@ -29,6 +29,8 @@ type StepInput struct {
 	Older map[string][]children.Desired
 	// Observed are the claimed children by rule index, as for children.Plan.
 	Observed map[int][]*unstructured.Unstructured
+	// Apply is how children are written (children.PlanWith).
+	Apply children.Options
 }
 
 // StepResult is the outcome of Step.
@@ -59,8 +61,8 @@ func (e *MissingRevisionsError) Error() string {
 //  2. A rolling child on an older revision takes its desired state from that revision's
 //     rendering (the latest one when the old rendering lacks it); every other child takes the
 //     latest. So a child deleted mid-rollout is recreated at its own revision.
-//  3. children.Plan computes the writes; a child on the latest revision "matches" when it
-//     exists, is not being deleted and needs no write.
+//  3. children.PlanWith computes the writes; a child on the latest revision "matches" when it
+//     exists, is not being deleted and needs no write that changes a value (Settled).
 //  4. Decide picks the child to move; it is recorded in the history and planned again with
 //     the latest desired state. Finally, revisions that hold no children are pruned.
 //
@@ -143,13 +145,15 @@ func Step(in StepInput) (StepResult, error) {
 		}
 	}
 
-	actions, childErrs := children.Plan(in.Owner, in.Rules, in.Observed, chosen)
+	actions, childErrs := children.PlanWith(in.Apply, in.Owner, in.Rules, in.Observed, chosen)
 	if actions == nil && childErrs != nil {
 		return StepResult{}, childErrs
 	}
 	acting := map[children.ChildKey]bool{}
 	for _, a := range actions {
-		acting[a.Key()] = true
+		// A settled server-side apply changes no value: the child has
+		// the desired state already.
+		acting[a.Key()] = acting[a.Key()] || !a.Settled
 	}
 
 	dec := Input{Latest: latest}
@@ -181,7 +185,7 @@ func Step(in StepInput) (StepResult, error) {
 			return StepResult{}, err
 		}
 		chosen[i] = in.Latest[i]
-		if actions, childErrs = children.Plan(in.Owner, in.Rules, in.Observed, chosen); actions == nil && childErrs != nil {
+		if actions, childErrs = children.PlanWith(in.Apply, in.Owner, in.Rules, in.Observed, chosen); actions == nil && childErrs != nil {
 			return StepResult{}, childErrs
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/apply"
 	"github.com/metabus/metabus/pkg/children"
 	"github.com/metabus/metabus/pkg/revision"
 )
@@ -325,4 +326,72 @@ func podImage(o *unstructured.Unstructured) string {
 	}
 	img, _ := cs[0].(map[string]any)["image"].(string)
 	return img
+}
+
+// TestStepServerSideApply: with server-side apply, a child whose values
+// are the latest revision's is on it, although its apply (or a Recreate's
+// dry run) may still be planned to settle field ownership; a changed one
+// still moves one at a time, its deletion confirmed by a dry run.
+func TestStepServerSideApply(t *testing.T) {
+	cases := []struct {
+		reason      string
+		w           world
+		wantActions []string
+		wantReason  string
+	}{
+		{
+			reason: "every child has the latest values: done, whatever ownership is left to settle",
+			w: world{n: 2, parent: "v2", pods: map[string]string{"web-0": "v2", "web-1": "v2"},
+				onRev: map[string]string{"web-0": "v2", "web-1": "v2"}},
+			wantActions: []string{"Delete web-0 verify settled", "Delete web-1 verify settled", "Apply ConfigMap web-config"},
+			wantReason:  ReasonOnLatestRevision,
+		},
+		{
+			reason: "a template change moves the first child; its deletion waits for the dry run",
+			w: world{n: 2, parent: "v2", pods: map[string]string{"web-0": "v1", "web-1": "v1"},
+				onRev: map[string]string{"web-0": "v1", "web-1": "v1"}},
+			wantActions: []string{"Delete web-0 verify", "Delete web-1 verify settled", "Apply ConfigMap web-config"},
+			wantReason:  ReasonRolloutProgressing,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.reason, func(t *testing.T) {
+			rules := stepRules(v1alpha1.ChildUpdateRollingRecreate)
+			h, observed, names := tc.w.build(t, rules)
+			older := map[string][]children.Desired{}
+			for img, name := range names {
+				if name != h.Latest() {
+					older[name] = desiredPods(t, rules, img, tc.w.n)
+				}
+			}
+			res, err := Step(StepInput{
+				Owner: stepOwner, Rules: rules, Checks: [][]v1alpha1.StatusConditionCheck{readyTrue, nil},
+				History: h, Latest: desiredPods(t, rules, tc.w.parent, tc.w.n), Older: older, Observed: observed,
+				Apply: children.Options{Strategy: apply.ServerSideApply},
+			})
+			if err != nil || res.ChildErrors != nil {
+				t.Fatalf("Step: %v / %v", err, res.ChildErrors)
+			}
+			var got []string
+			for _, a := range res.Actions {
+				s := string(a.Op) + " " + a.Object.GetName()
+				if a.Rule.Kind != "Pod" {
+					s = string(a.Op) + " " + a.Rule.Kind + " " + a.Object.GetName()
+				}
+				if a.Verify != nil {
+					s += " verify"
+				}
+				if a.Settled {
+					s += " settled"
+				}
+				got = append(got, s)
+			}
+			if !slices.Equal(got, tc.wantActions) {
+				t.Errorf("actions %q, want %q", got, tc.wantActions)
+			}
+			if res.Plan.Condition.Reason != tc.wantReason {
+				t.Errorf("condition %+v, want reason %s", res.Plan.Condition, tc.wantReason)
+			}
+		})
+	}
 }

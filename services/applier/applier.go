@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"github.com/metabus/metabus/pkg/apply"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/echo"
@@ -43,6 +44,13 @@ type Config struct {
 	EventsQPS            float32
 	EventsBurst          int
 	Bus                  bus.Options
+	// Strategy is how children are written: upstream's --apply-strategy,
+	// apply.DynamicApply (default) or apply.ServerSideApply.
+	Strategy apply.Strategy
+	// FieldManager is the field manager of server-side applies
+	// (--apply-strategy-ssa-field-manager, default "metacontroller" as
+	// upstream).
+	FieldManager string
 }
 
 // Defaults fills unset fields.
@@ -55,6 +63,12 @@ func (c *Config) Defaults() {
 	}
 	if c.DiscoveryInterval <= 0 {
 		c.DiscoveryInterval = 30 * time.Second
+	}
+	if c.Strategy == "" {
+		c.Strategy = apply.DynamicApply
+	}
+	if c.FieldManager == "" {
+		c.FieldManager = apply.DefaultFieldManager
 	}
 }
 
@@ -100,6 +114,8 @@ type Applier struct {
 	// writes), by controller/parent.
 	wmu     sync.Mutex
 	written map[string]ownWrite
+	// applied is this replica's memory of its server-side applies.
+	applied appliedMemory
 
 	streamOnce sync.Once
 	stream     jetstream.Stream
@@ -112,9 +128,15 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	if deps.REST == nil || deps.JS == nil || deps.NC == nil {
 		return nil, errors.New("applier: REST config and NATS connection are required")
 	}
+	if _, err := apply.ParseStrategy(string(cfg.Strategy)); err != nil {
+		return nil, fmt.Errorf("applier: %w", err)
+	}
 	log := deps.Log
 	if log == nil {
 		log = zap.NewNop()
+	}
+	if cfg.Strategy == apply.ServerSideApply {
+		log.Info("children are written with server-side apply", zap.String("fieldManager", cfg.FieldManager))
 	}
 	raw, err := newRawClient(deps.REST)
 	if err != nil {

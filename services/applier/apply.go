@@ -149,7 +149,7 @@ func (a *Applier) applyParent(ctx context.Context, ds *bus.DesiredState, snap *s
 	if !planned && !rolls && !claims.writes() {
 		// Nothing to adopt: the children can be planned before the first
 		// write, so a plan that fails writes nothing.
-		if actions, err = children.Plan(owner, rules, claims.observed, desired); err != nil {
+		if actions, err = children.PlanWith(a.planOptions(decl), owner, rules, claims.observed, desired); err != nil {
 			return retryAfter(events.ReasonApplyError, fmt.Errorf("plan %s: %w", decl.Noun, err))
 		}
 		planned = true
@@ -174,7 +174,7 @@ func (a *Applier) applyParent(ctx context.Context, ds *bus.DesiredState, snap *s
 		}
 		// The rollout's Updated condition joins the hook's status: plan
 		// the status again with it.
-		withUpdatedCondition(ds, parent, cond)
+		withUpdatedCondition(ds, cond)
 		in.Parent = parent
 		again, err := ctrl.ApplyParent(in)
 		if err != nil {
@@ -184,11 +184,12 @@ func (a *Applier) applyParent(ctx context.Context, ds *bus.DesiredState, snap *s
 	case !planned:
 		// Adopting changed the children's resourceVersions: plan against
 		// the adopted objects.
-		if actions, err = children.Plan(owner, rules, observed, desired); err != nil {
+		if actions, err = children.PlanWith(a.planOptions(decl), owner, rules, observed, desired); err != nil {
 			return retryAfter(events.ReasonApplyError, fmt.Errorf("plan %s: %w", decl.Noun, err))
 		}
 	}
 
+	actions = a.dropCovered(actions)
 	var errs []error
 	conflict, created := false, false
 	for _, act := range actions {
@@ -198,7 +199,7 @@ func (a *Applier) applyParent(ctx context.Context, ds *bus.DesiredState, snap *s
 				continue
 			}
 			errs = append(errs, err)
-		} else if act.Op == children.OpCreate {
+		} else if act.Creates() {
 			created = true
 		}
 	}

@@ -222,7 +222,15 @@ func (a *Applier) write(ctx context.Context, act children.Action) error {
 			}
 			return fmt.Errorf("update %s: %w", what, err)
 		}
+	case children.OpApply:
+		return a.applyChild(ctx, c, act, what)
 	case children.OpDelete:
+		if act.Verify != nil {
+			needed, err := a.recreateNeeded(ctx, c, act, what)
+			if err != nil || !needed {
+				return err
+			}
+		}
 		a.metrics.writes.WithLabelValues("delete", act.Rule.Resource).Inc()
 		uid := obj.GetUID()
 		policy := metav1.DeletePropagationBackground

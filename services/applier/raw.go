@@ -6,15 +6,17 @@ import (
 	"fmt"
 	"maps"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/pkg/kubeapi"
 )
 
 // rawClient makes the applier's hottest writes (child creates and updates,
-// parent status updates) without decoding the API server's answer into an
+// server-side applies, parent status updates) without decoding the API server's answer into an
 // object: the applier needs at most the new resourceVersion from it, and
 // decoding the whole object was 4% of the all-in-one's CPU while parents
 // were being created (B1). Errors are the API server's Status errors, as
@@ -52,6 +54,7 @@ func (r *rawClient) create(ctx context.Context, gvr schema.GroupVersionResource,
 // written is the identity of an object as a write left it.
 type written struct {
 	UID, ResourceVersion string
+	Generation           int64
 }
 
 // readWritten reads the identity from the API server's answer to a write.
@@ -60,12 +63,27 @@ func readWritten(raw []byte, name, verb string) (written, error) {
 		Metadata struct {
 			UID             string `json:"uid"`
 			ResourceVersion string `json:"resourceVersion"`
+			Generation      int64  `json:"generation"`
 		} `json:"metadata"`
 	}
 	if err := json.Unmarshal(raw, &w); err != nil {
 		return written{}, fmt.Errorf("read the answer to the %s of %s: %w", verb, name, err)
 	}
-	return written{UID: w.Metadata.UID, ResourceVersion: w.Metadata.ResourceVersion}, nil
+	return written{UID: w.Metadata.UID, ResourceVersion: w.Metadata.ResourceVersion, Generation: w.Metadata.Generation}, nil
+}
+
+// apply sends a server-side apply (PATCH application/apply-patch+yaml,
+// of which JSON is a subset) of body to the object name, with force, as
+// upstream does: metabus owns what its hook returns, whoever set it
+// before. With dryRun the API server only answers what it would store.
+// The answer is returned undecoded.
+func (r *rawClient) apply(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string, body []byte, fieldManager string, dryRun bool) ([]byte, error) {
+	req := r.rc.Patch(types.ApplyPatchType).AbsPath(kubeapi.Path(gvr, namespace, name, "")...).
+		Param("fieldManager", fieldManager).Param("force", "true")
+	if dryRun {
+		req = req.Param("dryRun", metav1.DryRunAll)
+	}
+	return kubeapi.Answer(req.Body(body).Do(ctx))
 }
 
 // update PUTs obj (to subresource, if not "") and returns the

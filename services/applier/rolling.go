@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -82,7 +81,7 @@ func (a *Applier) rolling(ctx context.Context, ds *bus.DesiredState, roll kinds.
 	}
 	step, err := rollout.Step(rollout.StepInput{
 		Owner: owner, Rules: rules, Checks: checks, History: h,
-		Latest: desired, Older: older, Observed: observed,
+		Latest: desired, Older: older, Observed: observed, Apply: a.planOptions(decl),
 	})
 	var missing *rollout.MissingRevisionsError
 	switch {
@@ -120,9 +119,8 @@ func (a *Applier) rolling(ctx context.Context, ds *bus.DesiredState, roll kinds.
 
 // withUpdatedCondition sets the rollout's Updated condition in the status the
 // applier writes.
-func withUpdatedCondition(ds *bus.DesiredState, parent *unstructured.Unstructured, cond rollout.Condition) {
-	current, _, _ := unstructured.NestedMap(parent.Object, "status")
-	ds.Status = rollout.WithCondition(ds.Status, current, cond, time.Now())
+func withUpdatedCondition(ds *bus.DesiredState, cond rollout.Condition) {
+	ds.Status = rollout.WithCondition(ds.Status, cond)
 }
 
 func storeParent(ds *bus.DesiredState, parent *unstructured.Unstructured, selector string) revstore.Parent {
