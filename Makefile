@@ -73,16 +73,17 @@ e2e:
 # against the local control plane (~3 min) and MapController against one
 # CompositeController over 5,000 inputs (BenchmarkMapController, ~3 min;
 # `go test ./e2e -bench MapController -map-inputs N` sizes it), then the raw-client,
-# bin/metabus and bin/metabus --apply-strategy=server-side-apply columns of
-# hack/benchcmp: B1-B6 (~3 min, more when B6 finds a stall; server-side
-# apply: B1-B5, ~2 min), B7 (dispatcher replicas, ~1 min) and B8 (1,000
-# controllers, ~6 min; BENCH_ARGS=-scenarios B1,B2,B3,B4,B5,B6,B7 leaves it out).
+# bin/metabus, bin/metabus --apply-strategy=server-side-apply and echo opt-in
+# (metabus.dev/suppress-echoes) columns of hack/benchcmp: B1-B6 (~3 min, more
+# when B6 finds a stall; server-side apply and the echo opt-in: B1-B5, ~2 min
+# each), B7 (dispatcher replicas, ~1 min) and B8 (1,000 controllers, ~6 min;
+# BENCH_ARGS=-scenarios B1,B2,B3,B4,B5,B6,B7 leaves it out).
 bench: build
 	$(GO) test -count=1 -run '^$$' -bench . -benchmem ./pkg/... ./services/...
 	@$(MAKE) --no-print-directory bench-bus
 	@KUBE_BIN_DIR=$$(hack/kubeenv/build.sh | tail -1); export KUBE_BIN_DIR; \
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 20m ./e2e/ && \
-	$(GO) run ./hack/benchcmp -only raw,metabus,metabus-ssa $(BENCH_ARGS)
+	$(GO) run ./hack/benchcmp -only raw,metabus,metabus-ssa,metabus-echo $(BENCH_ARGS)
 
 # bench-bus: the partition consumers against a real nats-server process,
 # no Kubernetes: cost per item and idle cost against controllers and

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/metabus/metabus/pkg/bus"
 )
 
 // ns is where the workload lives.
@@ -35,7 +37,7 @@ var ssaArgs = []string{"--apply-strategy=server-side-apply"}
 // run is one contender in one round, on its own fresh control plane.
 type run struct {
 	cfg  *config
-	name string // raw, metabus, metabus-ssa, baseline, upstream
+	name string // raw, metabus, metabus-ssa, metabus-echo, baseline, upstream
 	dir  string // its log directory
 	logf func(string, ...any)
 
@@ -132,7 +134,7 @@ func (r *run) do(ctx context.Context) error {
 			return fmt.Errorf("B5: %w", err)
 		}
 	}
-	if sc["B6"] && r.name != "metabus-ssa" {
+	if sc["B6"] && r.name != "metabus-ssa" && r.name != "metabus-echo" {
 		if err := r.b6(ctx); err != nil {
 			return fmt.Errorf("B6: %w", err)
 		}
@@ -157,7 +159,7 @@ func (r *run) startController(ctx context.Context) error {
 		r.raw.start()
 		r.ctrl = r.raw
 		return nil
-	case "metabus", "metabus-ssa", "baseline":
+	case "metabus", "metabus-ssa", "metabus-echo", "baseline":
 		args := r.cfg.metabusArgs
 		if r.name == "metabus-ssa" {
 			args = append(slices.Clone(args), ssaArgs...)
@@ -206,6 +208,11 @@ func (r *run) createCompositeController(ctx context.Context) error {
 			"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": r.hook.url}}},
 		},
 	}}
+	if r.name == "metabus-echo" {
+		// The harness's hook is a fixpoint of its own writes (its answer
+		// is a function of spec.gen and the children it sees).
+		cc.SetAnnotations(map[string]string{bus.SuppressEchoesAnnotation: "true"})
+	}
 	_, err := r.cl.harness.Resource(ccGVR).Create(ctx, cc, metav1.CreateOptions{})
 	return err
 }
