@@ -1540,7 +1540,7 @@ func TestNATSConfig(t *testing.T) {
 	}
 
 	perms := natsPermissions(t, prod)
-	users := []string{"WATCHER_NKEY", "DISPATCHER_NKEY", "APPLIER_NKEY", "REVISIONS_NKEY"}
+	users := []string{"WATCHER_NKEY", "DISPATCHER_NKEY", "APPLIER_NKEY", "REVISIONS_NKEY", "OPERATOR_NKEY", "OPERATOR_ADMIN_NKEY"}
 	if got := slices.Sorted(maps.Keys(perms)); !slices.Equal(got, slices.Sorted(slices.Values(users))) {
 		t.Fatalf("users %v, want %v", got, users)
 	}
@@ -1597,7 +1597,8 @@ func TestNATSConfig(t *testing.T) {
 		{"DISPATCHER_NKEY", "publish", "$JS.API.STREAM.MSG.DELETE.MC_DLQ", false},
 		{"DISPATCHER_NKEY", "subscribe", "mc.work.>", false},
 		{"DISPATCHER_NKEY", "subscribe", "mc.svc.snapshot", false},
-		{"DISPATCHER_NKEY", "responses", "", false},
+		// The dispatcher answers the operator CLI's inspect requests.
+		{"DISPATCHER_NKEY", "responses", "", true},
 		// applier
 		{"APPLIER_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_DESIRED.desired-64-p17", true},
 		{"APPLIER_NKEY", "publish", "$JS.ACK.MC_DESIRED.desired-64-p17.1.2.3.4.5", true},
@@ -1642,6 +1643,53 @@ func TestNATSConfig(t *testing.T) {
 		{"WATCHER_NKEY", "publish", "$KV.MC_OWNERS.lease.work.p07", false},
 		{"REVISIONS_NKEY", "publish", "$KV.MC_OWNERS.lease.work.p07", false},
 		{"APPLIER_NKEY", "publish", "$JS.API.CONSUMER.DELETE.MC_DESIRED.desired-64-p00", false},
+		// Operator CLI: every dispatcher and applier answers inspect
+		// requests of its stage and publishes trace records while tailed.
+		{"DISPATCHER_NKEY", "subscribe", "mc.inspect.work", true},
+		{"DISPATCHER_NKEY", "subscribe", "mc.inspect.tail", true},
+		{"DISPATCHER_NKEY", "publish", "mc.trace.work.cc-hello.4f1c", true},
+		{"DISPATCHER_NKEY", "publish", "mc.trace.desired.cc-hello.4f1c", false},
+		{"APPLIER_NKEY", "subscribe", "mc.inspect.desired", true},
+		{"APPLIER_NKEY", "subscribe", "mc.inspect.tail", true},
+		{"APPLIER_NKEY", "publish", "mc.trace.desired.cc-hello.4f1c", true},
+		{"APPLIER_NKEY", "responses", "", true},
+		{"WATCHER_NKEY", "subscribe", "mc.inspect.work", false},
+		// operator: reads, never writes, deletes or consumes.
+		{"OPERATOR_NKEY", "publish", "$JS.API.STREAM.NAMES", true},
+		{"OPERATOR_NKEY", "publish", "$JS.API.STREAM.LIST", true},
+		{"OPERATOR_NKEY", "publish", "$JS.API.CONSUMER.LIST.MC_WORK", true},
+		{"OPERATOR_NKEY", "publish", "$JS.API.STREAM.MSG.GET.MC_WORK", true},
+		{"OPERATOR_NKEY", "publish", "$JS.API.STREAM.MSG.GET.MC_DLQ", true},
+		{"OPERATOR_NKEY", "publish", "$JS.API.DIRECT.GET.KV_MC_OWNERS.$KV.MC_OWNERS.lease.work.64-p00", true},
+		{"OPERATOR_NKEY", "publish", "$JS.API.CONSUMER.CREATE.KV_MC_OWNERS.Xy12.$KV.MC_OWNERS.>", true},
+		{"OPERATOR_NKEY", "publish", "$JS.API.CONSUMER.CREATE.MC_DLQ.Xy12.mc.dlq.work.cc-hello.*", true},
+		{"OPERATOR_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_DLQ.Xy12", true},
+		{"OPERATOR_NKEY", "publish", "$SRV.PING.metabus-revisions", true},
+		{"OPERATOR_NKEY", "publish", "mc.inspect.work", true},
+		{"OPERATOR_NKEY", "publish", "mc.inspect.tail", true},
+		{"OPERATOR_NKEY", "subscribe", "mc.work.cc-hello.4f1c", true},
+		{"OPERATOR_NKEY", "subscribe", "mc.desired.cc-hello.4f1c", true},
+		{"OPERATOR_NKEY", "subscribe", "mc.trace.work.cc-hello.4f1c", true},
+		{"OPERATOR_NKEY", "publish", "$JS.API.CONSUMER.CREATE.MC_WORK.Xy12.mc.work.>", false},
+		{"OPERATOR_NKEY", "publish", "$JS.API.CONSUMER.CREATE.MC_DESIRED.Xy12", false},
+		{"OPERATOR_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_WORK.work-64-p00", false},
+		{"OPERATOR_NKEY", "publish", "$JS.ACK.MC_WORK.work-64-p00.1.20.3.1700000000000000000.0", false},
+		{"OPERATOR_NKEY", "publish", "$JS.API.STREAM.MSG.DELETE.MC_DLQ", false},
+		{"OPERATOR_NKEY", "publish", "$JS.API.STREAM.PURGE.MC_DLQ", false},
+		{"OPERATOR_NKEY", "publish", "mc.work.cc-hello.4f1c", false},
+		{"OPERATOR_NKEY", "publish", "$KV.MC_OWNERS.lease.work.64-p00", false},
+		{"OPERATOR_NKEY", "publish", "mc.svc.snapshot", false},
+		{"OPERATOR_NKEY", "subscribe", "mc.svc.snapshot", false},
+		{"OPERATOR_NKEY", "responses", "", false},
+		// operator-admin: also replays (a fresh work item) and purges the DLQ.
+		{"OPERATOR_ADMIN_NKEY", "publish", "$JS.API.STREAM.MSG.GET.MC_DLQ", true},
+		{"OPERATOR_ADMIN_NKEY", "publish", "mc.work.cc-hello.4f1c", true},
+		{"OPERATOR_ADMIN_NKEY", "publish", "$JS.API.STREAM.MSG.DELETE.MC_DLQ", true},
+		{"OPERATOR_ADMIN_NKEY", "publish", "$JS.API.STREAM.PURGE.MC_DLQ", true},
+		{"OPERATOR_ADMIN_NKEY", "publish", "$JS.API.STREAM.PURGE.MC_WORK", false},
+		{"OPERATOR_ADMIN_NKEY", "publish", "$JS.API.STREAM.MSG.DELETE.MC_WORK", false},
+		{"OPERATOR_ADMIN_NKEY", "publish", "mc.desired.cc-hello.4f1c", false},
+		{"OPERATOR_ADMIN_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_WORK.work-64-p00", false},
 	}
 	for _, u := range users {
 		// Each service's replies on its own inbox prefix (issue 26): its

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"time"
 
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -14,6 +15,7 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/hookapi"
 	"github.com/metabus/metabus/pkg/hooks"
+	"github.com/metabus/metabus/pkg/inspect"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/related"
 	"github.com/metabus/metabus/pkg/snapshot"
@@ -67,6 +69,7 @@ func (d *Dispatcher) customizeRules(ctx context.Context, item bus.WorkItem, c ki
 	}
 	version := kinds.HookVersion(hook)
 	var resp hookapi.CustomizeResponse
+	start := time.Now()
 	err := d.hooks.Do(ctx, hooks.Call{
 		Hook:            hook,
 		EndpointConfigs: c.SyncEndpoints(),
@@ -78,6 +81,7 @@ func (d *Dispatcher) customizeRules(ctx context.Context, item bus.WorkItem, c ki
 		Extensions:      map[string]string{bus.ExtParentUID: item.Parent.UID},
 		Request:         hookapi.CustomizeRequest{Controller: ctrlObj, Parent: parent},
 	}, &resp)
+	inspect.SyncOf(ctx).Hook(bus.HookCustomize, time.Since(start), err)
 	if err != nil {
 		return nil, fmt.Errorf("customize hook failed: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/hooks"
+	"github.com/metabus/metabus/pkg/inspect"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
@@ -101,7 +102,9 @@ func (d *Dispatcher) doHook(ctx context.Context, c syncCall, call kinds.HookCall
 		CacheKey: cacheKey(c.parent.UID, c.item.MapKey, revision),
 		Request:  call.Request,
 	}, call.Response)
-	d.metrics.hookSeconds.WithLabelValues(c.kind).Observe(time.Since(start).Seconds())
+	took := time.Since(start)
+	d.metrics.hookSeconds.WithLabelValues(c.kind).Observe(took.Seconds())
+	inspect.SyncOf(ctx).Hook(c.kind, took, err)
 	return err
 }
 
@@ -144,6 +147,7 @@ func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.Desi
 		ds.Children = []*unstructured.Unstructured{}
 	}
 	if err := d.pub.PublishDesired(ctx, ds); err != nil {
+		inspect.SyncOf(ctx).Answer(&ds) // what was asked for, though not published
 		if errors.Is(err, nats.ErrMaxPayload) {
 			// Retrying cannot help until the hook answers with less; tell
 			// the user rather than redelivering into the dead-letter queue.
@@ -151,6 +155,7 @@ func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.Desi
 		}
 		return published("publish desired state", err)
 	}
+	inspect.SyncOf(ctx).Answer(&ds)
 	// The answer is on its way: until the world changes beyond our own
 	// writes, syncing again would show the hook what it has answered.
 	d.echoes.Called(c.item.Controller.ID(), c.parent.UID, c.item.MapKey, c.seq, c.inputs)
