@@ -157,3 +157,14 @@ type ObjectID struct {
 	Namespace  string `json:"namespace,omitempty"`
 	Name       string `json:"name"`
 }
+
+// ReasonReplay is the reason of a work item the operator asked for (metabus
+// dlq replay): a fresh sync of a parent whose earlier item was parked in
+// MC_DLQ. Like a resync, it always calls the hook.
+const ReasonReplay = "replay"
+
+// RedactSecrets returns a desired state's JSON with the values of its
+// Secret children's data and stringData emptied, as MC_DLQ parks it, and a
+// note saying what was removed ("" if nothing). Operator tools show
+// desired states only so.
+func RedactSecrets(desired []byte) ([]byte, string) { return redactSecretData(desired) }
