@@ -169,3 +169,5 @@ func truncate(s string, n int) string {
 	}
 	return string(r[:n-1]) + "…"
 }
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }

@@ -70,17 +70,8 @@ func (d *Dispatcher) customizeRules(ctx context.Context, item bus.WorkItem, c ki
 	version := kinds.HookVersion(hook)
 	var resp hookapi.CustomizeResponse
 	start := time.Now()
-	err := d.hooks.Do(ctx, hooks.Call{
-		Hook:            hook,
-		EndpointConfigs: c.SyncEndpoints(),
-		Kind:            bus.HookCustomize,
-		ControllerType:  item.Controller.Kind,
-		ControllerName:  c.Object().GetName(),
-		Source:          bus.ControllerSource(item.Controller),
-		Subject:         bus.ObjectPath(item.Parent),
-		Extensions:      map[string]string{bus.ExtParentUID: item.Parent.UID},
-		Request:         hookapi.CustomizeRequest{Controller: ctrlObj, Parent: parent},
-	}, &resp)
+	it := hooks.Item{Controller: item.Controller, ControllerName: c.Object().GetName(), Parent: item.Parent, Endpoints: c.SyncEndpoints()}
+	err := d.hooks.Do(ctx, it.CustomizeCall(hook, hookapi.CustomizeRequest{Controller: ctrlObj, Parent: parent}), &resp)
 	inspect.SyncOf(ctx).Hook(bus.HookCustomize, time.Since(start), err)
 	if err != nil {
 		return nil, fmt.Errorf("customize hook failed: %w", err)

@@ -85,23 +85,11 @@ func (d *Dispatcher) doHooks(ctx context.Context, c syncCall, calls []kinds.Hook
 // order, as metabus makes them.
 func (d *Dispatcher) doHook(ctx context.Context, c syncCall, call kinds.HookCall, revision string) error {
 	start := time.Now()
-	err := d.hooks.Do(ctx, hooks.Call{
-		Hook:            c.hook,
-		EndpointConfigs: c.endpoints,
-		Kind:            c.kind,
-		ControllerType:  c.ctrlType,
-		ControllerName:  c.ctrlName,
-		Source:          bus.ControllerSource(c.item.Controller),
-		Subject:         bus.ObjectPath(c.parent),
-		ID:              bus.DesiredMsgID(c.parent.UID, c.seq),
-		Extensions: map[string]string{
-			bus.ExtParentUID:    c.parent.UID,
-			bus.ExtWorkSeq:      bus.WorkSeqString(c.seq),
-			bus.ExtPartitionKey: c.item.Key(),
-		},
-		CacheKey: cacheKey(c.parent.UID, c.item.MapKey, revision),
-		Request:  call.Request,
-	}, call.Response)
+	it := hooks.Item{
+		Controller: c.item.Controller, ControllerName: c.ctrlName, Parent: c.parent, MapKey: c.item.MapKey,
+		WorkSeq: c.seq, Endpoints: c.endpoints,
+	}
+	err := d.hooks.Do(ctx, it.SyncCall(c.hook, c.kind, cacheKey(c.parent.UID, c.item.MapKey, revision), call.Request), call.Response)
 	took := time.Since(start)
 	d.metrics.hookSeconds.WithLabelValues(c.kind).Observe(took.Seconds())
 	inspect.SyncOf(ctx).Hook(c.kind, took, err)
