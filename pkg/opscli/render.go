@@ -252,3 +252,37 @@ func inline(v any) string {
 	}
 	return truncate(s, 200)
 }
+
+// LiveObject reads the live version of an object named by a file (its
+// apiVersion, kind, namespace and name).
+func (b *Bus) LiveObject(ctx context.Context, o *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	res, err := b.Disc.ResolveKind(ctx, o.GetAPIVersion(), o.GetKind())
+	if err != nil {
+		return nil, err
+	}
+	ri := b.Dyn.Resource(res.GVR)
+	if res.Namespaced {
+		return ri.Namespace(o.GetNamespace()).Get(ctx, o.GetName(), metav1.GetOptions{})
+	}
+	return ri.Get(ctx, o.GetName(), metav1.GetOptions{})
+}
+
+// ControllerObject reads one controller object from the cluster.
+func (b *Bus) ControllerObject(ctx context.Context, ref string) (*unstructured.Unstructured, error) {
+	kind, name, err := ParseControllerRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	all, err := listControllers(ctx, b.Dyn)
+	if err != nil {
+		return nil, err
+	}
+	ms := matchControllers(all, kind, name)
+	switch len(ms) {
+	case 0:
+		return nil, NotFound("controller %s not found", ref)
+	case 1:
+		return ms[0].Obj, nil
+	}
+	return nil, Usage("several controllers are named %s: give its kind (cc/%s, dc/%s, mc/%s)", name, name, name, name)
+}

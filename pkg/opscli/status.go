@@ -33,13 +33,16 @@ type Bus struct {
 	// Timeout bounds how long replicas are waited for (inspect requests,
 	// service pings); 0 is 2 s.
 	Timeout time.Duration
-	// Now is the clock (time.Now if nil).
-	Now func() time.Time
+	// Clock is the clock (time.Now if nil).
+	Clock func() time.Time
 }
 
+// Now is the Bus's clock.
+func (b *Bus) Now() time.Time { return b.now() }
+
 func (b *Bus) now() time.Time {
-	if b.Now != nil {
-		return b.Now()
+	if b.Clock != nil {
+		return b.Clock()
 	}
 	return time.Now()
 }
