@@ -50,7 +50,8 @@ type ShadowRow struct {
 	Parent  string `json:"parent"`
 	Changed bool   `json:"changed"`
 	Create  int    `json:"create"`
-	Update  int    `json:"update"`
+	// Update counts updates and recreations (update method Recreate).
+	Update int `json:"update"`
 	Delete  int    `json:"delete"`
 	// Parent are the paths of the parent's changed fields (status...).
 	ParentFields []string `json:"parentFields,omitempty"`
@@ -124,7 +125,7 @@ func (b *Bus) RenderAll(ctx context.Context, controller, hookURL string, hc *hoo
 					switch ch.Action {
 					case render.Create:
 						row.Create++
-					case render.Update:
+					case render.Update, render.Recreate:
 						row.Update++
 					case render.Delete:
 						row.Delete++
@@ -216,7 +217,7 @@ func WriteRender(w io.Writer, r *render.Result) error {
 			continue
 		}
 		fmt.Fprintf(w, "%s %s %s\n", ch.Action, ch.Kind, parentLabel(ch.Namespace, ch.Name))
-		if ch.Action == render.Update {
+		if ch.Action == render.Update || ch.Action == render.Recreate {
 			writeFields(w, ch.Fields)
 		}
 	}

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/metabus/metabus/pkg/apply"
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/children"
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/snapshot"
@@ -37,10 +37,12 @@ func (c Changes) Any() bool {
 	return false
 }
 
-// Child actions.
+// Child actions: the applier's (package children's Plan), Recreate being
+// a delete of a changed child whose update method is Recreate.
 const (
 	Create    = "create"
 	Update    = "update"
+	Recreate  = "recreate"
 	Delete    = "delete"
 	Unchanged = "unchanged"
 )
@@ -62,81 +64,95 @@ type FieldChange struct {
 	After  any    `json:"after,omitempty"`
 }
 
-// Compare judges a desired state against the observed parent and
-// children as the applier would: a desired child that exists is merged
-// into it with the applier's three-way merge (package apply) and the
-// merged fields that differ are listed; one that does not exist is
-// created; an observed child the answer leaves out is deleted. The parent's
-// own writes come from the kind (kinds.Applying.ApplyParent). It is pure.
-func Compare(parent *unstructured.Unstructured, owned []*discovery.Resource, observed []snapshot.Group, ds *bus.DesiredState) (Changes, error) {
-	var out Changes
-	type key struct{ group, kind, ns, name string }
-	keyOf := func(apiVersion, kind, ns, name string) key {
-		group, _, _ := strings.Cut(apiVersion, "/")
-		if !strings.Contains(apiVersion, "/") {
-			group = ""
-		}
-		return key{group, kind, ns, name}
-	}
-	namespaced := func(apiVersion, kind string) bool {
-		k := keyOf(apiVersion, kind, "", "")
-		for _, r := range owned {
-			if r.GVR.Group == k.group && r.Kind == kind {
-				return r.Namespaced
-			}
-		}
-		return parent.GetNamespace() != ""
-	}
-	seen := map[key]*unstructured.Unstructured{}
-	for _, g := range observed {
-		for _, o := range g.Objects {
-			seen[keyOf(o.GetAPIVersion(), o.GetKind(), o.GetNamespace(), o.GetName())] = o
-		}
-	}
-	wanted := map[key]bool{}
-	for _, d := range ds.Children {
-		if d == nil {
-			continue
-		}
-		ns := d.GetNamespace()
-		if ns == "" && namespaced(d.GetAPIVersion(), d.GetKind()) {
-			ns = parent.GetNamespace()
-		}
-		k := keyOf(d.GetAPIVersion(), d.GetKind(), ns, d.GetName())
-		wanted[k] = true
-		ch := ChildChange{APIVersion: d.GetAPIVersion(), Kind: d.GetKind(), Namespace: ns, Name: d.GetName()}
-		obs := seen[k]
-		if obs == nil {
-			ch.Action = Create
-			ch.Fields = FieldChanges(nil, withoutNoise(d.Object))
-			out.Children = append(out.Children, ch)
-			continue
-		}
-		merged, changed, err := apply.UpdateChild(obs, d)
+// Compare plans a desired state against the observed children exactly as
+// the applier does: the kind's owner and child rules (kinds.Applying), the
+// desired children normalized (package children's Normalize: owner labels
+// and annotations, namespaces) and the plan of creates, updates (the
+// applier's three-way merge, package apply) and deletes (children.Plan).
+// An update lists the fields it changes. Observed children must be the
+// parent's own (controller reference), as the watcher's snapshot gives
+// them. It is pure but for resolve.
+func Compare(c kinds.Applying, resolve kinds.WatchResolver, parent *unstructured.Unstructured, observed []snapshot.Group, ds *bus.DesiredState) ([]ChildChange, error) {
+	decl := c.ApplyChildRules()
+	rules := make([]children.Rule, 0, len(decl.Rules))
+	for i, r := range decl.Rules {
+		res, err := resolve(r.APIVersion, r.Resource)
 		if err != nil {
-			return out, fmt.Errorf("merge %s %s: %w", d.GetKind(), d.GetName(), err)
+			return nil, fmt.Errorf("%s[%d]: %w", decl.Field, i, err)
 		}
-		ch.Action = Unchanged
-		if changed {
-			ch.Fields = FieldChanges(withoutNoise(obs.Object), withoutNoise(merged.Object))
-			if len(ch.Fields) > 0 {
-				ch.Action = Update
+		rules = append(rules, children.Rule{APIVersion: r.APIVersion, Resource: r.Resource, Kind: res.Kind, Namespaced: res.Namespaced, Method: r.Method})
+	}
+	owner, err := c.ApplyOwner(parent, ds)
+	if err != nil {
+		return nil, fmt.Errorf("the parent cannot own %s: %w", decl.Noun, err)
+	}
+	desired, err := children.Normalize(owner, rules, ds.Children)
+	if err != nil {
+		return nil, fmt.Errorf("the hook's answer would be rejected, nothing applied: %w", err)
+	}
+	obs := map[int][]*unstructured.Unstructured{}
+	for i, g := range observed {
+		if i < len(rules) {
+			obs[i] = g.Objects
+		}
+	}
+	actions, err := children.Plan(owner, rules, obs, desired)
+	if err != nil && actions == nil {
+		return nil, fmt.Errorf("plan %s: %w", decl.Noun, err)
+	}
+	find := func(k children.ChildKey) *unstructured.Unstructured {
+		for i, objs := range obs {
+			for _, o := range objs {
+				ns := ""
+				if rules[i].Namespaced {
+					ns = o.GetNamespace()
+				}
+				if rules[i].APIVersion == k.APIVersion && rules[i].Kind == k.Kind && ns == k.Namespace && o.GetName() == k.Name {
+					return o
+				}
 			}
 		}
-		out.Children = append(out.Children, ch)
+		return nil
 	}
-	var gone []ChildChange
-	for k, o := range seen {
-		if !wanted[k] {
-			gone = append(gone, ChildChange{Action: Delete, APIVersion: o.GetAPIVersion(), Kind: o.GetKind(), Namespace: o.GetNamespace(), Name: o.GetName()})
+	var out []ChildChange
+	acted := map[children.ChildKey]bool{}
+	for _, a := range actions {
+		k := a.Key()
+		acted[k] = true
+		ch := ChildChange{APIVersion: k.APIVersion, Kind: k.Kind, Namespace: k.Namespace, Name: k.Name}
+		switch {
+		case a.Op == children.OpCreate:
+			ch.Action = Create
+		case a.Op == children.OpUpdate:
+			ch.Action = Update
+			if o := find(k); o != nil {
+				ch.Fields = FieldChanges(withoutNoise(o.Object), withoutNoise(a.Object.Object))
+			}
+		case a.Op == children.OpDelete && a.Reason == children.ReasonChangedRecreate:
+			ch.Action = Recreate
+			for _, d := range desired {
+				if d.Object.GetName() == k.Name && d.Rule.Kind == k.Kind {
+					if merged, _, err := apply.UpdateChild(a.Object, d.Object); err == nil {
+						ch.Fields = FieldChanges(withoutNoise(a.Object.Object), withoutNoise(merged.Object))
+					}
+				}
+			}
+		default:
+			ch.Action = Delete
+		}
+		out = append(out, ch)
+	}
+	for _, d := range desired {
+		ns := ""
+		if d.Rule.Namespaced {
+			ns = d.Object.GetNamespace()
+		}
+		k := children.ChildKey{APIVersion: d.Rule.APIVersion, Kind: d.Rule.Kind, Namespace: ns, Name: d.Object.GetName()}
+		if !acted[k] {
+			out = append(out, ChildChange{Action: Unchanged, APIVersion: k.APIVersion, Kind: k.Kind, Namespace: k.Namespace, Name: k.Name})
 		}
 	}
-	sort.Slice(gone, func(i, j int) bool {
-		a, b := gone[i], gone[j]
-		return a.Kind+"/"+a.Namespace+"/"+a.Name < b.Kind+"/"+b.Namespace+"/"+b.Name
-	})
-	out.Children = append(out.Children, gone...)
-	return out, nil
+	return out, err
 }
 
 // ParentChanges are the parent's own writes the kind plans for ds: its

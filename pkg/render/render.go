@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -170,8 +171,18 @@ func Render(ctx context.Context, in Input) (*Result, error) {
 		ds.Children = []*unstructured.Unstructured{}
 	}
 	res.Desired = &ds
-	res.Changes, err = Compare(in.Parent, plan.Owned, snap.Children, &ds)
-	if err != nil {
+	planParent := in.Parent
+	if planParent.GetUID() == "" {
+		// A parent that does not exist yet: the plan needs an owner UID
+		// (never sent to the hook).
+		planParent = planParent.DeepCopy()
+		planParent.SetUID(placeholderUID)
+	}
+	observed := snap.Children
+	if in.Observe == nil {
+		observed = ownedBy(planParent, plan.Owned, observed)
+	}
+	if res.Changes.Children, err = Compare(c, in.Resolve, planParent, observed, &ds); err != nil {
 		return res, err
 	}
 	if res.Changes.Parent, err = ParentChanges(c, in.Parent, parentRes, &ds); err != nil {
@@ -251,7 +262,8 @@ func objectName(o *unstructured.Unstructured) string {
 // Offline resolves resources without an API server: from the objects
 // given (a resource named as the plural of their kind, lower case) and the
 // built-in resources metabus controllers most often own. Scope comes from
-// whether a given object has a namespace; built-in kinds know theirs.
+// whether a given object has a namespace, and a given object's resource is
+// taken to serve /status (parents must); built-in kinds know both.
 func Offline(objs ...*unstructured.Unstructured) kinds.WatchResolver {
 	type key struct{ group, resource string }
 	known := map[key]*discovery.Resource{}
@@ -278,8 +290,9 @@ func Offline(objs ...*unstructured.Unstructured) kinds.WatchResolver {
 		default:
 			res += "s"
 		}
-		_, hasStatus := o.Object["status"]
-		add(gvk.GroupVersion(), gvk.Kind, res, o.GetNamespace() != "", hasStatus)
+		// A custom resource is taken to serve /status: a parent must, and
+		// a child's status is never written anyway.
+		add(gvk.GroupVersion(), gvk.Kind, res, o.GetNamespace() != "", true)
 	}
 	return func(apiVersion, resource string) (*discovery.Resource, error) {
 		gv, err := schema.ParseGroupVersion(apiVersion)
@@ -321,4 +334,31 @@ var builtins = []struct {
 	{"rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", false, false},
 	{"rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", false, false},
 	{"policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", true, true},
+}
+
+// placeholderUID owns a rendered parent that has no UID yet.
+const placeholderUID = "00000000-0000-0000-0000-00000000render"
+
+// ownedBy are given children as the parent's own: a child given without a
+// controller reference gets one to the parent (the watcher would only show
+// the hook the parent's own children, or orphans it adopts).
+func ownedBy(parent *unstructured.Unstructured, owned []*discovery.Resource, groups []snapshot.Group) []snapshot.Group {
+	out := make([]snapshot.Group, len(groups))
+	t := true
+	for i, g := range groups {
+		out[i] = g
+		out[i].Objects = make([]*unstructured.Unstructured, len(g.Objects))
+		for j, o := range g.Objects {
+			if controllerOf(o) == nil {
+				cp := o.DeepCopy()
+				cp.SetOwnerReferences(append(cp.GetOwnerReferences(), metav1.OwnerReference{
+					APIVersion: parent.GetAPIVersion(), Kind: parent.GetKind(), Name: parent.GetName(),
+					UID: parent.GetUID(), Controller: &t,
+				}))
+				o = cp
+			}
+			out[i].Objects[j] = o
+		}
+	}
+	return out
 }
