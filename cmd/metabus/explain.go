@@ -38,6 +38,9 @@ them: a replica restarted since knows nothing older.`,
 				return err
 			}
 			o.Object = args[0]
+			if _, _, err := opscli.ParseObjectName(o.Object); err != nil {
+				return err
+			}
 			b, done, err := f.connect(needCluster | needNATS)
 			if err != nil {
 				return err

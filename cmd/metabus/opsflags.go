@@ -42,7 +42,9 @@ func (f *opsFlags) register(cmd *cobra.Command) {
 	fs.StringVarP(&f.output, "output", "o", "table", "output format: table, json or yaml")
 	fs.DurationVar(&f.timeout, "timeout", 2*time.Second, "how long replicas are waited for when asked what they did")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return opscli.Usage("%v", err) })
-	cmd.SilenceUsage = true
+	// The caller prints the error once and exits with its code
+	// (exitOnError).
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
 }
 
 // format is the parsed -o.

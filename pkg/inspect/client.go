@@ -36,6 +36,9 @@ func Gather(ctx context.Context, nc *nats.Conn, stage string, req bus.InspectReq
 	for want <= 0 || len(out) < want {
 		select {
 		case m := <-ch:
+			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+				return out, nil // no responders: no replica of the stage runs
+			}
 			var r bus.InspectReply
 			if err := json.Unmarshal(m.Data, &r); err != nil {
 				return out, fmt.Errorf("decode inspect reply: %w", err)

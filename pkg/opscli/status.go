@@ -327,9 +327,12 @@ func pingService(ctx context.Context, nc *nats.Conn, name string, timeout time.D
 	for {
 		quiet := time.NewTimer(min(timeout, 300*time.Millisecond))
 		select {
-		case <-ch:
-			n++
+		case m := <-ch:
 			quiet.Stop()
+			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+				return n, nil // no responders
+			}
+			n++
 		case <-quiet.C:
 			return n, nil
 		case <-deadline.C:

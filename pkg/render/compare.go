@@ -248,8 +248,9 @@ func withoutNoise(obj map[string]any) map[string]any {
 }
 
 // FieldChanges lists the leaf fields that differ between two objects,
-// sorted by path. Maps are compared key by key; any other value (lists
-// included) as a whole, by its JSON encoding (so int64(1) equals 1.0).
+// sorted by path. Maps are compared key by key, lists of the same length
+// item by item; any other value (lists of different lengths included) as a
+// whole, by its JSON encoding (so int64(1) equals 1.0).
 func FieldChanges(before, after map[string]any) []FieldChange {
 	var out []FieldChange
 	diff("", before, after, &out)
@@ -276,6 +277,16 @@ func diff(path string, before, after any, out *[]FieldChange) {
 			diff(p, bm[k], am[k], out)
 		}
 		return
+	}
+	// Lists of the same length are compared item by item (a container's
+	// changed command, not the whole list of containers).
+	if bl, ok := before.([]any); ok {
+		if al, ok := after.([]any); ok && len(al) == len(bl) && !jsonEqual(before, after) {
+			for i := range bl {
+				diff(fmt.Sprintf("%s[%d]", path, i), bl[i], al[i], out)
+			}
+			return
+		}
 	}
 	if !jsonEqual(before, after) {
 		*out = append(*out, FieldChange{Path: path, Before: before, After: after})
