@@ -437,7 +437,9 @@ func TestOps(t *testing.T) {
 			out := &lockedBuffer{}
 			tctx, stop := context.WithCancel(ctx)
 			done := make(chan error, 1)
-			go func() { done <- op.Tail(tctx, opscli.TailOptions{Controller: "cc/hello-ops", Parent: ns + "/good", Format: format}, out) }()
+			go func() {
+				done <- op.Tail(tctx, opscli.TailOptions{Controller: "cc/hello-ops", Parent: ns + "/good", Format: format}, out)
+			}()
 			time.Sleep(500 * time.Millisecond) // subscribed and announced
 			patchWho(t, ns, "good", "Good "+string(format))
 			want := []string{"WORK", "SYNC", "DESIRED", "APPLY"}

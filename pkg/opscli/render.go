@@ -52,7 +52,7 @@ type ShadowRow struct {
 	Create  int    `json:"create"`
 	// Update counts updates and recreations (update method Recreate).
 	Update int `json:"update"`
-	Delete  int    `json:"delete"`
+	Delete int `json:"delete"`
 	// Parent are the paths of the parent's changed fields (status...).
 	ParentFields []string `json:"parentFields,omitempty"`
 	Skipped      string   `json:"skipped,omitempty"`
