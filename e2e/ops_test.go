@@ -297,6 +297,9 @@ func TestOps(t *testing.T) {
 			t.Fatalf("entries %+v", entries)
 		}
 		poisonSeq = entries[0].Seq
+		var list bytes.Buffer
+		_ = opscli.WriteDLQ(&list, time.Now(), entries)
+		t.Logf("metabus dlq list:\n%s", list.String())
 		if others, err := op.DLQList(ctx, opscli.DLQFilter{Parent: ns + "/good"}, 0); err != nil || len(others) != 0 {
 			t.Errorf("good's entries %v, %v", others, err)
 		}
@@ -489,6 +492,9 @@ func TestOps(t *testing.T) {
 		if len(rs) != 1 || rs[0].Result != "replayed" || !rs[0].Removed {
 			t.Fatalf("replay %+v", rs)
 		}
+		var out bytes.Buffer
+		_ = opscli.WriteReplay(&out, rs)
+		t.Logf("metabus dlq replay %d:\n%s", poisonSeq, out.String())
 		waitHelloPod(t, ns, "poison", "echo Hello, Poison!")
 		left, err := op.DLQList(ctx, opscli.DLQFilter{}, 0)
 		if err != nil || len(left) != 0 {
