@@ -1544,6 +1544,15 @@ func TestNATSConfig(t *testing.T) {
 	if got := slices.Sorted(maps.Keys(perms)); !slices.Equal(got, slices.Sorted(slices.Values(users))) {
 		t.Fatalf("users %v, want %v", got, users)
 	}
+	// nats-server refuses a configuration naming a variable nobody set:
+	// the credential generator must write every user's public key.
+	var generated []string
+	for _, u := range natscreds.Users {
+		generated = append(generated, natscreds.UserKey(u))
+	}
+	if !slices.Equal(slices.Sorted(slices.Values(generated)), slices.Sorted(slices.Values(users))) {
+		t.Errorf("the credential generator writes %v, nats-server.conf reads %v", generated, users)
+	}
 	allowed := func(user, op, subject string) bool {
 		return slices.ContainsFunc(perms[user][op], func(p string) bool { return subjectMatch(p, subject) })
 	}

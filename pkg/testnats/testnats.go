@@ -15,20 +15,16 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
+
+	"github.com/metabus/metabus/pkg/natscreds"
 )
 
 // Services are the nkey users nats-server.conf defines, one per service.
-var Services = []string{"watcher", "dispatcher", "applier", "revisions"}
+var Services = natscreds.Services
 
 // Operators are the nkey users nats-server.conf defines for people (the
 // metabus and nats CLIs): read-only, and read plus DLQ replay and purge.
-var Operators = []string{"operator", "operator-admin"}
-
-// EnvName is the environment variable nats-server.conf reads a user's
-// public nkey from: OPERATOR_ADMIN_NKEY for operator-admin.
-func EnvName(user string) string {
-	return strings.ToUpper(strings.ReplaceAll(user, "-", "_")) + "_NKEY"
-}
+var Operators = natscreds.Operators
 
 // Production is a running server and the seed file of each user, services
 // and operators (what --nats-nkey takes).
@@ -49,9 +45,9 @@ func StartProduction(t testing.TB, conf string) *Production {
 	dir := t.TempDir()
 	p := &Production{Seeds: map[string]string{}}
 	env := map[string]string{"POD_NAME": "nats-0"}
-	for _, user := range append(append([]string(nil), Services...), Operators...) {
+	for _, user := range natscreds.Users {
 		pub, seedFile := NewUser(t, dir, user)
-		env[EnvName(user)] = pub
+		env[natscreds.UserKey(user)] = pub
 		p.Seeds[user] = seedFile
 	}
 
@@ -91,7 +87,7 @@ func StartProduction(t testing.TB, conf string) *Production {
 	if err != nil {
 		t.Fatalf("load nats-server.conf: %v", err)
 	}
-	if want := len(Services) + len(Operators); len(opts.Nkeys) != want {
+	if want := len(natscreds.Users); len(opts.Nkeys) != want {
 		t.Fatalf("nats-server.conf defines %d nkey users, want %d", len(opts.Nkeys), want)
 	}
 	s := Serve(t, opts)
