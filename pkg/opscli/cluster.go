@@ -83,6 +83,26 @@ func matchControllers(all []controllerObj, kind, name string) []controllerObj {
 	return out
 }
 
+// oneController is the one controller a reference names.
+func (b *Bus) oneController(ctx context.Context, ref string) (controllerObj, error) {
+	kind, name, err := ParseControllerRef(ref)
+	if err != nil {
+		return controllerObj{}, err
+	}
+	all, err := listControllers(ctx, b.Dyn)
+	if err != nil {
+		return controllerObj{}, err
+	}
+	ms := matchControllers(all, kind, name)
+	switch len(ms) {
+	case 0:
+		return controllerObj{}, NotFound("controller %s not found", ref)
+	case 1:
+		return ms[0], nil
+	}
+	return controllerObj{}, Usage("several controllers are named %s: give its kind (cc/%s, dc/%s, mc/%s)", name, name, name, name)
+}
+
 // controllerLabel is how tables name a controller: kind in lower case,
 // "/", name.
 func controllerLabel(kind, name string) string { return strings.ToLower(kind) + "/" + name }

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/inspect"
 )
 
 // ExplainOptions name the parent.
@@ -109,39 +108,22 @@ func (b *Bus) Explain(ctx context.Context, o ExplainOptions) (*Explanation, erro
 	p := m.parent
 	ex := &Explanation{Time: b.now(), Controller: controllerLabel(m.ctrl.Kind, m.ctrl.Name), Parent: parentInfo(p)}
 	ctrlID, uid := m.ctrl.ID, string(p.GetUID())
-	req := bus.InspectRequest{Controller: ctrlID, ParentUID: uid}
 	owners, err := readOwnership(ctx, b.JS)
 	if err != nil {
 		return nil, err
 	}
-	for service, stage := range stageOfService {
-		want := 0
-		if o := owners[stage]; o != nil {
-			want = len(o.members)
-		}
-		replies, err := inspect.Gather(ctx, b.NC, stage, req, want, b.timeout())
-		if err != nil {
-			return nil, err
-		}
-		if len(replies) < want {
-			ex.Notes = append(ex.Notes, fmt.Sprintf("%d of %d %s replicas answered", len(replies), want, service))
-		}
-		var oldest time.Time
-		for _, r := range replies {
-			if oldest.IsZero() || r.Since.Before(oldest) {
-				oldest = r.Since
+	replies, notes, err := b.askReplicas(ctx, owners, bus.InspectRequest{Controller: ctrlID, ParentUID: uid})
+	if err != nil {
+		return nil, err
+	}
+	ex.Notes = append(ex.Notes, notes...)
+	for _, r := range replies {
+		for _, rec := range r.Records {
+			if r.Stage == bus.WorkStage {
+				ex.Syncs = append(ex.Syncs, rec)
+			} else {
+				ex.Applies = append(ex.Applies, rec)
 			}
-			for _, rec := range r.Records {
-				if stage == bus.WorkStage {
-					ex.Syncs = append(ex.Syncs, rec)
-				} else {
-					ex.Applies = append(ex.Applies, rec)
-				}
-			}
-		}
-		if len(replies) > 0 {
-			ex.Notes = append(ex.Notes, fmt.Sprintf("%s records go back to %s (replicas keep them in memory since they started)",
-				service, oldest.UTC().Format(time.RFC3339)))
 		}
 	}
 	sortRecords(ex.Syncs)

@@ -3,6 +3,7 @@ package opscli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -130,15 +131,7 @@ func (b *Bus) findParents(ctx context.Context, ctrls []controllerObj, resource, 
 }
 
 func hasFinalizer(obj *unstructured.Unstructured, f string) bool {
-	if f == "" {
-		return false
-	}
-	for _, x := range obj.GetFinalizers() {
-		if x == f {
-			return true
-		}
-	}
-	return false
+	return f != "" && slices.Contains(obj.GetFinalizers(), f)
 }
 
 // oneParent is findParents for a command that needs exactly one parent.

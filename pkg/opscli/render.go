@@ -75,23 +75,10 @@ type Shadow struct {
 // ("": the controller's own): a shadow run of a hook version before it is
 // rolled out. Nothing is written.
 func (b *Bus) RenderAll(ctx context.Context, controller, hookURL string, hc *hooks.Client) (*Shadow, error) {
-	kind, name, err := ParseControllerRef(controller)
+	c, err := b.oneController(ctx, controller)
 	if err != nil {
 		return nil, err
 	}
-	all, err := listControllers(ctx, b.Dyn)
-	if err != nil {
-		return nil, err
-	}
-	ms := matchControllers(all, kind, name)
-	switch len(ms) {
-	case 0:
-		return nil, NotFound("controller %s not found", controller)
-	case 1:
-	default:
-		return nil, Usage("several controllers are named %s: give its kind (cc/%s, dc/%s, mc/%s)", name, name, name, name)
-	}
-	c := ms[0]
 	_, plan, err := b.plan(ctx, c)
 	if err != nil {
 		return nil, err
@@ -270,20 +257,9 @@ func (b *Bus) LiveObject(ctx context.Context, o *unstructured.Unstructured) (*un
 
 // ControllerObject reads one controller object from the cluster.
 func (b *Bus) ControllerObject(ctx context.Context, ref string) (*unstructured.Unstructured, error) {
-	kind, name, err := ParseControllerRef(ref)
+	c, err := b.oneController(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	all, err := listControllers(ctx, b.Dyn)
-	if err != nil {
-		return nil, err
-	}
-	ms := matchControllers(all, kind, name)
-	switch len(ms) {
-	case 0:
-		return nil, NotFound("controller %s not found", ref)
-	case 1:
-		return ms[0].Obj, nil
-	}
-	return nil, Usage("several controllers are named %s: give its kind (cc/%s, dc/%s, mc/%s)", name, name, name, name)
+	return c.Obj, nil
 }

@@ -256,20 +256,11 @@ func (b *Bus) GetStatus(ctx context.Context, o StatusOptions) (*Status, error) {
 				controllerLabel(c.Kind, c.Name), len(msgs), queued[c.ID]))
 		}
 	}
-	for service, stage := range stageOfService {
-		want := 0
-		if o := in.owners[stage]; o != nil {
-			want = len(o.members)
-		}
-		replies, err := inspect.Gather(ctx, b.NC, stage, bus.InspectRequest{}, want, b.timeout())
-		if err != nil {
-			return nil, err
-		}
-		if len(replies) < want {
-			in.notes = append(in.notes, fmt.Sprintf("%d of %d %s replicas answered: the others' activity is not counted", len(replies), want, service))
-		}
-		in.replies = append(in.replies, replies...)
+	replies, notes, err := b.askReplicas(ctx, in.owners, bus.InspectRequest{})
+	if err != nil {
+		return nil, err
 	}
+	in.replies, in.notes = replies, append(in.notes, notes...)
 	in.leader, err = b.leader(ctx, o.LeaderNamespace, o.LeaderName)
 	if err != nil {
 		return nil, err
@@ -282,6 +273,41 @@ func (b *Bus) GetStatus(ctx context.Context, o StatusOptions) (*Status, error) {
 	}
 	st := summarize(in)
 	return &st, nil
+}
+
+// askReplicas sends req to every dispatcher and applier replica (the live
+// members of the lease bucket) and gathers their replies, with a note for
+// each stage where some did not answer in time.
+func (b *Bus) askReplicas(ctx context.Context, owners map[string]*ownership, req bus.InspectRequest) ([]bus.InspectReply, []string, error) {
+	var (
+		out   []bus.InspectReply
+		notes []string
+	)
+	for _, service := range []string{"dispatcher", "applier"} {
+		stage, want := stageOfService[service], 0
+		if o := owners[stage]; o != nil {
+			want = len(o.members)
+		}
+		replies, err := inspect.Gather(ctx, b.NC, stage, req, want, b.timeout())
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(replies) < want {
+			notes = append(notes, fmt.Sprintf("%d of %d %s replicas answered: what the others did is not shown", len(replies), want, service))
+		}
+		var oldest time.Time
+		for _, r := range replies {
+			if oldest.IsZero() || r.Since.Before(oldest) {
+				oldest = r.Since
+			}
+		}
+		if len(replies) > 0 && req.ParentUID != "" {
+			notes = append(notes, fmt.Sprintf("%s records go back to %s (replicas keep them in memory since they started)",
+				service, oldest.UTC().Format(time.RFC3339)))
+		}
+		out = append(out, replies...)
+	}
+	return out, notes, nil
 }
 
 // leader reads the watcher's leader-election Lease ("" when there is none:
