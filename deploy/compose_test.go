@@ -32,7 +32,8 @@ import (
 func loadCompose(t *testing.T) *types.Project {
 	t.Helper()
 	opts, err := composecli.NewProjectOptions([]string{filepath.Join("..", "docker-compose.yaml")},
-		composecli.WithWorkingDirectory(".."), composecli.WithName("metabus"), composecli.WithEnv(nil))
+		composecli.WithWorkingDirectory(".."), composecli.WithName("metabus"), composecli.WithEnv(nil),
+		composecli.WithProfiles([]string{"monitoring"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func serviceFlags(svc string) *flag.FlagSet {
 func TestDockerCompose(t *testing.T) {
 	p := loadCompose(t)
 	binaries := dockerBinaries(t)
-	want := append([]string{"nats", "k3s", "setup", "hello-hook"}, services...)
+	want := append([]string{"nats", "k3s", "setup", "hello-hook", "prometheus", "grafana"}, services...)
 	for _, name := range want {
 		if _, ok := p.Services[name]; !ok {
 			t.Errorf("no service %s", name)
@@ -123,7 +124,7 @@ func TestDockerCompose(t *testing.T) {
 		})
 	}
 
-	t.Run("k3s", func(t *testing.T) {
+	t.Run("k3s node and setup order", func(t *testing.T) {
 		k3s, setup := p.Services["k3s"], p.Services["setup"]
 		if !regexp.MustCompile(`^rancher/k3s:v\d+\.\d+\.\d+-k3s\d+$`).MatchString(k3s.Image) {
 			t.Errorf("k3s image %q: want rancher/k3s at a pinned release", k3s.Image)
@@ -142,7 +143,7 @@ func TestDockerCompose(t *testing.T) {
 		}
 	})
 
-	t.Run("setup", func(t *testing.T) {
+	t.Run("setup script", func(t *testing.T) {
 		setup := p.Services["setup"]
 		script := strings.Join(setup.Command, "\n")
 		// Every file of the repository the script reads is mounted.
@@ -172,6 +173,10 @@ func TestDockerCompose(t *testing.T) {
 
 	t.Run("hook answers as the Go example", func(t *testing.T) {
 		checkPythonHook(t)
+	})
+
+	t.Run("monitoring", func(t *testing.T) {
+		checkMonitoring(t, p, bindSource)
 	})
 
 	// Nothing credential-like anywhere in the file.
@@ -298,5 +303,78 @@ func checkPythonHook(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("sync.py answers\n%s\nthe Go hook\n%s", out, wantJSON)
+	}
+}
+
+// checkMonitoring checks the "monitoring" profile: Prometheus scrapes every
+// metabus service on its metrics port and loads metabus's rules; Grafana
+// gets the Prometheus service as data source and metabus's dashboard.
+func checkMonitoring(t *testing.T, p *types.Project, bindSource func(types.ServiceConfig, string) string) {
+	prom, graf := p.Services["prometheus"], p.Services["grafana"]
+	for _, svc := range []types.ServiceConfig{prom, graf} {
+		if !slices.Equal(svc.Profiles, []string{"monitoring"}) {
+			t.Errorf("%s is in profiles %v, want only monitoring", svc.Name, svc.Profiles)
+		}
+	}
+	cfgPath := bindSource(prom, "/etc/prometheus/prometheus.yml")
+	if cfgPath == "" {
+		t.Fatal("prometheus.yml is not mounted")
+	}
+	var cfg struct {
+		RuleFiles     []string `json:"rule_files"`
+		ScrapeConfigs []struct {
+			StaticConfigs []struct {
+				Targets []string `json:"targets"`
+			} `json:"static_configs"`
+		} `json:"scrape_configs"`
+	}
+	docs, err := parseDocs([]byte(readFile(t, cfgPath)))
+	if err != nil || len(docs) != 1 {
+		t.Fatalf("prometheus.yml: %v", err)
+	}
+	data, _ := json.Marshal(docs[0])
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, rf := range cfg.RuleFiles {
+		if src := bindSource(prom, rf); src == "" || filepath.Base(src) != "metabus-rules.yaml" {
+			t.Errorf("rule file %s is not metabus's rules (mounted from %q)", rf, src)
+		}
+	}
+	scraped := map[string]bool{}
+	for _, sc := range cfg.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			for _, target := range st.Targets {
+				host, port, _ := strings.Cut(target, ":")
+				svc, ok := p.Services[host]
+				if !ok {
+					t.Errorf("target %s names no service", target)
+					continue
+				}
+				fs := serviceFlags(host)
+				_ = fs.Parse(svc.Command[1:])
+				if _, metricsPort, _ := strings.Cut(fs.Lookup("metrics-address").Value.String(), ":"); metricsPort != port {
+					t.Errorf("target %s: %s serves metrics on port %s", target, host, metricsPort)
+				}
+				scraped[host] = true
+			}
+		}
+	}
+	for _, svc := range services {
+		if !scraped[svc] {
+			t.Errorf("Prometheus does not scrape %s", svc)
+		}
+	}
+	ds := readFile(t, bindSource(graf, "/etc/grafana/provisioning/datasources/metabus.yaml"))
+	if !strings.Contains(ds, "url: http://prometheus:9090") {
+		t.Error("Grafana's data source is not the prometheus service")
+	}
+	prov := readFile(t, bindSource(graf, "/etc/grafana/provisioning/dashboards/metabus.yaml"))
+	m := regexp.MustCompile(`(?m)^\s*path:\s*(\S+)`).FindStringSubmatch(prov)
+	if m == nil {
+		t.Fatal("the dashboard provider has no path")
+	}
+	if src := bindSource(graf, filepath.Join(m[1], "metabus-dashboard.json")); src == "" || filepath.Base(src) != "metabus-dashboard.json" {
+		t.Errorf("the dashboard provider's %s does not hold metabus-dashboard.json", m[1])
 	}
 }

@@ -134,6 +134,10 @@ func TestManifestsParse(t *testing.T) {
 		// Prometheus rule files (the PrometheusRule's spec).
 		filepath.Join("monitoring", "metabus-rules.yaml"):                             true,
 		filepath.Join("helm", "metabus", "files", "monitoring", "metabus-rules.yaml"): true,
+		// docker-compose.yaml's Prometheus and Grafana configuration.
+		filepath.Join("compose", "prometheus.yml"):              true,
+		filepath.Join("compose", "grafana", "datasources.yaml"): true,
+		filepath.Join("compose", "grafana", "dashboards.yaml"):  true,
 	}
 	seen := map[string]string{}
 	n := 0
