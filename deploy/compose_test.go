@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -17,6 +18,7 @@ import (
 	composecli "github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/spf13/cobra"
 
 	"github.com/metabus/metabus/examples/helloworld"
 	"github.com/metabus/metabus/pkg/cli"
@@ -44,28 +46,41 @@ func loadCompose(t *testing.T) *types.Project {
 	return p
 }
 
-// serviceFlags is the flag set a metabus binary parses: the common flags
-// every service registers (pkg/cli) and its own, as cmd/<svc>/main.go
-// registers them.
-func serviceFlags(svc string) *flag.FlagSet {
-	fs := flag.NewFlagSet(svc, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	(&cli.CommonFlags{}).Register(fs, ":9999", ":8081")
+// serviceCommand is a metabus binary's command as cmd/<svc>/main.go builds
+// it (pkg/cli's Service: the common flags, every upstream flag, the
+// service's own), with a Run that starts nothing.
+func serviceCommand(svc string) *cobra.Command {
+	s := cli.Service{Name: "metabus-" + svc}
 	switch svc {
 	case "watcher":
-		(&watcher.Config{}).RegisterFlags(fs)
+		s.Stage, s.Flags = cli.Watcher, (&watcher.Config{}).RegisterFlags
 	case "dispatcher":
-		(&dispatcher.Config{}).RegisterFlags(fs)
+		s.Stage, s.Flags = cli.Dispatcher, (&dispatcher.Config{}).RegisterFlags
+	case "applier":
+		s.Stage = cli.Applier
 	case "revisions":
-		(&revisions.Config{}).RegisterFlags(fs)
+		s.Stage, s.Flags = cli.Revisions, (&revisions.Config{}).RegisterFlags
 	}
-	return fs
+	cmd := s.Command()
+	cmd.RunE = func(*cobra.Command, []string) error { return nil }
+	return cmd
+}
+
+// parseService parses args as svc's binary does (flags, their values and
+// the binary's checks of them), running nothing; the command holds the
+// values.
+func parseService(svc string, args []string) (*cobra.Command, string, int) {
+	cmd := serviceCommand(svc)
+	var out bytes.Buffer
+	code := cli.Run(context.Background(), cmd, args, &out, &out)
+	return cmd, out.String(), code
 }
 
 // TestDockerCompose checks docker-compose.yaml as far as it can be without
 // a Docker engine: it loads and validates; every command uses only flags
-// its program accepts (the metabus binaries' flag sets, nats-server's own
-// parser with its real configuration); every bind-mounted file exists;
+// its program accepts (the metabus binaries' commands, pkg/cli's, parsing
+// and checking them without starting; nats-server's own parser with its
+// real configuration); every bind-mounted file exists;
 // the services start in order (NATS healthy, the cluster healthy, the
 // example installed); the example's hook is the one the e2e suite runs.
 func TestDockerCompose(t *testing.T) {
@@ -200,18 +215,11 @@ func checkMetabusService(t *testing.T, name string, svc types.ServiceConfig, bin
 	if _, ok := binaries[cmd[0]]; !ok {
 		t.Errorf("%s is not built by the Dockerfile", cmd[0])
 	}
-	fs := serviceFlags(name)
-	if err := fs.Parse(cmd[1:]); err != nil {
-		t.Errorf("%s does not accept %v: %v", cmd[0], cmd[1:], err)
+	parsed, out, code := parseService(name, cmd[1:])
+	if code != cli.ExitOK {
+		t.Fatalf("%s does not accept %v (exit %d):\n%s", cmd[0], cmd[1:], code, out)
 	}
-	if fs.NArg() > 0 {
-		t.Errorf("%s takes no arguments, got %v", cmd[0], fs.Args())
-	}
-	for _, f := range []string{"kubeconfig", "nats-url"} {
-		if fs.Lookup(f) == nil {
-			continue
-		}
-	}
+	fs := parsed.Flags()
 	if got := fs.Lookup("kubeconfig").Value.String(); got != "/kube/config" {
 		t.Errorf("--kubeconfig %q, want /kube/config", got)
 	}
@@ -351,9 +359,8 @@ func checkMonitoring(t *testing.T, p *types.Project, bindSource func(types.Servi
 					t.Errorf("target %s names no service", target)
 					continue
 				}
-				fs := serviceFlags(host)
-				_ = fs.Parse(svc.Command[1:])
-				if _, metricsPort, _ := strings.Cut(fs.Lookup("metrics-address").Value.String(), ":"); metricsPort != port {
+				parsed, _, _ := parseService(host, svc.Command[1:])
+				if _, metricsPort, _ := strings.Cut(parsed.Flags().Lookup("metrics-address").Value.String(), ":"); metricsPort != port {
 					t.Errorf("target %s: %s serves metrics on port %s", target, host, metricsPort)
 				}
 				scraped[host] = true

@@ -12,7 +12,6 @@ import (
 // dlqCommand is `metabus dlq list|show|replay|purge`: the messages MC_DLQ
 // keeps after their deliveries ran out.
 func dlqCommand() *cobra.Command {
-	var f opsFlags
 	cmd := &cobra.Command{
 		Use:   "dlq",
 		Short: "List, show, replay and purge the dead-letter queue (MC_DLQ)",
@@ -21,7 +20,8 @@ ran out (their handler kept crashing or hanging). list and show read it
 (the read-only operator user may); replay and purge change it (the
 operator-admin user).`,
 	}
-	f.register(cmd)
+	// Each subcommand has its own connection and output flags.
+	var lf, sf, rf, pf *opsFlags
 	var filter opscli.DLQFilter
 	addFilter := func(c *cobra.Command) {
 		c.Flags().StringVar(&filter.Controller, "controller", "", "only entries of this controller: <kind>/<name> or a name")
@@ -36,11 +36,11 @@ operator-admin user).`,
 		Example: "  metabus dlq list --controller cc/hello\n  metabus dlq list --parent default/my-hello -o json",
 		Args:    usageArgs(0, "no arguments (filter with --controller, --parent, --stage)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := f.format()
+			format, err := lf.format()
 			if err != nil {
 				return err
 			}
-			b, done, err := f.connect(needNATS)
+			b, done, err := lf.connect(runCtx(cmd), needNATS)
 			if err != nil {
 				return err
 			}
@@ -60,6 +60,7 @@ operator-admin user).`,
 			})
 		},
 	}
+	lf = newOpsFlags(list)
 	addFilter(list)
 	list.Flags().IntVar(&limit, "limit", 0, "at most this many entries (0: all)")
 
@@ -67,9 +68,14 @@ operator-admin user).`,
 		Use:     "show SEQ...",
 		Short:   "Show DLQ entries in full (Secret data is never parked)",
 		Example: "  metabus dlq show 42",
-		Args:    cobra.MinimumNArgs(1),
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return opscli.Usage("want one or more DLQ entry numbers (the SEQ column of metabus dlq list)")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := f.format()
+			format, err := sf.format()
 			if err != nil {
 				return err
 			}
@@ -77,7 +83,7 @@ operator-admin user).`,
 			if err != nil {
 				return err
 			}
-			b, done, err := f.connect(needNATS)
+			b, done, err := sf.connect(runCtx(cmd), needNATS)
 			if err != nil {
 				return err
 			}
@@ -100,6 +106,8 @@ operator-admin user).`,
 		},
 	}
 
+	sf = newOpsFlags(show)
+
 	var keep, all bool
 	replay := &cobra.Command{
 		Use:   "replay [SEQ...]",
@@ -110,8 +118,9 @@ parent (its map key for a MapController item), as the watcher would; the
 parked message is never republished. Replayed entries are removed (--keep
 keeps them). An entry whose parent or controller is gone is left for purge.`,
 		Example: "  metabus dlq replay 42 43\n  metabus dlq replay --controller cc/hello --all",
+		Args:    cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := f.format()
+			format, err := rf.format()
 			if err != nil {
 				return err
 			}
@@ -122,7 +131,7 @@ keeps them). An entry whose parent or controller is gone is left for purge.`,
 			if sel.Empty() && !all {
 				return opscli.Usage("replay what? give entry numbers, --controller, --parent or --stage, or --all for every entry")
 			}
-			b, done, err := f.connect(needCluster | needNATS)
+			b, done, err := rf.connect(runCtx(cmd), needCluster|needNATS)
 			if err != nil {
 				return err
 			}
@@ -150,6 +159,7 @@ keeps them). An entry whose parent or controller is gone is left for purge.`,
 			return nil
 		},
 	}
+	rf = newOpsFlags(replay)
 	addFilter(replay)
 	replay.Flags().BoolVar(&keep, "keep", false, "keep replayed entries in the DLQ")
 	replay.Flags().BoolVar(&all, "all", false, "with no other selection: every entry")
@@ -159,13 +169,17 @@ keeps them). An entry whose parent or controller is gone is left for purge.`,
 		Use:     "purge [SEQ...]",
 		Short:   "Remove DLQ entries",
 		Example: "  metabus dlq purge 42\n  metabus dlq purge --controller cc/hello\n  metabus dlq purge --all",
+		Args:    cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sel := filter
 			var err error
 			if sel.Seqs, err = opscli.ParseSeqs(args); err != nil {
 				return err
 			}
-			b, done, err := f.connect(needNATS)
+			if sel.Empty() && !purgeAll {
+				return opscli.Usage("purge what? give entry numbers, --controller, --parent or --stage, or --all for every entry")
+			}
+			b, done, err := pf.connect(runCtx(cmd), needNATS)
 			if err != nil {
 				return err
 			}
@@ -178,6 +192,7 @@ keeps them). An entry whose parent or controller is gone is left for purge.`,
 			return nil
 		},
 	}
+	pf = newOpsFlags(purge)
 	addFilter(purge)
 	purge.Flags().BoolVar(&purgeAll, "all", false, "with no other selection: every entry")
 

@@ -13,7 +13,7 @@ import (
 // on the bus, and its Events.
 func explainCommand() *cobra.Command {
 	var (
-		f opsFlags
+		f *opsFlags
 		o opscli.ExplainOptions
 	)
 	cmd := &cobra.Command{
@@ -41,7 +41,7 @@ them: a replica restarted since knows nothing older.`,
 			if _, _, err := opscli.ParseObjectName(o.Object); err != nil {
 				return err
 			}
-			b, done, err := f.connect(needCluster | needNATS)
+			b, done, err := f.connect(runCtx(cmd), needCluster|needNATS)
 			if err != nil {
 				return err
 			}
@@ -53,7 +53,7 @@ them: a replica restarted since knows nothing older.`,
 			return opscli.Print(cmd.OutOrStdout(), format, ex, func(w io.Writer) error { return opscli.WriteExplanation(w, ex) })
 		},
 	}
-	f.register(cmd)
+	f = newOpsFlags(cmd)
 	cmd.Flags().StringVar(&o.Controller, "controller", "", "the parent's controller, when several controllers have a parent of that name: <kind>/<name> or a name")
 	cmd.Flags().StringVar(&o.Resource, "resource", "", "the parent's resource, when several controllers have a parent of that name: <resource>[.<group>] or the kind")
 	return cmd

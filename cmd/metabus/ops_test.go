@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -12,44 +13,40 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/metabus/metabus/pkg/cli"
 	"github.com/metabus/metabus/pkg/opscli"
 )
 
-// execute runs a subcommand as the binary would and returns its output and
-// exit code.
-func execute(t *testing.T, cmd *cobra.Command, args ...string) (string, int) {
+// execute runs `metabus <args>` as the binary does (its root, pkg/cli's
+// Run) and returns its output and exit code.
+func execute(t *testing.T, args ...string) (string, int) {
 	t.Helper()
 	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	cmd.SetArgs(args)
-	err := cmd.Execute()
-	if err != nil {
-		out.WriteString("Error: " + err.Error() + "\n")
-	}
-	return out.String(), exitCode(err)
+	code := cli.Run(context.Background(), newRoot(), args, &out, &out)
+	return out.String(), code
 }
 
 func TestUsageErrors(t *testing.T) {
 	cases := []struct {
 		reason string
-		cmd    func() *cobra.Command
 		args   []string
 	}{
-		{reason: "an unknown flag", cmd: statusCommand, args: []string{"--no-such-flag"}},
-		{reason: "an unknown output format", cmd: statusCommand, args: []string{"-o", "xml"}},
-		{reason: "status takes no arguments", cmd: statusCommand, args: []string{"extra"}},
-		{reason: "explain needs one parent", cmd: explainCommand, args: nil},
-		{reason: "a malformed parent name", cmd: explainCommand, args: []string{"a/b/c", "--kubeconfig", "/nonexistent"}},
-		{reason: "tail prints no yaml", cmd: tailCommand, args: []string{"-o", "yaml"}},
-		{reason: "dlq show needs entry numbers", cmd: dlqCommand, args: []string{"show", "x"}},
-		{reason: "dlq purge needs a selection", cmd: dlqCommand, args: []string{"replay"}},
-		{reason: "render needs a parent", cmd: renderCommand, args: []string{"-c", "x.yaml"}},
-		{reason: "render --all takes no files", cmd: renderCommand, args: []string{"--all", "--controller", "x", "-p", "p.yaml"}},
+		{reason: "an unknown flag", args: []string{"status", "--no-such-flag"}},
+		{reason: "an unknown output format", args: []string{"status", "-o", "xml"}},
+		{reason: "status takes no arguments", args: []string{"status", "extra"}},
+		{reason: "explain needs one parent", args: []string{"explain"}},
+		{reason: "a malformed parent name", args: []string{"explain", "a/b/c", "--kubeconfig", "/nonexistent"}},
+		{reason: "tail prints no yaml", args: []string{"tail", "-o", "yaml"}},
+		{reason: "dlq show needs entry numbers", args: []string{"dlq", "show"}},
+		{reason: "dlq show takes numbers", args: []string{"dlq", "show", "x"}},
+		{reason: "dlq replay needs a selection", args: []string{"dlq", "replay"}},
+		{reason: "dlq purge needs a selection", args: []string{"dlq", "purge", "--nats-url", "nats://127.0.0.1:1"}},
+		{reason: "render needs a parent", args: []string{"render", "-c", "x.yaml"}},
+		{reason: "render --all takes no files", args: []string{"render", "--all", "--controller", "x", "-p", "p.yaml"}},
 	}
 	for _, c := range cases {
 		t.Run(c.reason, func(t *testing.T) {
-			out, code := execute(t, c.cmd(), c.args...)
+			out, code := execute(t, c.args...)
 			if code != opscli.ExitUsage {
 				t.Errorf("exit %d, want %d (usage); output:\n%s", code, opscli.ExitUsage, out)
 			}
@@ -58,11 +55,28 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestSharedFlags(t *testing.T) {
-	// Every operator subcommand takes the cluster, NATS and output flags.
-	for _, cmd := range []*cobra.Command{statusCommand(), dlqCommand(), tailCommand(), explainCommand(), renderCommand()} {
+	// Every operator subcommand of the root takes the cluster, NATS and
+	// output flags.
+	root := newRoot()
+	var leaves []*cobra.Command
+	for _, name := range []string{"status", "tail", "explain", "render"} {
+		c, _, err := root.Find([]string{name})
+		if err != nil {
+			t.Fatalf("metabus has no %s: %v", name, err)
+		}
+		leaves = append(leaves, c)
+	}
+	for _, name := range []string{"list", "show", "replay", "purge"} {
+		c, _, err := root.Find([]string{"dlq", name})
+		if err != nil || c.Name() != name {
+			t.Fatalf("metabus has no dlq %s: %v", name, err)
+		}
+		leaves = append(leaves, c)
+	}
+	for _, cmd := range leaves {
 		for _, name := range []string{"kubeconfig", "context", "nats-url", "nats-creds", "nats-nkey", "nats-ca", "nats-cert", "nats-key", "output", "timeout"} {
-			if cmd.PersistentFlags().Lookup(name) == nil {
-				t.Errorf("%s has no --%s", cmd.Name(), name)
+			if cmd.Flags().Lookup(name) == nil {
+				t.Errorf("%s has no --%s", cmd.CommandPath(), name)
 			}
 		}
 	}
@@ -116,11 +130,11 @@ kind: ConfigMap
 metadata: {name: greeting, namespace: ns}
 data: {text: hi}
 `)
-	out, code := execute(t, renderCommand(), "-c", ctrl, "-p", parent, "--hook-url", srv.URL)
+	out, code := execute(t, "render", "-c", ctrl, "-p", parent, "--hook-url", srv.URL)
 	if code != opscli.ExitDiffers || !strings.Contains(out, "create ConfigMap ns/greeting") || !strings.Contains(out, "text: hello") {
 		t.Errorf("render without children: exit %d, output:\n%s", code, out)
 	}
-	out, code = execute(t, renderCommand(), "-c", ctrl, "-p", parent, "--children", kids, "--hook-url", srv.URL, "-o", "json")
+	out, code = execute(t, "render", "-c", ctrl, "-p", parent, "--children", kids, "--hook-url", srv.URL, "-o", "json")
 	var res struct {
 		Changes struct {
 			Children []struct{ Action, Name string }
@@ -133,7 +147,7 @@ data: {text: hi}
 		t.Errorf("render with a changed child: exit %d, %+v", code, res)
 	}
 	// The controller's own URL is unreachable: the call fails (exit 1).
-	if out, code := execute(t, renderCommand(), "-c", ctrl, "-p", parent); code != opscli.ExitError || !strings.Contains(out, "sync hook") {
+	if out, code := execute(t, "render", "-c", ctrl, "-p", parent); code != opscli.ExitError || !strings.Contains(out, "sync hook") {
 		t.Errorf("render with an unreachable hook: exit %d, output:\n%s", code, out)
 	}
 }

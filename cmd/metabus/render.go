@@ -25,7 +25,7 @@ import (
 // what applying it would change.
 func renderCommand() *cobra.Command {
 	var (
-		f                                opsFlags
+		f                                *opsFlags
 		ctrlFile, parentFile, childrenAt string
 		fromCluster, all                 bool
 		controller, hookURL              string
@@ -66,7 +66,7 @@ Exit code 4 when the desired state differs from the observed one, 0 when not.`,
 				if controller == "" || ctrlFile != "" || parentFile != "" || childrenAt != "" {
 					return opscli.Usage("--all renders every parent of --controller NAME from the cluster: give no -c, -p or --children")
 				}
-				b, done, err := f.connect(needCluster)
+				b, done, err := f.connect(runCtx(cmd), needCluster)
 				if err != nil {
 					return err
 				}
@@ -116,7 +116,7 @@ Exit code 4 when the desired state differs from the observed one, 0 when not.`,
 				in.Controller = ctrls[0]
 			}
 			if fromCluster {
-				b, done, err := f.connect(needCluster)
+				b, done, err := f.connect(runCtx(cmd), needCluster)
 				if err != nil {
 					return err
 				}
@@ -155,7 +155,7 @@ Exit code 4 when the desired state differs from the observed one, 0 when not.`,
 			return nil
 		},
 	}
-	f.register(cmd)
+	f = newOpsFlags(cmd)
 	fs := cmd.Flags()
 	fs.StringVarP(&ctrlFile, "controller-file", "c", "", "the controller object (YAML or JSON file)")
 	fs.StringVarP(&parentFile, "parent", "p", "", "the parent object (YAML or JSON file)")

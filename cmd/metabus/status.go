@@ -16,7 +16,7 @@ import (
 // errors in the last minutes, and the last error.
 func statusCommand() *cobra.Command {
 	var (
-		f        opsFlags
+		f        *opsFlags
 		o        opscli.StatusOptions
 		watch    bool
 		interval time.Duration
@@ -39,7 +39,7 @@ dispatcher and applier replicas recorded them since they started).`,
 			if err != nil {
 				return err
 			}
-			b, done, err := f.connect(needCluster | needNATS)
+			b, done, err := f.connect(runCtx(cmd), needCluster|needNATS)
 			if err != nil {
 				return err
 			}
@@ -71,7 +71,7 @@ dispatcher and applier replicas recorded them since they started).`,
 			}
 		},
 	}
-	f.register(cmd)
+	f = newOpsFlags(cmd)
 	fs := cmd.Flags()
 	fs.StringVar(&o.Controller, "controller", "", "only this controller: <kind>/<name> (cc/, dc/, mc/ or the full kind) or a name")
 	fs.DurationVar(&o.Window, "window", 5*time.Minute, "how far back hook calls, applies and errors are counted (at most 15m)")

@@ -10,7 +10,7 @@ import (
 // the replicas' sync and apply records, live, one line each.
 func tailCommand() *cobra.Command {
 	var (
-		f opsFlags
+		f *opsFlags
 		o opscli.TailOptions
 	)
 	cmd := &cobra.Command{
@@ -35,7 +35,7 @@ records. Nothing is consumed or acknowledged: tail listens to core NATS.`,
 				return opscli.Usage("tail prints table or json (one JSON object per line)")
 			}
 			o.Format = format
-			b, done, err := f.connect(needNATS)
+			b, done, err := f.connect(runCtx(cmd), needNATS)
 			if err != nil {
 				return err
 			}
@@ -43,7 +43,7 @@ records. Nothing is consumed or acknowledged: tail listens to core NATS.`,
 			return b.Tail(runCtx(cmd), o, cmd.OutOrStdout())
 		},
 	}
-	f.register(cmd)
+	f = newOpsFlags(cmd)
 	cmd.Flags().StringVar(&o.Controller, "controller", "", "only this controller: <kind>/<name> or a name")
 	cmd.Flags().StringVar(&o.Parent, "parent", "", "only this parent: namespace/name or name")
 	return cmd

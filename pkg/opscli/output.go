@@ -35,7 +35,7 @@ const (
 	ExitDiffers = 4
 )
 
-// ExitError is an error with the exit code it calls for.
+// ExitCodeError is an error with the exit code it calls for.
 type ExitCodeError struct {
 	Code int
 	Err  error
@@ -43,6 +43,10 @@ type ExitCodeError struct {
 
 func (e *ExitCodeError) Error() string { return e.Err.Error() }
 func (e *ExitCodeError) Unwrap() error { return e.Err }
+
+// ExitCode is the exit code the error calls for (pkg/cli's Run exits with
+// it).
+func (e *ExitCodeError) ExitCode() int { return e.Code }
 
 // NotFound wraps err with ExitNotFound.
 func NotFound(format string, a ...any) error {
