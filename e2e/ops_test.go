@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -466,6 +471,73 @@ func TestOps(t *testing.T) {
 				t.Errorf("tail --parent %s/good printed other parents:\n%s", ns, out.String())
 			}
 			t.Logf("metabus tail -o %s:\n%s", format, out.String())
+		}
+	})
+
+	t.Run("the metabus binary", func(t *testing.T) {
+		bin := filepath.Join(t.TempDir(), "metabus")
+		build := exec.Command("go", "build", "-o", bin, "../cmd/metabus")
+		build.Stderr = os.Stderr
+		if err := build.Run(); err != nil {
+			t.Fatalf("build metabus: %v", err)
+		}
+		conn := []string{"--kubeconfig", env.Kubeconfig, "--nats-url", s.nats.URL, "--nats-nkey", s.nats.Seeds["operator"]}
+		run := func(args ...string) (string, int) {
+			cmd := exec.CommandContext(ctx, bin, append(args, conn...)...)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if errors.As(err, &exit) {
+				return string(out), exit.ExitCode()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(out), 0
+		}
+		out, code := run("status", "--controller", "cc/hello-ops", "-o", "json")
+		var st opscli.Status
+		if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || len(st.Controllers) != 1 || st.Controllers[0].DLQ != 1 {
+			t.Errorf("metabus status -o json: exit %d, %v\n%s", code, err, out)
+		}
+		out, code = run("dlq", "list", "--parent", ns+"/poison")
+		if code != 0 || !strings.Contains(out, "max deliveries exceeded") {
+			t.Errorf("metabus dlq list: exit %d\n%s", code, out)
+		}
+		if out, code = run("explain", ns+"/nobody"); code != opscli.ExitNotFound {
+			t.Errorf("metabus explain of a missing parent: exit %d, want %d\n%s", code, opscli.ExitNotFound, out)
+		}
+		if out, code = run("explain", ns+"/good", "-o", "yaml"); code != 0 || !strings.Contains(out, "controller: compositecontroller/hello-ops") {
+			t.Errorf("metabus explain -o yaml: exit %d\n%s", code, out)
+		}
+		out, code = run("render", "--controller", "cc/hello-ops", "--all", "--hook-url", hookV2+"/sync")
+		if code != opscli.ExitDiffers || !strings.Contains(out, "would change") {
+			t.Errorf("metabus render --all with v2: exit %d, want %d\n%s", code, opscli.ExitDiffers, out)
+		}
+		// The read-only user is refused a replay: the publish times out.
+		out, code = run("dlq", "replay", fmt.Sprint(poisonSeq))
+		if code != opscli.ExitError || !strings.Contains(out, "failed") {
+			t.Errorf("metabus dlq replay as operator: exit %d, want %d\n%s", code, opscli.ExitError, out)
+		}
+		// tail until its first line for good.
+		tctx, stop := context.WithTimeout(ctx, 30*time.Second)
+		defer stop()
+		tail := exec.CommandContext(tctx, bin, append([]string{"tail", "--parent", ns + "/good"}, conn...)...)
+		lines := &lockedBuffer{}
+		tail.Stdout, tail.Stderr = lines, lines
+		if err := tail.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		patchWho(t, ns, "good", "Good binary")
+		eventually(t, 20*time.Second, "metabus tail prints the update", func() error {
+			if !strings.Contains(lines.String(), "SYNC") || !strings.Contains(lines.String(), "APPLY") {
+				return fmt.Errorf("tail printed %q", lines.String())
+			}
+			return nil
+		})
+		_ = tail.Process.Signal(syscall.SIGTERM)
+		if err := tail.Wait(); err != nil {
+			t.Errorf("metabus tail did not end cleanly on SIGTERM: %v", err)
 		}
 	})
 

@@ -78,7 +78,10 @@ func (b *Bus) Tail(ctx context.Context, o TailOptions, w io.Writer) error {
 		}
 		subs = append(subs, s)
 	}
-	if err := b.NC.FlushWithContext(ctx); err != nil {
+	// The server has the subscriptions before the replicas are told to
+	// publish (a command's context has no deadline, which
+	// FlushWithContext wants).
+	if err := b.NC.FlushTimeout(b.timeout()); err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}
 	actx, cancel := context.WithCancel(ctx)
