@@ -1704,12 +1704,20 @@ func TestNATSConfig(t *testing.T) {
 		{"OPERATOR_ADMIN_NKEY", "publish", "mc.desired.cc-hello.4f1c", false},
 		{"OPERATOR_ADMIN_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_WORK.work-64-p00", false},
 	}
+	// The inbox prefix of a user's replies: a service's own; the two
+	// operator users share the operators' (opscli.InboxPrefix).
+	inboxOwner := func(u string) string {
+		if strings.HasPrefix(u, "OPERATOR") {
+			return "operator"
+		}
+		return strings.ToLower(strings.TrimSuffix(u, "_NKEY"))
+	}
 	for _, u := range users {
 		// Each service's replies on its own inbox prefix (issue 26): its
 		// own, never the shared _INBOX nor another service's.
-		own := strings.ToLower(strings.TrimSuffix(u, "_NKEY"))
+		own := inboxOwner(u)
 		for _, other := range users {
-			svc := strings.ToLower(strings.TrimSuffix(other, "_NKEY"))
+			svc := inboxOwner(other)
 			cases = append(cases, tc{u, "subscribe", natsx.ServiceInboxPrefix(svc) + ".q8Zy3.1", svc == own})
 		}
 		cases = append(cases,

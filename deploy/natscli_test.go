@@ -12,6 +12,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/pkg/opscli"
 	"github.com/metabus/metabus/pkg/testnats"
 )
 
@@ -29,7 +30,7 @@ func TestNATSCLIAsOperator(t *testing.T) {
 	p := testnats.StartProduction(t, filepath.Join("nats", "nats-server.conf"))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc, js, err := natsx.Connect(natsx.ConnOptions{URL: p.URL, NKeySeed: p.Seeds["watcher"]})
+	nc, js, err := natsx.Connect(natsx.ConnOptions{URL: p.URL, NKeySeed: p.Seeds["watcher"], InboxPrefix: natsx.ServiceInboxPrefix("watcher")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +39,7 @@ func TestNATSCLIAsOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A DLQ entry and a lease, as the dispatcher writes them.
-	dnc, djs, err := natsx.Connect(natsx.ConnOptions{URL: p.URL, NKeySeed: p.Seeds["dispatcher"]})
+	dnc, djs, err := natsx.Connect(natsx.ConnOptions{URL: p.URL, NKeySeed: p.Seeds["dispatcher"], InboxPrefix: natsx.ServiceInboxPrefix("dispatcher")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func TestNATSCLIAsOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := func(user string, args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, cliPath, append([]string{"--server", p.URL, "--nkey", p.Seeds[user], "--timeout", "3s"}, args...)...)
+		cmd := exec.CommandContext(ctx, cliPath, append([]string{"--server", p.URL, "--nkey", p.Seeds[user], "--inbox-prefix", opscli.InboxPrefix, "--timeout", "3s"}, args...)...)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}

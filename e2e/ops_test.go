@@ -66,7 +66,7 @@ type opsStack struct {
 // an operator), recording every permission violation the server reports.
 func (s *opsStack) connectAs(t *testing.T, user string, denied *[]string, mu *sync.Mutex) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(s.nats.URL, nkeyOption(t, s.nats.Seeds[user]), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	nc, err := nats.Connect(s.nats.URL, nkeyOption(t, s.nats.Seeds[user]), nats.CustomInboxPrefix(opscli.InboxPrefix), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		if denied != nil && strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
 			mu.Lock()
 			*denied = append(*denied, user+": "+err.Error())
@@ -109,7 +109,8 @@ func (s *opsStack) run(t *testing.T, name string, f func(context.Context) error)
 // serviceConn is a stage's NATS connection, as its binary makes it.
 func (s *opsStack) serviceConn(t *testing.T, svc string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, js, err := natsx.Connect(natsx.ConnOptions{URL: s.nats.URL, Name: "metabus-" + svc, NKeySeed: s.nats.Seeds[svc], Logger: zaptest.NewLogger(t)})
+	nc, js, err := natsx.Connect(natsx.ConnOptions{URL: s.nats.URL, Name: "metabus-" + svc, NKeySeed: s.nats.Seeds[svc],
+		InboxPrefix: natsx.ServiceInboxPrefix(svc), Logger: zaptest.NewLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

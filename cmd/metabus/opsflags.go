@@ -12,6 +12,7 @@ import (
 	"github.com/metabus/metabus/pkg/cli"
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/kubeapi"
+	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/opscli"
 )
 
@@ -68,7 +69,12 @@ func (f *opsFlags) connect(ctx context.Context, n needs) (b *opscli.Bus, closeFn
 		b.Disc = discovery.New(discovery.APIServer{API: api})
 	}
 	if n&needNATS != 0 {
-		nc, js, err := f.conn.ConnectNATS(ctx, "metabus-cli")
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		o := f.conn.NATS.Options("metabus-cli")
+		o.InboxPrefix = opscli.InboxPrefix
+		nc, js, err := natsx.Connect(o)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/natsx"
 )
 
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -325,5 +326,13 @@ func TestAge(t *testing.T) {
 		if got := Age(d); got != want {
 			t.Errorf("Age(%s) = %q, want %q", d, got, want)
 		}
+	}
+}
+
+func TestInboxPrefix(t *testing.T) {
+	// The operators' NATS permissions (deploy/nats/nats-server.conf) let
+	// them subscribe to this prefix only, as each service to its own.
+	if want := natsx.ServiceInboxPrefix("operator"); InboxPrefix != want {
+		t.Errorf("InboxPrefix %q, want %q", InboxPrefix, want)
 	}
 }

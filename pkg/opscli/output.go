@@ -17,6 +17,11 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// InboxPrefix is the reply-subject prefix of the operator users' NATS
+// connections (natsx.ServiceInboxPrefix("operator")): like each service,
+// they may subscribe to their own inbox only.
+const InboxPrefix = "_INBOX_operator"
+
 // Exit codes of the operator subcommands, for scripts.
 const (
 	// ExitOK: done, nothing to report.
