@@ -138,16 +138,19 @@ func TestInstall(t *testing.T) {
 				}
 			}
 			refs := secretRefs(in.objs)
-			want := natscreds.Names(natscreds.Services)
-			sort.Strings(want)
-			if missing := cl.missingSecrets(t, ctx, refs); !slices.Equal(missing, prefixed(in.namespace, want)) {
-				t.Fatalf("before the generator ran, missing Secrets %v; want exactly the credentials %v", missing, want)
+			// The manifests reference the services' credentials; the
+			// operator users' Secrets are mounted nowhere, but written too.
+			referenced := natscreds.Names(natscreds.Services)
+			sort.Strings(referenced)
+			if missing := cl.missingSecrets(t, ctx, refs); !slices.Equal(missing, prefixed(in.namespace, referenced)) {
+				t.Fatalf("before the generator ran, missing Secrets %v; want exactly the credentials %v", missing, referenced)
 			}
+			want := natscreds.Names(natscreds.Users)
 
 			// The generator as the NATS pods run it: their ServiceAccount.
 			sa := str(find(in.objs, "StatefulSet", natsStatefulSet(in.objs)), "spec", "template", "spec", "serviceAccountName")
 			store := natscreds.Store{Kube: cl.as(t, in.namespace, sa), Namespace: in.namespace}
-			done, err := natscreds.Run(ctx, store, natscreds.Services, natscreds.GenerateSeed)
+			done, err := natscreds.Run(ctx, store, natscreds.Users, natscreds.GenerateSeed)
 			if err != nil {
 				t.Fatalf("generator as %s: %v", sa, err)
 			}
@@ -159,7 +162,7 @@ func TestInstall(t *testing.T) {
 			}
 
 			before := cl.secretVersions(t, ctx, in.namespace)
-			done, err = natscreds.Run(ctx, store, natscreds.Services, natscreds.GenerateSeed)
+			done, err = natscreds.Run(ctx, store, natscreds.Users, natscreds.GenerateSeed)
 			if err != nil || len(done) != 0 {
 				t.Errorf("second run wrote %v (%v), want nothing", done, err)
 			}

@@ -247,7 +247,7 @@ func TestCredentialsRBAC(t *testing.T) {
 					t.Errorf("%s: want create, or get and update on named Secrets", rule)
 				}
 			}
-			if diff := cmp.Diff(natscreds.Names(natscreds.Services), named); diff != "" {
+			if diff := cmp.Diff(natscreds.Names(natscreds.Users), named); diff != "" {
 				t.Errorf("Secrets it may get and update (-want +got):\n%s", diff)
 			}
 

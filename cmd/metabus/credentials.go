@@ -44,7 +44,9 @@ func credentialsCommand() *cobra.Command {
 		Short: "Create or rotate the NATS credentials of metabus's services (Secrets metabus-nats-*)",
 		Long: `Each service (watcher, dispatcher, applier, revisions) connects to NATS as
 its own nkey user. Its seed is in the Secret metabus-nats-<service> (key
-nkey.seed); nats-server reads the public keys from metabus-nats-users.
+nkey.seed); nats-server reads the public keys from metabus-nats-users. The
+two operator users (operator, operator-admin: the metabus and nats CLIs) get
+their seeds the same way; no pod mounts them.
 
 The install runs "credentials ensure" in an init container of every NATS pod,
 so nothing has to be created by hand.`,
@@ -73,7 +75,7 @@ a run that stopped half way is completed by the next one.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			done, err := natscreds.Run(ctx, s, natscreds.Services, natscreds.GenerateSeed)
+			done, err := natscreds.Run(ctx, s, natscreds.Users, natscreds.GenerateSeed)
 			report(cmd.OutOrStdout(), s.Namespace, done)
 			return err
 		},
@@ -94,7 +96,7 @@ service its seed when it connects, so restart both afterwards, NATS first
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if service == "" {
-				return errors.New("--service is required: one of " + strings.Join(natscreds.Services, ", "))
+				return errors.New("--service is required: one of " + strings.Join(natscreds.Users, ", "))
 			}
 			s, err := store()
 			if err != nil {
@@ -102,7 +104,7 @@ service its seed when it connects, so restart both afterwards, NATS first
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			done, err := natscreds.RunRotate(ctx, s, natscreds.Services, service, natscreds.GenerateSeed)
+			done, err := natscreds.RunRotate(ctx, s, natscreds.Users, service, natscreds.GenerateSeed)
 			report(cmd.OutOrStdout(), s.Namespace, done)
 			if err != nil {
 				return err
@@ -115,7 +117,7 @@ service its seed when it connects, so restart both afterwards, NATS first
 			return nil
 		},
 	}
-	rotate.Flags().StringVar(&service, "service", "", "the service whose seed to replace: "+strings.Join(natscreds.Services, ", "))
+	rotate.Flags().StringVar(&service, "service", "", "the service (or operator user) whose seed to replace: "+strings.Join(natscreds.Users, ", "))
 
 	cmd.AddCommand(ensure, rotate)
 	return cmd

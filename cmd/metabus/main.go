@@ -23,6 +23,11 @@ func newRoot() *cobra.Command {
 	root := allInOne()
 	root.AddCommand(cli.VersionCommand())
 	root.AddCommand(credentialsCommand())
+	root.AddCommand(statusCommand())
+	root.AddCommand(dlqCommand())
+	root.AddCommand(tailCommand())
+	root.AddCommand(renderCommand())
+	root.AddCommand(explainCommand())
 	return root
 }
 

@@ -122,6 +122,13 @@ type invalidError struct{ err error }
 func (e invalidError) Error() string { return e.err.Error() }
 func (e invalidError) Unwrap() error { return e.err }
 
+// exitCoder is an error that says which exit code it calls for (package
+// opscli's ExitCodeError).
+type exitCoder interface {
+	error
+	ExitCode() int
+}
+
 // reportedError failed a run that already logged why.
 type reportedError struct{ err error }
 
@@ -155,8 +162,14 @@ func Run(ctx context.Context, root *cobra.Command, args []string, stdout, stderr
 		ue usageError
 		ie invalidError
 		re reportedError
+		ec exitCoder
 	)
 	switch {
+	case errors.As(err, &ec):
+		// A subcommand's own exit code (an operator subcommand's "not
+		// found", say), with its message.
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return ec.ExitCode()
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "Error: %v\n\n%s", err, cmd.UsageString())
 		return ExitUsage

@@ -40,16 +40,27 @@ const SeedKey = "nkey.seed"
 // nats-server.
 const UsersSecret = natsx.CredentialsSecretPrefix + "users"
 
-// Services are the NATS users metabus runs, one per service; the order is
-// the order their Secrets are written in.
+// Services are the NATS users metabus runs, one per service.
 var Services = []string{"watcher", "dispatcher", "applier", "revisions"}
+
+// Operators are the NATS users of people (the metabus operator CLI and the
+// nats CLI): operator reads, operator-admin also replays and purges the
+// DLQ. No pod mounts their seeds; an operator copies one out of its Secret.
+var Operators = []string{"operator", "operator-admin"}
+
+// Users are every nkey user nats-server.conf names, services then
+// operators; the order is the order their Secrets are written in. All of
+// them must have a public key in UsersSecret: nats-server refuses a
+// configuration with an undefined variable.
+var Users = append(append([]string(nil), Services...), Operators...)
 
 // SeedSecret names the Secret holding svc's nkey seed.
 func SeedSecret(svc string) string { return natsx.CredentialsSecretPrefix + svc }
 
 // UserKey is the key of svc's public key in UsersSecret, also the
-// environment variable nats-server.conf reads it from ($WATCHER_NKEY, ...).
-func UserKey(svc string) string { return strings.ToUpper(svc) + "_NKEY" }
+// environment variable nats-server.conf reads it from ($WATCHER_NKEY, ...,
+// $OPERATOR_ADMIN_NKEY).
+func UserKey(svc string) string { return strings.ToUpper(strings.ReplaceAll(svc, "-", "_")) + "_NKEY" }
 
 // Names lists every Secret the credentials of services live in.
 func Names(services []string) []string {

@@ -292,4 +292,15 @@ func TestNames(t *testing.T) {
 			t.Errorf("%s lacks the prefix the dispatcher refuses", n)
 		}
 	}
+	// The operator users' Secrets too: nats-server.conf names their keys.
+	all := []string{"metabus-nats-watcher", "metabus-nats-dispatcher", "metabus-nats-applier", "metabus-nats-revisions",
+		"metabus-nats-operator", "metabus-nats-operator-admin", "metabus-nats-users"}
+	if diff := cmp.Diff(all, Names(Users)); diff != "" {
+		t.Errorf("names of every user (-want +got):\n%s", diff)
+	}
+	for user, key := range map[string]string{"watcher": "WATCHER_NKEY", "operator": "OPERATOR_NKEY", "operator-admin": "OPERATOR_ADMIN_NKEY"} {
+		if got := UserKey(user); got != key {
+			t.Errorf("UserKey(%s) = %s, want %s (a shell and nats-server variable name)", user, got, key)
+		}
+	}
 }

@@ -1,6 +1,6 @@
 // Package testnats runs, for tests, a nats-server from the shipped
-// deploy/nats/nats-server.conf: the services' nkey users and their
-// publish/subscribe permissions as deployed, on one local node.
+// deploy/nats/nats-server.conf: the services' and operators' nkey users and
+// their publish/subscribe permissions as deployed, on one local node.
 package testnats
 
 import (
@@ -15,13 +15,19 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
+
+	"github.com/metabus/metabus/pkg/natscreds"
 )
 
 // Services are the nkey users nats-server.conf defines, one per service.
-var Services = []string{"watcher", "dispatcher", "applier", "revisions"}
+var Services = natscreds.Services
 
-// Production is a running server and the seed file of each service's user
-// (what --nats-nkey takes).
+// Operators are the nkey users nats-server.conf defines for people (the
+// metabus and nats CLIs): read-only, and read plus DLQ replay and purge.
+var Operators = natscreds.Operators
+
+// Production is a running server and the seed file of each user, services
+// and operators (what --nats-nkey takes).
 type Production struct {
 	URL   string
 	Seeds map[string]string
@@ -39,9 +45,9 @@ func StartProduction(t testing.TB, conf string) *Production {
 	dir := t.TempDir()
 	p := &Production{Seeds: map[string]string{}}
 	env := map[string]string{"POD_NAME": "nats-0"}
-	for _, user := range Services {
+	for _, user := range natscreds.Users {
 		pub, seedFile := NewUser(t, dir, user)
-		env[strings.ToUpper(user)+"_NKEY"] = pub
+		env[natscreds.UserKey(user)] = pub
 		p.Seeds[user] = seedFile
 	}
 
@@ -81,8 +87,8 @@ func StartProduction(t testing.TB, conf string) *Production {
 	if err != nil {
 		t.Fatalf("load nats-server.conf: %v", err)
 	}
-	if len(opts.Nkeys) != len(Services) {
-		t.Fatalf("nats-server.conf defines %d nkey users, want %d", len(opts.Nkeys), len(Services))
+	if want := len(natscreds.Users); len(opts.Nkeys) != want {
+		t.Fatalf("nats-server.conf defines %d nkey users, want %d", len(opts.Nkeys), want)
 	}
 	s := Serve(t, opts)
 	if !s.JetStreamEnabled() {

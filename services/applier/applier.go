@@ -27,6 +27,7 @@ import (
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/inspect"
 	"github.com/metabus/metabus/pkg/kubeapi"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
@@ -120,6 +121,11 @@ type Applier struct {
 	streamOnce sync.Once
 	stream     jetstream.Stream
 	streamErr  error
+
+	// member is this replica's stage member id (its leases' value), and
+	// book its record of recent applies for the operator CLI.
+	member string
+	book   *inspect.Book
 }
 
 // New builds an applier.
@@ -164,7 +170,10 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	}
 	// Not ready until Run has found the streams and consumes.
 	health.Pending(readyCheck, "starting")
+	member := bus.NewMemberID()
 	a := &Applier{
+		member:  member,
+		book:    inspect.New(bus.DesiredStage, member, 0),
 		cfg:     cfg,
 		log:     log.Named("applier"),
 		js:      deps.JS,
@@ -207,6 +216,11 @@ func (a *Applier) Run(ctx context.Context) error {
 	if ackWait <= 0 {
 		ackWait = bus.DesiredAckWait
 	}
+	stopInspect, err := a.book.Serve(a.nc)
+	if err != nil {
+		return fmt.Errorf("serve inspect requests: %w", err)
+	}
+	defer stopInspect()
 	// The consumer is restarted with backoff whenever it cannot start (a
 	// partition read timing out while a cluster elects its leaders) or
 	// stops, never the process; the replica is not ready meanwhile.
@@ -227,7 +241,7 @@ func (a *Applier) Run(ctx context.Context) error {
 	bus.Supervise(ctx, bus.SuperviseOptions{}, func(ctx context.Context) error {
 		return bus.Consume(ctx, a.js, bus.ConsumeConfig{
 			Stream: bus.DesiredStream, Prefix: bus.DesiredConsumerPrefix, Stage: bus.DesiredStage,
-			PerController: a.cfg.Workers, Total: a.cfg.MaxInFlight, AckWait: ackWait, Ordered: true,
+			PerController: a.cfg.Workers, Total: a.cfg.MaxInFlight, AckWait: ackWait, Ordered: true, Member: a.member,
 			OnError:   func(err error) { a.log.Warn("desired-state consumer", zap.Error(err)) },
 			Ownership: a.metrics.partitions,
 		}, a.handle)
@@ -439,6 +453,7 @@ func (a *Applier) settle(ctx context.Context, m jetstream.Msg, ds *bus.DesiredSt
 	if !start.IsZero() {
 		a.metrics.applySeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
 	}
+	a.record(ds, wl, start, result, err)
 	if nak {
 		_ = m.NakWithDelay(time.Second)
 		return
@@ -447,4 +462,18 @@ func (a *Applier) settle(ctx context.Context, m jetstream.Msg, ds *bus.DesiredSt
 		a.noteApplied(ds, wl)
 	}
 	_ = m.Ack()
+}
+
+// record keeps the apply's outcome in the replica's inspect book: a done
+// result is an outcome, not a failure, so it carries no error.
+func (a *Applier) record(ds *bus.DesiredState, wl *writeLog, start time.Time, result string, err error) {
+	var finished done
+	if errors.As(err, &finished) {
+		err = nil
+	}
+	var writes []bus.Write
+	if wl != nil {
+		writes = wl.writes
+	}
+	a.book.Applied(ds, start, result, err, writes)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"time"
 
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -14,6 +15,7 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/hookapi"
 	"github.com/metabus/metabus/pkg/hooks"
+	"github.com/metabus/metabus/pkg/inspect"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/related"
 	"github.com/metabus/metabus/pkg/snapshot"
@@ -67,17 +69,10 @@ func (d *Dispatcher) customizeRules(ctx context.Context, item bus.WorkItem, c ki
 	}
 	version := kinds.HookVersion(hook)
 	var resp hookapi.CustomizeResponse
-	err := d.hooks.Do(ctx, hooks.Call{
-		Hook:            hook,
-		EndpointConfigs: c.SyncEndpoints(),
-		Kind:            bus.HookCustomize,
-		ControllerType:  item.Controller.Kind,
-		ControllerName:  c.Object().GetName(),
-		Source:          bus.ControllerSource(item.Controller),
-		Subject:         bus.ObjectPath(item.Parent),
-		Extensions:      map[string]string{bus.ExtParentUID: item.Parent.UID},
-		Request:         hookapi.CustomizeRequest{Controller: ctrlObj, Parent: parent},
-	}, &resp)
+	start := time.Now()
+	it := hooks.Item{Controller: item.Controller, ControllerName: c.Object().GetName(), Parent: item.Parent, Endpoints: c.SyncEndpoints()}
+	err := d.hooks.Do(ctx, it.CustomizeCall(hook, hookapi.CustomizeRequest{Controller: ctrlObj, Parent: parent}), &resp)
+	inspect.SyncOf(ctx).Hook(bus.HookCustomize, time.Since(start), err)
 	if err != nil {
 		return nil, fmt.Errorf("customize hook failed: %w", err)
 	}

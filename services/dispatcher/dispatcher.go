@@ -30,6 +30,7 @@ import (
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/hooks"
+	"github.com/metabus/metabus/pkg/inspect"
 	"github.com/metabus/metabus/pkg/kubeapi"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
@@ -142,6 +143,11 @@ type Dispatcher struct {
 	// timers are pending sub-second resyncs, one per parent.
 	tmu    sync.Mutex
 	timers map[string]*time.Timer
+
+	// member is this replica's stage member id (its leases' value), and
+	// book its record of recent syncs for the operator CLI.
+	member string
+	book   *inspect.Book
 }
 
 // New builds a dispatcher.
@@ -187,12 +193,14 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		customize: map[string]customizeEntry{},
 		nc:        deps.NC,
 		echoes:    deps.Echoes,
+		member:    bus.NewMemberID(),
 	}
 	d.pub.Queued = d.metrics.queued
 	d.metrics.watchNATS(deps.Metrics, deps.NC)
 	if d.metrics.err != nil {
 		d.log.Warn("some metrics are not exported", zap.Error(d.metrics.err))
 	}
+	d.book = inspect.New(bus.WorkStage, d.member, 0)
 	relatedEntries := cfg.RelatedResources
 	if relatedEntries == nil {
 		relatedEntries = related.DefaultPolicy
@@ -246,6 +254,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		defer func() { _ = sub.Unsubscribe() }()
 	}
+	stopInspect, err := d.book.Serve(d.nc)
+	if err != nil {
+		return fmt.Errorf("serve inspect requests: %w", err)
+	}
+	defer stopInspect()
 	ackWait := d.cfg.Bus.WorkAckWait
 	if ackWait <= 0 {
 		ackWait = bus.WorkAckWait
@@ -285,7 +298,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	background("work consumer", func(ctx context.Context) error {
 		return bus.Consume(ctx, d.js, bus.ConsumeConfig{
 			Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
-			PerController: d.cfg.Workers, Total: d.cfg.MaxInFlight, AckWait: ackWait,
+			PerController: d.cfg.Workers, Total: d.cfg.MaxInFlight, AckWait: ackWait, Member: d.member,
 			OnError:   func(err error) { d.log.Warn("work consumer", zap.Error(err)) },
 			Ownership: d.metrics.partitions,
 		}, d.handle)
@@ -362,9 +375,17 @@ func (d *Dispatcher) handle(ctx context.Context, m jetstream.Msg) {
 			endTrace()
 		}
 	}
-	if inPlace := d.settle(ctx, m, item, start, d.syncParent(ctx, item, seq), end); inPlace {
+	rec := d.book.StartSync(item, seq)
+	err = d.syncParent(inspect.WithSync(ctx, rec), item, seq)
+	result, inPlace := d.settle(ctx, m, item, start, err, end)
+	if inPlace {
 		d.metrics.retryInPlace(seq, delivered)
 	}
+	var done settled
+	if errors.As(err, &done) {
+		err = nil // an outcome, not a failure
+	}
+	d.book.Done(rec, result, err)
 }
 
 // The errors a sync ends with. syncParent and its helpers never settle a
@@ -428,14 +449,16 @@ func published(msg string, err error) error {
 }
 
 // settle is the one place a sync's end becomes the work item's fate: the
-// Event, the retry schedule, the metric label and the ack or nak. The
+// Event, the retry schedule, the metric label and the ack or nak. It
+// returns the metric label, which the inspect record keeps too. The
 // tracer's span (endTrace) closes before the item is acked: the ack lets
 // the partition's next message go to another replica.
 //
-// It reports whether the item runs again in place (bus.Consume's retry
-// after NakWithDelay).
-func (d *Dispatcher) settle(ctx context.Context, m jetstream.Msg, item bus.WorkItem, start time.Time, err error, endTrace func()) (inPlace bool) {
-	result, nak := d.resolve(ctx, item, err)
+// It also reports whether the item runs again in place (bus.Consume's
+// retry after NakWithDelay).
+func (d *Dispatcher) settle(ctx context.Context, m jetstream.Msg, item bus.WorkItem, start time.Time, err error, endTrace func()) (result string, inPlace bool) {
+	var nak bool
+	result, nak = d.resolve(ctx, item, err)
 	if endTrace != nil {
 		endTrace()
 	}
@@ -455,12 +478,12 @@ func (d *Dispatcher) settle(ctx context.Context, m jetstream.Msg, item bus.WorkI
 		// The bus or the snapshot service is unreachable: retrying soon
 		// on this partition is all we can do.
 		_ = m.NakWithDelay(time.Second)
-		return inPlace
+		return result, inPlace
 	}
 	if err := m.Ack(); err != nil {
 		d.log.Warn("ack work item", zap.Error(err))
 	}
-	return false
+	return result, false
 }
 
 // resolve does what err asks for (report, schedule a retry, forget the

@@ -15,6 +15,7 @@ import (
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/hooks"
+	"github.com/metabus/metabus/pkg/inspect"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
@@ -84,24 +85,14 @@ func (d *Dispatcher) doHooks(ctx context.Context, c syncCall, calls []kinds.Hook
 // order, as metabus makes them.
 func (d *Dispatcher) doHook(ctx context.Context, c syncCall, call kinds.HookCall, revision string) error {
 	start := time.Now()
-	err := d.hooks.Do(ctx, hooks.Call{
-		Hook:            c.hook,
-		EndpointConfigs: c.endpoints,
-		Kind:            c.kind,
-		ControllerType:  c.ctrlType,
-		ControllerName:  c.ctrlName,
-		Source:          bus.ControllerSource(c.item.Controller),
-		Subject:         bus.ObjectPath(c.parent),
-		ID:              bus.DesiredMsgID(c.parent.UID, c.seq),
-		Extensions: map[string]string{
-			bus.ExtParentUID:    c.parent.UID,
-			bus.ExtWorkSeq:      bus.WorkSeqString(c.seq),
-			bus.ExtPartitionKey: c.item.Key(),
-		},
-		CacheKey: cacheKey(c.parent.UID, c.item.MapKey, revision),
-		Request:  call.Request,
-	}, call.Response)
-	d.metrics.hookSeconds.WithLabelValues(c.kind).Observe(time.Since(start).Seconds())
+	it := hooks.Item{
+		Controller: c.item.Controller, ControllerName: c.ctrlName, Parent: c.parent, MapKey: c.item.MapKey,
+		WorkSeq: c.seq, Endpoints: c.endpoints,
+	}
+	err := d.hooks.Do(ctx, it.SyncCall(c.hook, c.kind, cacheKey(c.parent.UID, c.item.MapKey, revision), call.Request), call.Response)
+	took := time.Since(start)
+	d.metrics.hookSeconds.WithLabelValues(c.kind).Observe(took.Seconds())
+	inspect.SyncOf(ctx).Hook(c.kind, took, err)
 	return err
 }
 
@@ -144,6 +135,7 @@ func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.Desi
 		ds.Children = []*unstructured.Unstructured{}
 	}
 	if err := d.pub.PublishDesired(ctx, ds); err != nil {
+		inspect.SyncOf(ctx).Answer(&ds) // what was asked for, though not published
 		if errors.Is(err, nats.ErrMaxPayload) {
 			// Retrying cannot help until the hook answers with less; tell
 			// the user rather than redelivering into the dead-letter queue.
@@ -151,6 +143,7 @@ func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.Desi
 		}
 		return published("publish desired state", err)
 	}
+	inspect.SyncOf(ctx).Answer(&ds)
 	// The answer is on its way: until the world changes beyond our own
 	// writes, syncing again would show the hook what it has answered.
 	d.echoes.Called(c.item.Controller.ID(), c.parent.UID, c.item.MapKey, c.seq, c.inputs)

@@ -70,7 +70,10 @@ func TestSettle(t *testing.T) {
 				d.failures.record(d.failureKey(item), tc.failures, time.Now())
 			}
 			var log []string
-			inPlace := d.settle(context.Background(), settledMsg{log: &log}, item, time.Now(), tc.err, func() { log = append(log, "trace end") })
+			label, inPlace := d.settle(context.Background(), settledMsg{log: &log}, item, time.Now(), tc.err, func() { log = append(log, "trace end") })
+			if label != tc.label {
+				t.Errorf("settle returned the label %q, want %q (the inspect record keeps it)", label, tc.label)
+			}
 			var retries dto.Metric
 			queue := obs.QueueName(item.Controller.Kind, item.Controller.Name)
 			if err := d.metrics.queues.RetriesCounter(queue).Write(&retries); err != nil {

@@ -121,7 +121,9 @@ func flagValue(fs *pflag.FlagSet, name string) string {
 func RefusesStrayWords(t *testing.T, newCmd func() *cobra.Command) {
 	t.Helper()
 	for _, args := range [][]string{
-		{"status", "--kubeconfig=/nonexistent"},
+		// A word that is no subcommand (status was none before the
+		// operator subcommands existed).
+		{"stauts", "--kubeconfig=/nonexistent"},
 		{"--kubeconfig=/nonexistent", "extra"},
 		{"--workers", "3", "4"},
 	} {
