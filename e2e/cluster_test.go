@@ -1,0 +1,145 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/metabus/metabus/examples/helloworld"
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/testnats"
+)
+
+// TestClusterR3 runs every stage as its own process (two dispatchers and
+// two appliers, as deploy/ ships them) against the production NATS
+// topology: three nats-server processes from the shipped nats-server.conf
+// and cluster.conf, R3 streams (--stream-replicas=3), each service behind
+// its own proxy. HelloWorld converges; then, with the MC_WORK leader's node
+// SIGKILLed, MC_DESIRED's and the owners bucket's leaders moved and a
+// dispatcher cut from NATS, a second parent converges too, the stopped node
+// catches up, and NATS refused nothing any service did.
+func TestClusterR3(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the service binaries and runs three nats-servers")
+	}
+	ctx := context.Background()
+	c := testnats.StartCluster(t, "../deploy/nats/nats-server.conf")
+	admin, err := c.Connect(testnats.AdminUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	js, err := jetstream.New(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	label := "cluster-r3"
+	url := func(name string) string {
+		u, err := c.ServiceURL(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	logs := startServices(t, url, c.Seeds, []serviceSpec{
+		{"watcher", []string{"--target-label-selector=metabus.dev/e2e=" + label, "--discovery-interval=5s", "--stream-replicas=3"}},
+		{"dispatcher", nil},
+		{"dispatcher", nil},
+		{"applier", []string{"--discovery-interval=5s"}},
+		{"applier", []string{"--discovery-interval=5s"}},
+		{"revisions", nil},
+	})
+
+	eventually(t, 2*time.Minute, "R3 streams", func() error {
+		for _, name := range []string{bus.WorkStream, bus.DesiredStream, bus.SchedStream, bus.AdvisoryStream, bus.DLQStream, "KV_" + bus.OwnersBucket} {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			s, err := js.Stream(rctx, name)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			info := s.CachedInfo()
+			if info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+				return fmt.Errorf("%s: %d replicas configured, cluster %+v", name, info.Config.Replicas, info.Cluster)
+			}
+		}
+		return nil
+	})
+
+	ns := newNamespace(t)
+	hook := hookServer(t, helloworld.Handler())
+	cc := manifest(t, "controller.yaml")
+	unstructured.SetNestedField(cc, hook+"/sync", "spec", "hooks", "sync", "webhook", "url")
+	createController(t, &instance{selector: label}, cc["kind"].(string), "hello-cluster", cc["spec"].(map[string]any))
+	hello := func(name, who string) {
+		t.Helper()
+		obj := &unstructured.Unstructured{Object: manifest(t, "hello.yaml")}
+		obj.SetName(name)
+		unstructured.SetNestedField(obj.Object, who, "spec", "who")
+		if _, err := dyn.Resource(helloGVR).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 2*time.Minute, "the child Pod and status of "+name, func() error {
+			pod, err := dyn.Resource(podsGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if got, want := podCommand(pod), "echo Hello, "+who+"!"; got != want {
+				return fmt.Errorf("command %q, want %q", got, want)
+			}
+			p, err := dyn.Resource(helloGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if n, ok := nestedInt(p, "status", "pods"); !ok || n != 1 {
+				return fmt.Errorf("status %v", p.Object["status"])
+			}
+			return nil
+		})
+	}
+	hello("first", "First")
+
+	// Faults: the node leading MC_WORK is killed, the other leaders move,
+	// a dispatcher loses NATS.
+	rq := func() context.Context {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		t.Cleanup(cancel)
+		return rctx
+	}
+	leader, err := c.StreamLeader(rq(), js, bus.WorkStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := c.NodeIndex(leader)
+	if err := c.Kill(down); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("SIGKILLed %s, the leader of %s", leader, bus.WorkStream)
+	for _, stream := range []string{bus.DesiredStream, "KV_" + bus.OwnersBucket} {
+		eventually(t, time.Minute, "a leader of "+stream+" to step down", func() error {
+			return testnats.StepDownStream(rq(), admin, stream)
+		})
+	}
+	cut, err := c.Service("dispatcher")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut.Cut()
+	hello("second", "Second")
+	cut.Heal()
+	if err := c.Start(down); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := c.WaitHealthy(wctx); err != nil {
+		t.Fatalf("the cluster after %s came back: %v", leader, err)
+	}
+	hello("third", "Third")
+	checkNoPermissionDenied(t, logs)
+}
