@@ -116,7 +116,7 @@ func (p *proc) exited(cmd *exec.Cmd, err error, logFile *os.File) {
 	desc := fmt.Sprintf("%s (pid %d, started %s) exited on its own at %s: %s; last lines of %s:\n%s",
 		p.name, cmd.Process.Pid, p.startedAt.UTC().Format("15:04:05.000"), time.Now().UTC().Format("15:04:05.000"), status, p.logPath, indent(tail))
 	p.unexpected = append(p.unexpected, exitRecord{started: p.startedAt, at: time.Now(), desc: desc, tail: tail})
-	p.logf("UNEXPECTED EXIT: %s", desc)
+	p.logf("UNEXPECTED EXIT: %s (pid %d): %s; %s", p.name, cmd.Process.Pid, status, lastError(tail))
 	if p.closing {
 		return
 	}
@@ -260,6 +260,18 @@ func waitNATS(ctx context.Context, url string, timeout time.Duration) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// lastError is the last line of a log tail that reports an error (the
+// whole line), or its last line.
+func lastError(tail string) string {
+	lines := strings.Split(tail, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], `"level":"error"`) || strings.Contains(lines[i], "panic:") {
+			return strings.TrimSpace(lines[i])
+		}
+	}
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 // fileTail returns the last n lines of a file (from its last 64 KiB).
