@@ -1,0 +1,84 @@
+package main
+
+import (
+	"encoding/json"
+	"net"
+	"os"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/metabus/metabus/pkg/bus"
+)
+
+func TestAppliedLogOrder(t *testing.T) {
+	note := func(parent, key string, seq uint64, writes ...bus.Write) bus.Applied {
+		return bus.Applied{ParentUID: parent, MapKey: key, WorkSeq: seq, Writes: writes}
+	}
+	w := func(uid, to string) bus.Write { return bus.Write{UID: uid, To: to} }
+	for _, tc := range []struct {
+		reason string
+		notes  []bus.Applied
+		want   []string
+	}{
+		{
+			reason: "writes in resourceVersion order carry growing work sequences",
+			notes:  []bus.Applied{note("p", "", 10, w("cm", "100"), w("p", "101")), note("p", "", 12, w("cm", "110"))},
+		},
+		{
+			reason: "a desired state written twice (a note per write, then the whole list) and a re-run of the same item are one sequence",
+			notes:  []bus.Applied{note("p", "", 10, w("cm", "100")), note("p", "", 10, w("cm", "100"), w("p", "101")), note("p", "", 10, w("p", "105"))},
+		},
+		{
+			reason: "notes arriving late (a cut applier) are ordered by resourceVersion, not arrival",
+			notes:  []bus.Applied{note("p", "", 12, w("cm", "110")), note("p", "", 10, w("cm", "100"))},
+		},
+		{
+			reason: "an older desired state written after a newer one is reported",
+			notes:  []bus.Applied{note("p", "", 12, w("cm", "110")), note("p", "", 10, w("p", "120"))},
+			want:   []string{"parent uid p: the write of p at resourceVersion 120 applied work seq 10 after the write of cm at 110 had applied work seq 12"},
+		},
+		{
+			reason: "parents and map keys are ordered apart",
+			notes:  []bus.Applied{note("p", "a", 12, w("x", "110")), note("p", "b", 10, w("y", "120")), note("q", "", 5, w("z", "130"))},
+		},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			l := &appliedLog{writes: map[writeKey]uint64{}}
+			for _, n := range tc.notes {
+				data, err := json.Marshal(n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				l.record(&nats.Msg{Data: data})
+			}
+			v := violations{}
+			l.check(v)
+			if diff := cmp.Diff(tc.want, v[invOrder]); diff != "" {
+				t.Errorf("violations (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestConnOwner(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The listener's peer sees the dialer's local address as remote.
+	pid, err := connOwner(c.LocalAddr().String(), map[int]*proc{os.Getpid(): nil, 1: nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pid != os.Getpid() {
+		t.Fatalf("owner %d, want this process %d", pid, os.Getpid())
+	}
+}
