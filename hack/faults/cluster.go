@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,10 +38,11 @@ func (s *suite) startCluster(ctx context.Context, root, bin string) error {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	c, err := testnats.NewCluster(cctx, testnats.ClusterOptions{
-		Conf: filepath.Join(root, "deploy", "nats", "nats-server.conf"),
-		Dir:  dir,
-		Bin:  filepath.Join(bin, "nats-server"),
-		Logf: s.logf,
+		Conf:    filepath.Join(root, "deploy", "nats", "nats-server.conf"),
+		Dir:     dir,
+		Bin:     filepath.Join(bin, "nats-server"),
+		Profile: s.cfg.natsProfile > 0,
+		Logf:    s.logf,
 	})
 	if err != nil {
 		return fmt.Errorf("start the NATS cluster: %w", err)
@@ -454,4 +458,35 @@ func (s *suite) connectAdmin() (*nats.Conn, error) {
 		return s.cluster.Connect(testnats.AdminUser)
 	}
 	return nats.Connect(s.natsURL, nats.Timeout(5*time.Second))
+}
+
+// profileNATS saves a CPU profile of every node over the next d, in the
+// work directory as <node>.<label>.cpu.pprof (go tool pprof -top <file>),
+// in the background; wait waits for them.
+func (s *suite) profileNATS(label string, d time.Duration) (wait func()) {
+	var wg sync.WaitGroup
+	for _, n := range s.cluster.Nodes {
+		wg.Go(func() {
+			path := filepath.Join(s.dir, n.Name+"."+label+".cpu.pprof")
+			client := &http.Client{Timeout: d + 30*time.Second}
+			resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", n.ProfPort, int(d.Seconds())))
+			if err != nil {
+				s.logf("profile %s: %v", n.Name, err)
+				return
+			}
+			defer resp.Body.Close()
+			f, err := os.Create(path)
+			if err != nil {
+				s.logf("profile %s: %v", n.Name, err)
+				return
+			}
+			defer f.Close()
+			if _, err := io.Copy(f, resp.Body); err != nil {
+				s.logf("profile %s: %v", n.Name, err)
+				return
+			}
+			s.logf("CPU profile of %s over %s (%s): %s", n.Name, d, label, path)
+		})
+	}
+	return wg.Wait
 }

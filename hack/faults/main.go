@@ -83,7 +83,7 @@ func main() {
 			cfg = clusteredConfig()
 		}
 	}
-	var extra string
+	var extra, watcherExtra string
 	flag.BoolVar(&cfg.cluster, "cluster", cfg.cluster, "the production topology: 3 NATS nodes, R3 streams, the shipped NATS users (changes the defaults to the full clustered run)")
 	flag.IntVar(&cfg.parents, "parents", cfg.parents, "parents of the workload")
 	flag.DurationVar(&cfg.faultPeriod, "fault-period", cfg.faultPeriod, "how long the churn and the faults last")
@@ -109,9 +109,13 @@ func main() {
 	flag.IntVar(&cfg.serviceCuts, "service-cuts", cfg.serviceCuts, "-cluster: a service cut from NATS, not from the API server (dispatcher mid-hook-call, applier mid-apply, watcher leader, in turn)")
 	flag.IntVar(&cfg.wipes, "wipes", cfg.wipes, "-cluster: a NATS node SIGKILLed and its store deleted before it restarts")
 	flag.DurationVar(&cfg.partitionFor, "partition-for", cfg.partitionFor, "-cluster: how long a partition or a cut lasts")
+	flag.BoolVar(&cfg.initialOnly, "initial-only", false, "measure the first convergence of the parents (and the CPU each kind of process used meanwhile), then check and stop: no churn, no faults")
+	flag.DurationVar(&cfg.natsProfile, "nats-profile", 0, "-cluster: save a CPU profile of every NATS node over this long from the first create (<dir>/nats-N.cpu.pprof)")
+	flag.StringVar(&watcherExtra, "watcher-args", "", "extra flags for the watchers, space separated (e.g. --partitions=16)")
 	flag.StringVar(&extra, "service-args", "", "extra flags for every service, space separated")
 	flag.Parse()
 	cfg.extraServiceArgs = strings.Fields(extra)
+	cfg.watcherArgs = strings.Fields(watcherExtra)
 	if cfg.parents < 1 || cfg.faultPeriod <= 0 || cfg.killInterval <= 0 || cfg.churnRate <= 0 || cfg.dispatchers < 1 || cfg.appliers < 1 || cfg.watchers < 1 || cfg.revisions < 1 {
 		fmt.Fprintln(os.Stderr, "faults: -parents, -fault-period, -kill-interval, -churn-rate, -watchers, -dispatchers, -appliers and -revisions must be positive")
 		os.Exit(2)

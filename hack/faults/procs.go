@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/metabus/metabus/pkg/testnats"
 )
 
 // proc is one process the suite runs (a metabus service or nats-server) and
@@ -25,6 +28,8 @@ type proc struct {
 	args    []string
 	logPath string
 	logf    func(string, ...any)
+	// readyURL is the service's /readyz ("" for none).
+	readyURL string
 
 	mu        sync.Mutex
 	cmd       *exec.Cmd
@@ -34,6 +39,8 @@ type proc struct {
 	closing   bool // no more restarts after an unexpected exit
 	starts    int
 	kills     int
+	cpuExited time.Duration // CPU time of the runs that ended
+	alive     bool          // cmd runs
 	startedAt time.Time
 	// unexpected describes each exit the suite did not cause.
 	unexpected []exitRecord
@@ -89,6 +96,7 @@ func (p *proc) startLocked() error {
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
 	p.cmd, p.done = cmd, done
+	p.alive = true
 	p.startedAt = time.Now()
 	p.starts++
 	p.expecting = false
@@ -104,6 +112,10 @@ func (p *proc) exited(cmd *exec.Cmd, err error, logFile *os.File) {
 		return
 	}
 	p.waitErr = err
+	p.alive = false
+	if st := cmd.ProcessState; st != nil {
+		p.cpuExited += st.UserTime() + st.SystemTime()
+	}
 	status := "exit status 0"
 	if err != nil {
 		status = err.Error()
@@ -192,6 +204,49 @@ func (p *proc) stop(grace time.Duration) string {
 		return fmt.Sprintf("on SIGTERM: %v; last lines of %s:\n%s", p.waitErr, p.logPath, indent(fileTail(p.logPath, 15)))
 	}
 	return ""
+}
+
+// waitReady waits until the process's /readyz answers 200.
+func (p *proc) waitReady(ctx context.Context, timeout time.Duration) error {
+	if p.readyURL == "" {
+		return nil
+	}
+	deadline := time.Now().Add(timeout)
+	client := &http.Client{Timeout: 2 * time.Second}
+	for {
+		resp, err := client.Get(p.readyURL)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("HTTP %d", resp.StatusCode)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready within %s: %v", p.name, timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// cpu is the CPU time of every run so far.
+func (p *proc) cpu() time.Duration {
+	p.mu.Lock()
+	cpu := p.cpuExited
+	var pid int
+	if p.alive {
+		pid = p.cmd.Process.Pid
+	}
+	p.mu.Unlock()
+	if pid != 0 {
+		used, _, _ := testnats.ProcUsage(pid)
+		cpu += used
+	}
+	return cpu
 }
 
 func (p *proc) pid() int {

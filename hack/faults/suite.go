@@ -50,6 +50,7 @@ type config struct {
 	strictStartup    bool   // an exit at startup during a NATS outage fails too
 	out              io.Writer
 	extraServiceArgs []string
+	watcherArgs      []string
 
 	// The clustered mode (-cluster): three NATS nodes, R3 streams.
 	cluster        bool
@@ -61,6 +62,8 @@ type config struct {
 	serviceCuts    int           // a service cut from NATS (not from the API server)
 	wipes          int           // a node SIGKILLed, its store deleted, started again
 	partitionFor   time.Duration // how long a partition or cut lasts
+	initialOnly    bool          // measure the first convergence, no faults
+	natsProfile    time.Duration // -cluster: profile the nodes over the first convergence
 }
 
 func defaultConfig() config {
@@ -155,6 +158,8 @@ type suite struct {
 	// current again in time.
 	rejoinFails []string
 	natsUsage   string
+	initial     string // the first convergence's figures
+	idle        string // -initial-only: the idle cost before it
 }
 
 // duringNATSOutage reports whether a service started while nats-server was
@@ -329,6 +334,27 @@ func (s *suite) do(ctx context.Context) (*report, error) {
 
 	// The parents, and their first convergence (no faults yet).
 	s.work = newWorkload(s.dyn, s.cfg.parents, s.logf)
+	profile := s.cluster != nil && s.cfg.natsProfile > 0
+	if s.cfg.initialOnly {
+		// What the installation costs doing nothing, once settled (the
+		// watcher may still be creating consumers when it reports ready).
+		time.Sleep(30 * time.Second)
+		idle := s.cpuByGroup()
+		wait := func() {}
+		if profile {
+			wait = s.profileNATS("idle", 20*time.Second)
+		}
+		created := s.countAdvisories("$JS.EVENT.ADVISORY.CONSUMER.CREATED.>")
+		time.Sleep(20 * time.Second)
+		s.idle = "CPU over 20s: " + cpuDelta(idle, s.cpuByGroup()) + "; consumers created: " + created()
+		s.logf("idle (no parent yet): %s", s.idle)
+		wait()
+	}
+	waitProfile := func() {}
+	if profile {
+		waitProfile = s.profileNATS("converge", s.cfg.natsProfile)
+	}
+	cpuBefore := s.cpuByGroup()
 	t = time.Now()
 	if err := s.work.createAll(ctx); err != nil {
 		return nil, fmt.Errorf("create parents: %w", err)
@@ -337,15 +363,21 @@ func (s *suite) do(ctx context.Context) (*report, error) {
 	if d, ok := s.waitConverged(ctx, t, s.cfg.initialTimeout, func(v violations) {
 		s.logf("  not yet: %s", summary(v))
 	}); ok {
-		s.logf("all %d parents converged %s after the first create", s.cfg.parents, d.Round(100*time.Millisecond))
+		s.initial = fmt.Sprintf("%d parents in %s; CPU meanwhile: %s", s.cfg.parents, d.Round(100*time.Millisecond), cpuDelta(cpuBefore, s.cpuByGroup()))
+		s.logf("all %d parents converged %s after the first create (CPU meanwhile: %s)", s.cfg.parents, d.Round(100*time.Millisecond), cpuDelta(cpuBefore, s.cpuByGroup()))
 	} else {
+		s.initial = fmt.Sprintf("%d parents: NOT within %s", s.cfg.parents, s.cfg.initialTimeout)
 		s.logf("WARNING: the parents did not all converge within %s before the faults; going on", s.cfg.initialTimeout)
 	}
 
+	waitProfile()
+
 	// The fault period: churn, SIGKILLs, NATS and API server restarts, a
 	// misbehaving hook.
-	s.logf("fault period: %s", s.cfg.faultPeriod)
-	s.faultPeriod(ctx)
+	if !s.cfg.initialOnly {
+		s.logf("fault period: %s", s.cfg.faultPeriod)
+		s.faultPeriod(ctx)
+	}
 
 	// Convergence after the last fault and the last write.
 	last := s.lastFault
@@ -512,24 +544,29 @@ func (s *suite) events(ctx context.Context, name string) string {
 func (s *suite) startServices(ctx context.Context, bin string) error {
 	common := []string{
 		"--kubeconfig=" + s.env.Kubeconfig,
-		"--metrics-address=0", "--health-probe-bind-address=0", "--zap-log-level=info",
+		"--metrics-address=0", "--zap-log-level=info",
 	}
 	add := func(name, binary string, args ...string) (*proc, error) {
-		natsArgs := []string{"--nats-url=" + s.natsURL}
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		natsArgs := []string{"--nats-url=" + s.natsURL, fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", port)}
 		if s.cluster != nil {
 			// Through its own proxies, as its own NATS user.
 			url, err := s.cluster.ServiceURL(name)
 			if err != nil {
 				return nil, err
 			}
-			natsArgs = []string{"--nats-url=" + url, "--nats-nkey=" + s.cluster.Seeds[binary]}
+			natsArgs = append(natsArgs[1:], "--nats-url="+url, "--nats-nkey="+s.cluster.Seeds[binary])
 		}
 		all := append(append(append(append([]string{}, common...), natsArgs...), s.cfg.extraServiceArgs...), args...)
 		p := newProc(name, filepath.Join(bin, binary), all, s.dir, s.logf)
+		p.readyURL = fmt.Sprintf("http://127.0.0.1:%d/readyz", port)
 		s.services = append(s.services, p)
 		return p, nil
 	}
-	var watcherArgs []string
+	watcherArgs := append([]string{}, s.cfg.watcherArgs...)
 	if s.cluster != nil {
 		watcherArgs = append(watcherArgs, "--stream-replicas=3")
 	}
@@ -580,6 +617,13 @@ func (s *suite) startServices(ctx context.Context, bin string) error {
 		where = "3 nodes, each service through its own proxies"
 	}
 	s.logf("started NATS (%s) and %d services", where, len(s.services))
+	t := time.Now()
+	for _, p := range s.services {
+		if err := p.waitReady(ctx, 3*time.Minute); err != nil {
+			s.logf("WARNING: %v; going on", err)
+		}
+	}
+	s.logf("every service ready (/readyz) %s later", since(t))
 	return nil
 }
 
@@ -950,6 +994,10 @@ func (s *suite) printFigures(st clusterState, converged bool, after time.Duratio
 	} else {
 		fmt.Fprintf(w, "  convergence: NOT within %s after the last fault or write\n", s.cfg.convergeTimeout)
 	}
+	if s.idle != "" {
+		fmt.Fprintf(w, "  idle before the parents: %s\n", s.idle)
+	}
+	fmt.Fprintf(w, "  first convergence: %s\n", s.initial)
 	fmt.Fprintf(w, "  run time: %s\n", since(s.start))
 }
 
@@ -980,6 +1028,78 @@ func (s *suite) teardown() {
 }
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(10 * time.Millisecond) }
+
+// countAdvisories counts JetStream advisories on subject (by their last
+// two tokens: stream and consumer kind) until the returned function is
+// called, which describes them.
+func (s *suite) countAdvisories(subject string) func() string {
+	nc, err := s.connectAdmin()
+	if err != nil {
+		return func() string { return err.Error() }
+	}
+	var mu sync.Mutex
+	byStream := map[string]int{}
+	total := 0
+	_, err = nc.Subscribe(subject, func(m *nats.Msg) {
+		tokens := strings.Split(m.Subject, ".")
+		stream := tokens[len(tokens)-2]
+		mu.Lock()
+		byStream[stream]++
+		total++
+		mu.Unlock()
+	})
+	if err != nil {
+		nc.Close()
+		return func() string { return err.Error() }
+	}
+	return func() string {
+		nc.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprintf("%d %v", total, byStream)
+	}
+}
+
+// cpuByGroup is the CPU time used so far by each kind of process: the
+// services by kind, nats-server (every node), and the control plane's.
+func (s *suite) cpuByGroup() map[string]time.Duration {
+	m := map[string]time.Duration{}
+	for _, p := range s.services {
+		m[kindOf(p.name)] += p.cpu()
+	}
+	switch {
+	case s.cluster != nil:
+		m["nats-server"], _, _ = s.cluster.Usage()
+	case s.nats != nil:
+		m["nats-server"] = s.nats.cpu()
+	}
+	for name, pid := range s.env.PIDs() {
+		used, _, _ := testnats.ProcUsage(pid)
+		m[name] += used
+	}
+	return m
+}
+
+// cpuDelta is "group 1.2s, ..." for what each group used between two
+// readings, the largest first.
+func cpuDelta(before, after map[string]time.Duration) string {
+	type use struct {
+		name string
+		d    time.Duration
+	}
+	var uses []use
+	var total time.Duration
+	for name, d := range after {
+		uses = append(uses, use{name, d - before[name]})
+		total += d - before[name]
+	}
+	sort.Slice(uses, func(i, j int) bool { return uses[i].d > uses[j].d })
+	parts := []string{fmt.Sprintf("%s in all", total.Round(100*time.Millisecond))}
+	for _, u := range uses {
+		parts = append(parts, fmt.Sprintf("%s %s", u.name, u.d.Round(100*time.Millisecond)))
+	}
+	return strings.Join(parts, ", ")
+}
 
 // durations is "min / median / max" of ds.
 func durations(ds []time.Duration) string {

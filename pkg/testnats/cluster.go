@@ -41,6 +41,8 @@ type ClusterOptions struct {
 	// SyncInterval, when set, replaces the shipped JetStream sync_interval
 	// ("always", "2m", ...): for measurements, never for the fault suite.
 	SyncInterval string
+	// Profile gives every node a pprof port (prof_port; Node.ProfPort).
+	Profile bool
 	// Logf receives the test bed's own messages (nil: none).
 	Logf func(format string, args ...any)
 }
@@ -81,6 +83,7 @@ type Node struct {
 	ClientPort  int
 	ClusterPort int
 	HTTPPort    int
+	ProfPort    int    // pprof (/debug/pprof), with ClusterOptions.Profile
 	Dir         string // configuration, store and log of this node
 	Store       string // JetStream store directory
 	LogPath     string
@@ -181,7 +184,11 @@ func NewCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 		if err := os.MkdirAll(n.Dir, 0o755); err != nil {
 			return nil, err
 		}
-		for _, port := range []*int{&n.ClientPort, &n.ClusterPort, &n.HTTPPort} {
+		ports := []*int{&n.ClientPort, &n.ClusterPort, &n.HTTPPort}
+		if o.Profile {
+			ports = append(ports, &n.ProfPort)
+		}
+		for _, port := range ports {
 			if *port, err = freePort(); err != nil {
 				return nil, err
 			}
@@ -212,6 +219,9 @@ func NewCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 		conf, cconf, err := renderNode(string(mainConf), string(clusterConf), n, routes, o.SyncInterval)
 		if err != nil {
 			return nil, err
+		}
+		if n.ProfPort != 0 {
+			conf += fmt.Sprintf("\n# Profiling (test bed only).\nprof_port: %d\n", n.ProfPort)
 		}
 		if err := os.WriteFile(filepath.Join(n.Dir, "cluster.conf"), []byte(cconf), 0o644); err != nil {
 			return nil, err

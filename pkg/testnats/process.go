@@ -204,12 +204,14 @@ func (p *process) usage() (cpu time.Duration, rss, peak int64) {
 	if pid == 0 {
 		return cpu, 0, 0
 	}
-	used, rss, peak := procUsage(pid)
+	used, rss, peak := ProcUsage(pid)
 	return cpu + used, rss, peak
 }
 
-// procUsage reads a running process's CPU time and memory from /proc.
-func procUsage(pid int) (cpu time.Duration, rss, peak int64) {
+// ProcUsage reads a running process's CPU time (user and system) and its
+// resident and peak resident memory in bytes from /proc (Linux; zeros
+// elsewhere or once it is gone).
+func ProcUsage(pid int) (cpu time.Duration, rss, peak int64) {
 	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
 		// Fields after the parenthesised command: state is field 3, utime
 		// and stime are 14 and 15, in clock ticks (100 per second on
