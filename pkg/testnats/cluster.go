@@ -37,6 +37,7 @@ type ClusterOptions struct {
 	// Bin is a nats-server binary (BuildServer makes one).
 	Bin string
 	// Nodes is the cluster size; 0 means the shipped cluster.conf's (3).
+	// 1 runs one server without a cluster block (for R1 comparisons).
 	Nodes int
 	// SyncInterval, when set, replaces the shipped JetStream sync_interval
 	// ("always", "2m", ...): for measurements, never for the fault suite.
@@ -219,6 +220,10 @@ func NewCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 		conf, cconf, err := renderNode(string(mainConf), string(clusterConf), n, routes, o.SyncInterval)
 		if err != nil {
 			return nil, err
+		}
+		if o.Nodes == 1 {
+			// One server, as StartProduction runs it: no cluster block.
+			cconf = "# one node: no cluster block\n"
 		}
 		if n.ProfPort != 0 {
 			conf += fmt.Sprintf("\n# Profiling (test bed only).\nprof_port: %d\n", n.ProfPort)
@@ -605,6 +610,9 @@ func (c *Cluster) Healthy(ctx context.Context) error {
 		if err := c.NodeHealthy(ctx, n.Index, ""); err != nil {
 			return err
 		}
+	}
+	if len(c.Nodes) == 1 {
+		return nil // one server: no meta group
 	}
 	if _, err := c.MetaLeader(ctx); err != nil {
 		return err
