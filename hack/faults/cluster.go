@@ -164,6 +164,38 @@ func (s *suite) recordCatchUp(what string, d time.Duration) {
 	s.catchUp[what] = append(s.catchUp[what], d)
 }
 
+// loseCluster loses the whole NATS cluster with its data: every node
+// SIGKILLed, every store deleted, every node started again. Kubernetes
+// keeps the truth; what the bus held (work items, desired states,
+// schedules, leases) is gone and must be derived again.
+func (s *suite) loseCluster(ctx context.Context) {
+	t := time.Now()
+	for i, n := range s.cluster.Nodes {
+		if err := s.cluster.Kill(i); err != nil {
+			s.faultErr("cluster loss: SIGKILL %s: %v", n.Name, err)
+		}
+	}
+	for i, n := range s.cluster.Nodes {
+		if err := s.cluster.Wipe(i); err != nil {
+			s.faultErr("cluster loss: wipe %s: %v", n.Name, err)
+		}
+	}
+	time.Sleep(time.Second)
+	for i, n := range s.cluster.Nodes {
+		if err := s.cluster.Start(i); err != nil {
+			s.faultErr("cluster loss: start %s: %v", n.Name, err)
+			return
+		}
+	}
+	s.fault("whole NATS cluster lost (every node SIGKILLed, every store wiped)")
+	took, err := s.waitClusterHealthy(ctx, 3*time.Minute)
+	if err != nil {
+		s.rejoinFail("cluster loss: the new cluster not healthy 3m after its start: %v", err)
+		return
+	}
+	s.logf("whole NATS cluster lost and started empty in %s (healthy %s after the start)", since(t), took.Round(10*time.Millisecond))
+}
+
 // rollingRestart restarts every node in turn the way the StatefulSet's
 // rolling update does: lame-duck mode (the preStop hook), exit, start, and
 // the next node once this one passes the readiness probe

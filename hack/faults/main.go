@@ -108,6 +108,7 @@ func main() {
 	flag.IntVar(&cfg.nodePartitions, "node-partitions", cfg.nodePartitions, "-cluster: a NATS node cut from the other two")
 	flag.IntVar(&cfg.serviceCuts, "service-cuts", cfg.serviceCuts, "-cluster: a service cut from NATS, not from the API server (dispatcher mid-hook-call, applier mid-apply, watcher leader, in turn)")
 	flag.IntVar(&cfg.wipes, "wipes", cfg.wipes, "-cluster: a NATS node SIGKILLed and its store deleted before it restarts")
+	flag.IntVar(&cfg.losses, "cluster-losses", cfg.losses, "-cluster: the whole NATS cluster lost (every node SIGKILLed, every store wiped, started empty)")
 	flag.DurationVar(&cfg.partitionFor, "partition-for", cfg.partitionFor, "-cluster: how long a partition or a cut lasts")
 	flag.BoolVar(&cfg.initialOnly, "initial-only", false, "measure the first convergence of the parents (and the CPU each kind of process used meanwhile), then check and stop: no churn, no faults")
 	flag.DurationVar(&cfg.natsProfile, "nats-profile", 0, "-cluster: save a CPU profile of every NATS node over this long from the first create (<dir>/nats-N.cpu.pprof)")

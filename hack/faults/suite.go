@@ -61,6 +61,7 @@ type config struct {
 	nodePartitions int           // a node cut from the other two
 	serviceCuts    int           // a service cut from NATS (not from the API server)
 	wipes          int           // a node SIGKILLed, its store deleted, started again
+	losses         int           // the whole cluster lost with its data
 	partitionFor   time.Duration // how long a partition or cut lasts
 	initialOnly    bool          // measure the first convergence, no faults
 	natsProfile    time.Duration // -cluster: profile the nodes over the first convergence
@@ -773,6 +774,7 @@ func (s *suite) nodeEvents() []event {
 		evs = append(evs, s.spread("rolling", s.cfg.rolling)...)
 		evs = append(evs, s.spread("partition", s.cfg.nodePartitions)...)
 		evs = append(evs, s.spread("wipe", s.cfg.wipes)...)
+		evs = append(evs, s.spread("loss", s.cfg.losses)...)
 	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
 	return evs
@@ -813,6 +815,8 @@ func (s *suite) inject(ctx context.Context, e event) {
 		s.killNode(ctx, "", true)
 	case "rolling":
 		s.rollingRestart(ctx)
+	case "loss":
+		s.loseCluster(ctx)
 	case "partition":
 		// Alternately the node leading MC_WORK and the meta leader.
 		s.partitionNode(ctx, []string{bus.WorkStream, "meta", bus.DesiredStream}[e.n%3])
