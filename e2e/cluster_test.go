@@ -78,29 +78,8 @@ func TestClusterR3(t *testing.T) {
 	createController(t, &instance{selector: label}, cc["kind"].(string), "hello-cluster", cc["spec"].(map[string]any))
 	hello := func(name, who string) {
 		t.Helper()
-		obj := &unstructured.Unstructured{Object: manifest(t, "hello.yaml")}
-		obj.SetName(name)
-		unstructured.SetNestedField(obj.Object, who, "spec", "who")
-		if _, err := dyn.Resource(helloGVR).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, 2*time.Minute, "the child Pod and status of "+name, func() error {
-			pod, err := dyn.Resource(podsGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if got, want := podCommand(pod), "echo Hello, "+who+"!"; got != want {
-				return fmt.Errorf("command %q, want %q", got, want)
-			}
-			p, err := dyn.Resource(helloGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if n, ok := nestedInt(p, "status", "pods"); !ok || n != 1 {
-				return fmt.Errorf("status %v", p.Object["status"])
-			}
-			return nil
-		})
+		createHello(t, ns, name, who)
+		helloConverged(t, ns, name, who, 2*time.Minute)
 	}
 	hello("first", "First")
 
@@ -141,5 +120,120 @@ func TestClusterR3(t *testing.T) {
 		t.Fatalf("the cluster after %s came back: %v", leader, err)
 	}
 	hello("third", "Third")
+	checkNoPermissionDenied(t, logs)
+}
+
+// createHello creates a HelloWorld parent.
+func createHello(t *testing.T, ns, name, who string) {
+	t.Helper()
+	obj := &unstructured.Unstructured{Object: manifest(t, "hello.yaml")}
+	obj.SetName(name)
+	unstructured.SetNestedField(obj.Object, who, "spec", "who")
+	if _, err := dyn.Resource(helloGVR).Namespace(ns).Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// helloConverged waits for a HelloWorld parent's Pod and status.
+func helloConverged(t *testing.T, ns, name, who string, timeout time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, timeout, "the child Pod and status of "+name, func() error {
+		pod, err := dyn.Resource(podsGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got, want := podCommand(pod), "echo Hello, "+who+"!"; got != want {
+			return fmt.Errorf("command %q, want %q", got, want)
+		}
+		p, err := dyn.Resource(helloGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if n, ok := nestedInt(p, "status", "pods"); !ok || n != 1 {
+			return fmt.Errorf("status %v", p.Object["status"])
+		}
+		return nil
+	})
+}
+
+// TestClusterLostBusResync: the whole NATS cluster loses its data (every
+// node SIGKILLed, every store wiped) while a parent's work item waits in
+// MC_WORK. Kubernetes still has the parent; the watcher notices that the
+// streams were created anew and resyncs every parent, so the parent
+// converges within seconds instead of at the next cache flush (30 min).
+func TestClusterLostBusResync(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the service binaries and runs three nats-servers")
+	}
+	ctx := context.Background()
+	c := testnats.StartCluster(t, "../deploy/nats/nats-server.conf")
+	admin, err := c.Connect(testnats.AdminUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	js, err := jetstream.New(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	label := "cluster-lost"
+	url := func(name string) string {
+		u, err := c.ServiceURL(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	// No dispatcher yet: work items wait in MC_WORK.
+	logs := startServices(t, url, c.Seeds, []serviceSpec{
+		{"watcher", []string{"--target-label-selector=metabus.dev/e2e=" + label, "--discovery-interval=5s", "--stream-replicas=3"}},
+		{"revisions", nil},
+	})
+	ns := newNamespace(t)
+	hook := hookServer(t, helloworld.Handler())
+	cc := manifest(t, "controller.yaml")
+	unstructured.SetNestedField(cc, hook+"/sync", "spec", "hooks", "sync", "webhook", "url")
+	createController(t, &instance{selector: label}, cc["kind"].(string), "hello-lost", cc["spec"].(map[string]any))
+	createHello(t, ns, "lost", "Lost")
+	eventually(t, 2*time.Minute, "the work item of the parent in MC_WORK", func() error {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		s, err := js.Stream(rctx, bus.WorkStream)
+		if err != nil {
+			return err
+		}
+		if n := s.CachedInfo().State.Msgs; n == 0 {
+			return fmt.Errorf("MC_WORK holds %d messages", n)
+		}
+		return nil
+	})
+
+	for i := range c.Nodes {
+		if err := c.Kill(i); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Wipe(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range c.Nodes {
+		if err := c.Start(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := c.WaitHealthy(wctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("the NATS cluster lost every store and started empty")
+	for name, path := range startServices(t, url, c.Seeds, []serviceSpec{
+		{"dispatcher", nil},
+		{"applier", []string{"--discovery-interval=5s"}},
+	}) {
+		logs[name] = path
+	}
+	helloConverged(t, ns, "lost", "Lost", time.Minute)
 	checkNoPermissionDenied(t, logs)
 }
