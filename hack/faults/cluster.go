@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -170,6 +171,21 @@ func (s *suite) recordCatchUp(what string, d time.Duration) {
 // schedules, leases) is gone and must be derived again.
 func (s *suite) loseCluster(ctx context.Context) {
 	t := time.Now()
+	// Work sequences start again with the new MC_WORK: the order check
+	// stops here.
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	list, err := s.dyn.Resource(parentGVR).Namespace(ns).List(rctx, metav1.ListOptions{Limit: 1})
+	cancel()
+	if err != nil {
+		s.faultErr("cluster loss: read the resourceVersion: %v", err)
+		return
+	}
+	rv, err := strconv.ParseInt(list.GetResourceVersion(), 10, 64)
+	if err != nil {
+		s.faultErr("cluster loss: resourceVersion %q: %v", list.GetResourceVersion(), err)
+		return
+	}
+	s.applied.stopAt(rv)
 	for i, n := range s.cluster.Nodes {
 		if err := s.cluster.Kill(i); err != nil {
 			s.faultErr("cluster loss: SIGKILL %s: %v", n.Name, err)

@@ -30,6 +30,20 @@ type appliedLog struct {
 	notes  int
 	bad    int // undecodable notes
 	conns  []*nats.Conn
+	// upTo, when set, is the last resourceVersion checked: the work
+	// sequences start again when MC_WORK is created anew (a cluster that
+	// lost its data), so writes after that are not comparable.
+	upTo int64
+}
+
+// stopAt checks no write stored after resourceVersion rv (the first
+// setting wins).
+func (l *appliedLog) stopAt(rv int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.upTo == 0 {
+		l.upTo = rv
+	}
 }
 
 // writeKey is one write: the object's resourceVersion after it, for an
@@ -92,6 +106,9 @@ func (l *appliedLog) check(v violations) (notes, writes, items int) {
 	}
 	byItem := map[[2]string][]write{}
 	for k, seq := range l.writes {
+		if l.upTo != 0 && k.rv > l.upTo {
+			continue
+		}
 		item := [2]string{k.parent, k.mapKey}
 		byItem[item] = append(byItem[item], write{k.uid, k.rv, seq})
 	}
@@ -114,10 +131,20 @@ func (l *appliedLog) check(v violations) (notes, writes, items int) {
 	if l.bad > 0 {
 		v.add(invOrder, "%d Applied notes could not be decoded", l.bad)
 	}
-	return l.notes, len(l.writes), len(byItem)
+	checked := 0
+	for _, ws := range byItem {
+		checked += len(ws)
+	}
+	return l.notes, checked, len(byItem)
 }
 
-// summary is a line for the figures.
-func orderSummary(notes, writes, items int) string {
-	return fmt.Sprintf("%d Applied notes recorded: %d writes of %d parents checked for order", notes, writes, items)
+// orderSummary is a line for the figures.
+func (l *appliedLog) summary(notes, writes, items int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := fmt.Sprintf("%d Applied notes recorded: %d writes of %d parents checked for order", notes, writes, items)
+	if l.upTo != 0 {
+		s += fmt.Sprintf(" (up to resourceVersion %d, when the NATS cluster lost its data)", l.upTo)
+	}
+	return s
 }

@@ -492,7 +492,7 @@ func (s *suite) do(ctx context.Context) (*report, error) {
 	s.applied.close()
 
 	s.printFigures(st, converged, convergedAfter, last)
-	fmt.Fprintf(s.cfg.out, "  %s\n", orderSummary(notes, writes, items))
+	fmt.Fprintf(s.cfg.out, "  %s\n", s.applied.summary(notes, writes, items))
 	rep := &report{v: v}
 	fmt.Fprintln(s.cfg.out, "\ninvariants:")
 	for _, inv := range invariants {
