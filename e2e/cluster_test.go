@@ -123,17 +123,6 @@ func TestClusterR3(t *testing.T) {
 	checkNoPermissionDenied(t, logs)
 }
 
-// createHello creates a HelloWorld parent.
-func createHello(t *testing.T, ns, name, who string) {
-	t.Helper()
-	obj := &unstructured.Unstructured{Object: manifest(t, "hello.yaml")}
-	obj.SetName(name)
-	unstructured.SetNestedField(obj.Object, who, "spec", "who")
-	if _, err := dyn.Resource(helloGVR).Namespace(ns).Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // helloConverged waits for a HelloWorld parent's Pod and status.
 func helloConverged(t *testing.T, ns, name, who string, timeout time.Duration) {
 	t.Helper()
