@@ -276,17 +276,24 @@ func (s *suite) stepDown(ctx context.Context) {
 	consumer := ""
 	if rand.IntN(2) == 0 {
 		stream = []string{bus.WorkStream, bus.DesiredStream}[rand.IntN(2)]
-		rctx, cancel := rq(ctx)
 		var all []string
-		st, err := s.js.Stream(rctx, stream)
-		if err == nil {
-			names := st.ConsumerNames(rctx)
-			for n := range names.Name() {
-				all = append(all, n)
+		var err error
+		for range 6 { // a leader may be moving: retry
+			rctx, cancel := rq(ctx)
+			st, serr := s.js.Stream(rctx, stream)
+			if err = serr; err == nil {
+				names := st.ConsumerNames(rctx)
+				for n := range names.Name() {
+					all = append(all, n)
+				}
+				err = names.Err()
 			}
-			err = names.Err()
+			cancel()
+			if len(all) > 0 {
+				break
+			}
+			time.Sleep(time.Second)
 		}
-		cancel()
 		if len(all) == 0 {
 			s.faultErr("stepdown: no consumer of %s listed: %v", stream, err)
 			return
@@ -358,8 +365,10 @@ var cutKinds = []string{cutDispatcher, cutApplier, cutWatcher}
 //   - a dispatcher while the hook holds one of its calls: the hook answers
 //     once the dispatcher is cut, so it has a desired state to publish and
 //     leases to renew, and no NATS;
-//   - an applier just after one of its writes (its Applied note is the
-//     first thing held), so it is in the middle of a desired state;
+//   - an applier in the middle of a desired state: just after one of its
+//     writes (its Applied note is the first thing held) when the
+//     controller suppresses echoes, otherwise after its writes and before
+//     its acknowledgement;
 //   - the watcher holding the Kubernetes Lease (it keeps the Lease: it
 //     still reaches the API server).
 func (s *suite) cutService(ctx context.Context, kind string) {
@@ -385,12 +394,20 @@ func (s *suite) cutService(ctx context.Context, kind string) {
 	case cutApplier:
 		appliers := s.servicesOf("applier")
 		p = appliers[rand.IntN(len(appliers))]
-		fired, disarm := s.proxies(p).CutOn([]byte(bus.AppliedSubject + " "))
+		// Between two writes of a desired state the applier sends its
+		// Applied note (only for a controller that suppresses echoes);
+		// otherwise the cut comes after its writes, just before the
+		// acknowledgement: applied, not acknowledged.
+		pattern := "$JS.ACK." + bus.DesiredStream + "."
+		if s.cfg.suppressEchoes {
+			pattern = bus.AppliedSubject + " "
+		}
+		fired, disarm := s.proxies(p).CutOn([]byte(pattern))
 		select {
 		case <-fired:
 		case <-time.After(60 * time.Second):
 			disarm()
-			s.faultErr("cut %s: %s wrote nothing for 60s", kind, p.name)
+			s.faultErr("cut %s: %s applied nothing for 60s", kind, p.name)
 			return
 		case <-ctx.Done():
 			disarm()

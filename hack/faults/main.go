@@ -93,6 +93,7 @@ func main() {
 	flag.Float64Var(&cfg.churnRate, "churn-rate", cfg.churnRate, "churn operations per second")
 	flag.IntVar(&cfg.badPct, "bad-percent", cfg.badPct, "percentage of parents whose hook calls misbehave during the fault period")
 	flag.DurationVar(&cfg.hookTimeout, "hook-timeout", cfg.hookTimeout, "the webhook timeout of the controller")
+	flag.BoolVar(&cfg.suppressEchoes, "suppress-echoes", cfg.suppressEchoes, "opt the controller into echo suppression (metabus.dev/suppress-echoes; the appliers then broadcast Applied notes, which the order check also reads)")
 	flag.BoolVar(&cfg.finalize, "finalize", cfg.finalize, "give the controller a finalize hook (parents then carry its finalizer)")
 	flag.IntVar(&cfg.dispatchers, "dispatchers", cfg.dispatchers, "dispatcher replicas")
 	flag.IntVar(&cfg.appliers, "appliers", cfg.appliers, "applier replicas")

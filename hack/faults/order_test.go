@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/metabus/metabus/pkg/bus"
 )
@@ -86,5 +87,47 @@ func TestConnOwner(t *testing.T) {
 	}
 	if pid != os.Getpid() {
 		t.Fatalf("owner %d, want this process %d", pid, os.Getpid())
+	}
+}
+
+func TestGenRegressions(t *testing.T) {
+	type seen struct {
+		parent types.UID
+		where  string
+		gen    int64
+		rv     string
+	}
+	for _, tc := range []struct {
+		reason string
+		seen   []seen
+		want   []string
+	}{
+		{
+			reason: "gens that grow or repeat (a resync) are in order",
+			seen:   []seen{{"a", "child", 1, "10"}, {"a", "status", 1, "11"}, {"a", "child", 1, "12"}, {"a", "child", 3, "20"}},
+		},
+		{
+			reason: "a gen going back is an older desired state applied after a newer one",
+			seen:   []seen{{"a", "child", 3, "20"}, {"a", "child", 2, "25"}, {"a", "child", 3, "30"}},
+			want:   []string{"p (uid a): the child showed gen 2 at resourceVersion 25, after gen 3 at 20"},
+		},
+		{
+			reason: "the child and the status, and parents, are followed apart",
+			seen:   []seen{{"a", "child", 3, "20"}, {"a", "status", 2, "21"}, {"b", "child", 1, "22"}},
+		},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			tr := &childTracker{gens: map[genKey]genSeen{}}
+			for _, s := range tc.seen {
+				tr.sawGen(genKey{s.parent, s.where}, "p", s.gen, s.rv)
+			}
+			got, n := tr.genRegressions()
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("regressions (-want +got):\n%s", diff)
+			}
+			if n != len(tc.seen) {
+				t.Errorf("%d versions looked at, want %d", n, len(tc.seen))
+			}
+		})
 	}
 }

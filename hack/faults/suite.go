@@ -41,6 +41,7 @@ type config struct {
 	badPct           int
 	hookTimeout      time.Duration
 	finalize         bool
+	suppressEchoes   bool
 	dispatchers      int
 	appliers         int
 	convergeTimeout  time.Duration
@@ -326,10 +327,10 @@ func (s *suite) do(ctx context.Context) (*report, error) {
 	if s.hook, err = startHook(s.cfg.badPct, s.cfg.hookTimeout+time.Second); err != nil {
 		return nil, err
 	}
-	if _, err := s.dyn.Resource(ccGVR).Create(ctx, compositeController(s.hook.url, s.cfg.hookTimeout, s.cfg.finalize), metav1.CreateOptions{}); err != nil {
+	if _, err := s.dyn.Resource(ccGVR).Create(ctx, compositeController(s.hook.url, s.cfg.hookTimeout, s.cfg.finalize, s.cfg.suppressEchoes), metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
-	if s.track, err = startChildTracker(s.cs); err != nil {
+	if s.track, err = startChildTracker(s.cs, s.dyn); err != nil {
 		return nil, err
 	}
 
@@ -447,6 +448,10 @@ func (s *suite) do(ctx context.Context) (*report, error) {
 	for _, line := range s.track.replaced() {
 		v.add(invReplaced, "%s", line)
 	}
+	regressions, versions := s.track.genRegressions()
+	for _, line := range regressions {
+		v.add(invOrder, "%s", line)
+	}
 	notes, writes, items := s.applied.check(v)
 	if s.cluster != nil {
 		s.mu.Lock()
@@ -492,7 +497,7 @@ func (s *suite) do(ctx context.Context) (*report, error) {
 	s.applied.close()
 
 	s.printFigures(st, converged, convergedAfter, last)
-	fmt.Fprintf(s.cfg.out, "  %s\n", s.applied.summary(notes, writes, items))
+	fmt.Fprintf(s.cfg.out, "  order: %d versions of children and parent statuses watched for a gen going back; %s\n", versions, s.applied.summary(notes, writes, items))
 	rep := &report{v: v}
 	fmt.Fprintln(s.cfg.out, "\ninvariants:")
 	for _, inv := range invariants {
