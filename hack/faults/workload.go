@@ -115,12 +115,28 @@ func (w *workload) create(ctx context.Context, i int) error {
 	}}
 	return retryUntil(ctx, func(ctx context.Context) error {
 		_, err := w.dyn.Resource(parentGVR).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) && w.ours(ctx, i, g) {
+			// An earlier attempt was stored but its answer lost (an API
+			// server restart): the parent is this create's.
+			err = nil
+		}
 		if err == nil {
 			w.creates.Add(1)
 			w.touched()
 		}
 		return err
 	})
+}
+
+// ours reports whether parent i exists at gen g and is not being deleted:
+// then a create that met AlreadyExists had in fact succeeded.
+func (w *workload) ours(ctx context.Context, i int, g int64) bool {
+	p, err := w.dyn.Resource(parentGVR).Namespace(ns).Get(ctx, w.names[i], metav1.GetOptions{})
+	if err != nil || p.GetDeletionTimestamp() != nil {
+		return false
+	}
+	gen, _, _ := unstructured.NestedInt64(p.Object, "spec", "gen")
+	return gen == g
 }
 
 // update moves parent i to its next gen and a new value. NotFound means it
