@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -28,24 +29,9 @@ func TestClusterR3(t *testing.T) {
 		t.Skip("builds the service binaries and runs three nats-servers")
 	}
 	ctx := context.Background()
-	c := testnats.StartCluster(t, "../deploy/nats/nats-server.conf")
-	admin, err := c.Connect(testnats.AdminUser)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	js, err := jetstream.New(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := startClusterBed(t)
+	c, admin, js, url := b.c, b.admin, b.js, b.url
 	label := "cluster-r3"
-	url := func(name string) string {
-		u, err := c.ServiceURL(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return u
-	}
 	logs := startServices(t, url, c.Seeds, []serviceSpec{
 		{"watcher", []string{"--target-label-selector=metabus.dev/e2e=" + label, "--discovery-interval=5s", "--stream-replicas=3"}},
 		{"dispatcher", nil},
@@ -123,6 +109,36 @@ func TestClusterR3(t *testing.T) {
 	checkNoPermissionDenied(t, logs)
 }
 
+// clusterBed is the 3-node test bed of a test, the test bed's admin
+// connection, and the proxied NATS URL of each service.
+type clusterBed struct {
+	c     *testnats.Cluster
+	admin *nats.Conn
+	js    jetstream.JetStream
+	url   func(service string) string
+}
+
+func startClusterBed(t *testing.T) *clusterBed {
+	t.Helper()
+	c := testnats.StartCluster(t, "../deploy/nats/nats-server.conf")
+	admin, err := c.Connect(testnats.AdminUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	js, err := jetstream.New(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &clusterBed{c: c, admin: admin, js: js, url: func(name string) string {
+		u, err := c.ServiceURL(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}}
+}
+
 // helloConverged waits for a HelloWorld parent's Pod and status.
 func helloConverged(t *testing.T, ns, name, who string, timeout time.Duration) {
 	t.Helper()
@@ -156,24 +172,9 @@ func TestClusterLostBusResync(t *testing.T) {
 		t.Skip("builds the service binaries and runs three nats-servers")
 	}
 	ctx := context.Background()
-	c := testnats.StartCluster(t, "../deploy/nats/nats-server.conf")
-	admin, err := c.Connect(testnats.AdminUser)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	js, err := jetstream.New(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := startClusterBed(t)
+	c, js, url := b.c, b.js, b.url
 	label := "cluster-lost"
-	url := func(name string) string {
-		u, err := c.ServiceURL(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return u
-	}
 	// No dispatcher yet: work items wait in MC_WORK.
 	logs := startServices(t, url, c.Seeds, []serviceSpec{
 		{"watcher", []string{"--target-label-selector=metabus.dev/e2e=" + label, "--discovery-interval=5s", "--stream-replicas=3"}},

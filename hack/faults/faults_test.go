@@ -22,6 +22,13 @@ func TestFaultsShort(t *testing.T) {
 	cfg.parents = 100
 	cfg.faultPeriod = 75 * time.Second
 	cfg.initialTimeout = 5 * time.Minute
+	runShort(t, cfg)
+}
+
+// runShort runs the suite as a test: its output in the test log, a failed
+// invariant a failed test.
+func runShort(t *testing.T, cfg config) {
+	t.Helper()
 	cfg.out = &lineWriter{t: t}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -58,18 +65,7 @@ func TestFaultsClusteredShort(t *testing.T) {
 	cfg.partitionFor = 15 * time.Second
 	cfg.convergeTimeout = 3 * time.Minute
 	cfg.initialTimeout = 5 * time.Minute
-	cfg.out = &lineWriter{t: t}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	start := time.Now()
-	rep, err := run(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("clustered fault suite took %s", time.Since(start).Round(time.Second))
-	if rep.failed > 0 {
-		t.Errorf("%d invariant(s) violated (see above; logs kept in %s)", rep.failed, rep.logDir)
-	}
+	runShort(t, cfg)
 }
 
 // lineWriter sends whole lines to t.Log.

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,7 +32,7 @@ type proc struct {
 
 	mu        sync.Mutex
 	cmd       *exec.Cmd
-	done      chan struct{}
+	done      <-chan struct{}
 	waitErr   error
 	expecting bool // the suite is killing or stopping it: the exit is expected
 	closing   bool // no more restarts after an unexpected exit
@@ -72,27 +71,12 @@ func (p *proc) startLocked() error {
 	fmt.Fprintf(logFile, "=== faults: %s start #%d at %s\n", p.name, p.starts+1, time.Now().UTC().Format(time.RFC3339Nano))
 	cmd := exec.Command(p.path, p.args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Pdeathsig: a crashed suite leaves no process behind. Own process
-	// group: a Ctrl-C reaches only the suite.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	done := make(chan struct{})
-	started := make(chan error, 1)
-	go func() {
-		// Pdeathsig fires when the forking *thread* exits: fork on a locked
-		// thread that stays blocked in Wait while the child lives.
-		runtime.LockOSThread()
-		defer logFile.Close()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			close(done)
-			return
-		}
-		started <- nil
-		err := cmd.Wait()
+	done, err := testnats.Spawn(cmd, func(err error) {
 		p.exited(cmd, err, logFile)
-		close(done)
-	}()
-	if err := <-started; err != nil {
+		_ = logFile.Close()
+	})
+	if err != nil {
+		_ = logFile.Close()
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
 	p.cmd, p.done = cmd, done
@@ -124,7 +108,7 @@ func (p *proc) exited(cmd *exec.Cmd, err error, logFile *os.File) {
 	if p.expecting {
 		return
 	}
-	tail := fileTail(p.logPath, 15)
+	tail := testnats.LogTail(p.logPath, 15)
 	desc := fmt.Sprintf("%s (pid %d, started %s) exited on its own at %s: %s; last lines of %s:\n%s",
 		p.name, cmd.Process.Pid, p.startedAt.UTC().Format("15:04:05.000"), time.Now().UTC().Format("15:04:05.000"), status, p.logPath, indent(tail))
 	p.unexpected = append(p.unexpected, exitRecord{started: p.startedAt, at: time.Now(), desc: desc, tail: tail})
@@ -201,7 +185,7 @@ func (p *proc) stop(grace time.Duration) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.waitErr != nil {
-		return fmt.Sprintf("on SIGTERM: %v; last lines of %s:\n%s", p.waitErr, p.logPath, indent(fileTail(p.logPath, 15)))
+		return fmt.Sprintf("on SIGTERM: %v; last lines of %s:\n%s", p.waitErr, p.logPath, indent(testnats.LogTail(p.logPath, 15)))
 	}
 	return ""
 }
@@ -327,22 +311,6 @@ func lastError(tail string) string {
 		}
 	}
 	return strings.TrimSpace(lines[len(lines)-1])
-}
-
-// fileTail returns the last n lines of a file (from its last 64 KiB).
-func fileTail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(cannot read %s: %v)", path, err)
-	}
-	if len(data) > 64<<10 {
-		data = data[len(data)-64<<10:]
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 func indent(s string) string { return "    " + strings.ReplaceAll(s, "\n", "\n    ") }

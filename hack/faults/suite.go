@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -302,7 +301,7 @@ func (s *suite) do(ctx context.Context) (*report, error) {
 			return nil, err
 		}
 	} else {
-		port, err := freePort()
+		port, err := testnats.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -553,7 +552,7 @@ func (s *suite) startServices(ctx context.Context, bin string) error {
 		"--metrics-address=0", "--zap-log-level=info",
 	}
 	add := func(name, binary string, args ...string) (*proc, error) {
-		port, err := freePort()
+		port, err := testnats.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -1128,13 +1127,4 @@ func mib(bs []int64) []int64 {
 		out[i] = b >> 20
 	}
 	return out
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

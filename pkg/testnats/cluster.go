@@ -190,7 +190,7 @@ func NewCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 			ports = append(ports, &n.ProfPort)
 		}
 		for _, port := range ports {
-			if *port, err = freePort(); err != nil {
+			if *port, err = FreePort(); err != nil {
 				return nil, err
 			}
 		}
@@ -693,7 +693,8 @@ func (c *Cluster) getJSON(ctx context.Context, n *Node, path string, into any) e
 	return nil
 }
 
-func freePort() (int, error) {
+// FreePort returns a loopback TCP port free right now.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

@@ -65,6 +65,35 @@ func newUser() (pub string, seed []byte, err error) {
 	return pub, seed, err
 }
 
+// Spawn starts cmd so that it dies with this process (Pdeathsig: a
+// crashed test leaves nothing behind) in a process group of its own (a
+// Ctrl-C reaches only the test), and calls exited with Wait's result when
+// it ends; done is closed once exited returned. Pdeathsig fires when the
+// forking thread exits, so the fork happens on a goroutine locked to its
+// thread that stays in Wait while the child lives.
+func Spawn(cmd *exec.Cmd, exited func(error)) (done <-chan struct{}, err error) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig, cmd.SysProcAttr.Setpgid = syscall.SIGKILL, true
+	ch := make(chan struct{})
+	started := make(chan error, 1)
+	go func() {
+		defer close(ch)
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited(cmd.Wait())
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return ch, nil
+}
+
 // process is one nats-server process of a Cluster, started again on the
 // same configuration as often as asked. Exits that kill, stop or stopNow
 // did not cause are recorded.
@@ -74,7 +103,7 @@ type process struct {
 
 	mu         sync.Mutex
 	cmd        *exec.Cmd
-	done       chan struct{}
+	done       <-chan struct{}
 	expecting  bool
 	starts     int
 	exitedCPU  time.Duration // CPU time of the processes that ended
@@ -96,27 +125,12 @@ func (p *process) start() error {
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Pdeathsig: a crashed test leaves no server behind. Own process
-	// group: a Ctrl-C reaches only the test.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	done := make(chan struct{})
-	started := make(chan error, 1)
-	go func() {
-		// Pdeathsig fires when the forking thread exits: fork on a locked
-		// thread that stays in Wait while the child lives.
-		runtime.LockOSThread()
-		defer logFile.Close()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			close(done)
-			return
-		}
-		started <- nil
-		err := cmd.Wait()
+	done, err := Spawn(cmd, func(err error) {
 		p.exited(cmd, err, logFile)
-		close(done)
-	}()
-	if err := <-started; err != nil {
+		_ = logFile.Close()
+	})
+	if err != nil {
+		_ = logFile.Close()
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
 	p.cmd, p.done, p.expecting = cmd, done, false
@@ -136,7 +150,7 @@ func (p *process) exited(cmd *exec.Cmd, err error, logFile *os.File) {
 	fmt.Fprintf(logFile, "=== testnats: %s (pid %d) exited: %s at %s\n", p.name, cmd.Process.Pid, status, time.Now().UTC().Format(time.RFC3339Nano))
 	if !p.expecting {
 		p.unexpected = append(p.unexpected, fmt.Sprintf("%s (pid %d) at %s: %s; last lines of %s:\n%s", p.name, cmd.Process.Pid,
-			time.Now().UTC().Format("15:04:05.000"), status, p.logPath, logTail(p.logPath, 10)))
+			time.Now().UTC().Format("15:04:05.000"), status, p.logPath, "    "+strings.ReplaceAll(LogTail(p.logPath, 10), "\n", "\n    ")))
 	}
 	if p.cmd == cmd {
 		p.cmd = nil
@@ -244,8 +258,9 @@ func ProcUsage(pid int) (cpu time.Duration, rss, peak int64) {
 	return cpu, rss, peak
 }
 
-// logTail returns the last n lines of a log (from its last 64 KiB).
-func logTail(path string, n int) string {
+// LogTail returns the last n lines of a file (from its last 64 KiB), or
+// why it cannot be read.
+func LogTail(path string, n int) string {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Sprintf("(cannot read %s: %v)", path, err)
@@ -257,5 +272,5 @@ func logTail(path string, n int) string {
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
-	return "    " + strings.Join(lines, "\n    ")
+	return strings.Join(lines, "\n")
 }
