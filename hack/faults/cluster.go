@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -320,13 +321,18 @@ func (s *suite) stepDown(ctx context.Context) {
 		s.faultErr("stepdown: %v", err)
 		return
 	}
-	rctx, cancel := rq(ctx)
-	if consumer == "" {
-		err = testnats.StepDownStream(rctx, s.admin, stream)
-	} else {
-		err = testnats.StepDownConsumer(rctx, s.admin, stream, consumer)
+	for range 3 { // an unanswered request (a node fault going on): retry
+		rctx, cancel := rq(ctx)
+		if consumer == "" {
+			err = testnats.StepDownStream(rctx, s.admin, stream)
+		} else {
+			err = testnats.StepDownConsumer(rctx, s.admin, stream, consumer)
+		}
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
 	}
-	cancel()
 	what, kind := stream, "stream leader stepdown"
 	if consumer != "" {
 		what, kind = stream+"/"+consumer, "consumer leader stepdown"

@@ -493,10 +493,18 @@ func WaitReady(ctx context.Context, js jetstream.JetStream) error {
 // notAnsweringYet reports an error that means the server has not answered
 // (yet), not that it refused: the request timed out (its own deadline, not
 // the caller's), nobody serves the JetStream API, JetStream is not enabled
-// yet, or the connection is being re-established.
+// yet, the connection is being re-established, or the JetStream API
+// answered 503 (in a cluster: "JetStream system temporarily unavailable"
+// while the node has no meta leader, e.g. cut from the other nodes, or
+// during an election; a clustered fault run saw an applier started then
+// exit on it).
 func notAnsweringYet(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.Code == 503 {
+		return true
 	}
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
