@@ -25,7 +25,7 @@ LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REV
 IMAGE ?= ghcr.io/metabus/metabus
 DOCKER ?= docker
 
-.PHONY: all build image test unit e2e fuzz bench bench-bus bench-watcher bench-compare faults run vet fmt kube-bins clean
+.PHONY: all build image test unit e2e fuzz bench bench-bus bench-watcher bench-compare faults faults-cluster run vet fmt kube-bins clean
 
 all: build
 
@@ -127,6 +127,19 @@ bench-compare:
 faults:
 	@KUBE_BIN_DIR=$${KUBE_BIN_DIR:-$$(hack/kubeenv/build.sh | tail -1)}; export KUBE_BIN_DIR; \
 	$(GO) run ./hack/faults $(FAULTS_ARGS)
+
+# faults-cluster is the fault suite on the production topology (issue #25):
+# three nats-server processes from deploy/nats (the shipped users and
+# permissions), R3 streams, 2 watchers, 2 dispatchers, 3 appliers, 2,000
+# parents under churn for 15 minutes with, besides the faults above, 12
+# NATS node SIGKILLs (meta leader, MC_WORK, MC_DESIRED and KV_MC_OWNERS
+# leaders first), a rolling restart, 10 forced leader moves, 3 node
+# partitions, 3 services cut from NATS and a node that lost its store
+# (~25 min). `make test` runs a short budget (TestFaultsClusteredShort).
+#   make faults-cluster [FAULTS_ARGS="-parents 500 -fault-period 5m -keep"]
+faults-cluster:
+	@KUBE_BIN_DIR=$${KUBE_BIN_DIR:-$$(hack/kubeenv/build.sh | tail -1)}; export KUBE_BIN_DIR; \
+	$(GO) run ./hack/faults -cluster $(FAULTS_ARGS)
 
 # run brings metabus up: against the current kubeconfig's cluster if it
 # answers (asked first, before anything is built), otherwise against a

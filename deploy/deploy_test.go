@@ -1537,6 +1537,10 @@ func TestNATSConfig(t *testing.T) {
 	if strings.Contains(dev, "authorization") {
 		t.Error("nats-dev.conf should have no auth (local development only)")
 	}
+	// Acknowledged writes survive a node's power loss (issue #25).
+	if !regexp.MustCompile(`(?m)^\s*sync_interval:\s*always\s*$`).MatchString(prod) {
+		t.Error("nats-server.conf: want JetStream sync_interval: always (README \"Reliability\")")
+	}
 	if m := regexp.MustCompile(`(?m)^include\s+(\S+)`).FindStringSubmatch(prod); m == nil {
 		t.Error("nats-server.conf does not include cluster.conf")
 	} else if _, err := os.Stat(filepath.Join("nats", m[1])); err != nil {

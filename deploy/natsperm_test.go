@@ -113,7 +113,7 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 			if !errors.Is(err, bus.ErrCutOverPending) { // the cut-over below, waiting for handovers
 				watcher.busError(err)
 			}
-		})
+		}, nil)
 	})
 	watcherBook := echo.NewBook(0)
 	if _, err := watcherBook.Subscribe(watcher.nc); err != nil {

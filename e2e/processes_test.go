@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,61 +30,14 @@ func TestSeparateProcesses(t *testing.T) {
 		t.Skip("builds the service binaries")
 	}
 	ctx := context.Background()
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+"/", "../cmd/watcher", "../cmd/dispatcher", "../cmd/applier", "../cmd/revisions")
-	build.Stderr = os.Stderr
-	start := time.Now()
-	if err := build.Run(); err != nil {
-		t.Fatalf("build service binaries: %v", err)
-	}
-	t.Logf("built the service binaries in %s", time.Since(start).Round(time.Millisecond))
-
 	nats := testnats.StartProduction(t, "../deploy/nats/nats-server.conf")
 	label := "separate-processes"
-	common := []string{
-		"--nats-url=" + nats.URL,
-		"--metrics-address=0", "--health-probe-bind-address=0", "--zap-log-level=info",
-	}
-	logs := t.TempDir()
-	for _, svc := range []struct {
-		name string
-		args []string
-	}{
+	logs := startServices(t, func(string) string { return nats.URL }, nats.Seeds, []serviceSpec{
 		{"watcher", []string{"--target-label-selector=metabus.dev/e2e=" + label, "--discovery-interval=5s"}},
 		{"dispatcher", nil},
 		{"applier", []string{"--discovery-interval=5s"}},
 		{"revisions", nil},
-	} {
-		logf, err := os.Create(filepath.Join(logs, svc.name+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Each under its production RBAC and NATS user, as deployed.
-		args := append([]string{"--kubeconfig=" + serviceKubeconfig(t, svc.name), "--nats-nkey=" + nats.Seeds[svc.name]}, common...)
-		cmd := exec.Command(filepath.Join(bin, svc.name), append(args, svc.args...)...)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start %s: %v", svc.name, err)
-		}
-		name := svc.name
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case <-done:
-			case <-time.After(20 * time.Second):
-				_ = cmd.Process.Kill()
-				t.Errorf("%s did not stop on SIGTERM", name)
-			}
-			_ = logf.Close()
-			if t.Failed() {
-				data, _ := os.ReadFile(logf.Name())
-				t.Logf("--- %s log:\n%s", name, tail(string(data), 40))
-			}
-		})
-	}
+	})
 
 	ns := newNamespace(t)
 	url := hookServer(t, helloworld.Handler())
@@ -111,10 +65,100 @@ func TestSeparateProcesses(t *testing.T) {
 		}
 		return nil
 	})
-	// natsx logs every asynchronous permission violation (a refused
-	// publish or subscription is otherwise silent for the client).
-	for _, name := range []string{"watcher", "dispatcher", "applier", "revisions"} {
-		data, err := os.ReadFile(filepath.Join(logs, name+".log"))
+	checkNoPermissionDenied(t, logs)
+}
+
+// serviceSpec is a service binary to run and its own flags.
+type serviceSpec struct {
+	name string // binary (cmd/<name>) and NATS user
+	args []string
+}
+
+var (
+	serviceBinOnce sync.Once
+	serviceBinDir  string
+	serviceBinErr  error
+)
+
+// serviceBinaries builds the four service binaries once per test binary.
+func serviceBinaries(t *testing.T) string {
+	t.Helper()
+	serviceBinOnce.Do(func() {
+		if serviceBinDir, serviceBinErr = os.MkdirTemp("", "e2e-services-"); serviceBinErr != nil {
+			return
+		}
+		build := exec.Command("go", "build", "-o", serviceBinDir+"/", "../cmd/watcher", "../cmd/dispatcher", "../cmd/applier", "../cmd/revisions")
+		build.Stderr = os.Stderr
+		start := time.Now()
+		serviceBinErr = build.Run()
+		t.Logf("built the service binaries in %s", time.Since(start).Round(time.Millisecond))
+	})
+	if serviceBinErr != nil {
+		t.Fatalf("build service binaries: %v", serviceBinErr)
+	}
+	return serviceBinDir
+}
+
+// startServices runs each service as its own process (the real binaries,
+// as deployed) under its production RBAC and NATS user (seeds, by service
+// name), connected to natsURL(name). Each is stopped with SIGTERM when the
+// test ends (an error if it does not stop, or if it exited before); its log
+// is shown if the test failed. It returns the log paths by instance name.
+func startServices(t *testing.T, natsURL func(name string) string, seeds map[string]string, svcs []serviceSpec) map[string]string {
+	t.Helper()
+	bin := serviceBinaries(t)
+	logDir := t.TempDir()
+	logs := map[string]string{}
+	common := []string{"--metrics-address=0", "--health-probe-bind-address=0", "--zap-log-level=info"}
+	for i, svc := range svcs {
+		name := svc.name
+		if _, dup := logs[name]; dup {
+			name = fmt.Sprintf("%s-%d", svc.name, i)
+		}
+		logf, err := os.Create(filepath.Join(logDir, name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs[name] = logf.Name()
+		args := append([]string{"--kubeconfig=" + serviceKubeconfig(t, svc.name), "--nats-nkey=" + seeds[svc.name], "--nats-url=" + natsURL(name)}, common...)
+		cmd := exec.Command(filepath.Join(bin, svc.name), append(args, svc.args...)...)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start %s: %v", name, err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		t.Cleanup(func() {
+			select {
+			case err := <-done:
+				t.Errorf("%s exited before the test ended: %v", name, err)
+			default:
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				select {
+				case <-done:
+				case <-time.After(20 * time.Second):
+					_ = cmd.Process.Kill()
+					t.Errorf("%s did not stop on SIGTERM", name)
+				}
+			}
+			_ = logf.Close()
+			if t.Failed() {
+				data, _ := os.ReadFile(logf.Name())
+				t.Logf("--- %s log:\n%s", name, tail(string(data), 40))
+			}
+		})
+	}
+	return logs
+}
+
+// checkNoPermissionDenied fails the test for every NATS permission
+// violation a service logged (natsx logs each: a refused publish or
+// subscription is otherwise silent for the client).
+func checkNoPermissionDenied(t *testing.T, logs map[string]string) {
+	t.Helper()
+	for name, path := range logs {
+		data, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}

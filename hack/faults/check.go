@@ -27,9 +27,11 @@ const (
 	invExits      = "no process exited that the suite did not kill"
 	invShutdown   = "services stop cleanly on SIGTERM"
 	invReplaced   = "no child replaced needlessly (one ConfigMap per parent incarnation)"
+	invOrder      = "no desired state applied out of order (per parent: the gen its child and status show never goes back; its writes apply nondecreasing work sequences)"
+	invRejoin     = "NATS nodes rejoin and catch up (every node current within 3m of each NATS fault, and at the end)"
 )
 
-var invariants = []string{invConverged, invOneChild, invContent, invOrphans, invFinalizers, invDLQ, invExits, invShutdown, invReplaced}
+var invariants = []string{invConverged, invOneChild, invContent, invOrphans, invFinalizers, invDLQ, invExits, invShutdown, invReplaced, invOrder, invRejoin}
 
 // violations maps an invariant to its violations (one line each).
 type violations map[string][]string
@@ -175,8 +177,8 @@ func ownerString(cm *unstructured.Unstructured) string {
 }
 
 // dlqEntries lists what MC_DLQ holds, one line per message.
-func dlqEntries(ctx context.Context, url string) ([]string, error) {
-	nc, err := nats.Connect(url, nats.Timeout(5*time.Second))
+func dlqEntries(ctx context.Context, connect func() (*nats.Conn, error)) ([]string, error) {
+	nc, err := connect()
 	if err != nil {
 		return nil, err
 	}

@@ -50,6 +50,9 @@ type hook struct {
 	calls     atomic.Int64
 	finalizes atomic.Int64
 
+	// catch, when set, is handed the next call (see catchNext).
+	catch atomic.Pointer[caughtCall]
+
 	mu          sync.Mutex
 	last        map[string]callRecord // by parent name
 	consecutive map[string]int
@@ -130,11 +133,48 @@ func (h *hook) pick(name string) string {
 	return m
 }
 
+// caughtCall is a hook call held for the suite: remote is the caller's
+// address; the call is answered once release is called.
+type caughtCall struct {
+	remote  string
+	caught  chan struct{}
+	release func()
+	done    chan struct{}
+}
+
+// catchNext holds the next hook call until the returned call's release is
+// called (or 10s pass), and returns it once it arrived, so the suite can
+// act on its caller in the middle of the call.
+func (h *hook) catchNext(wait time.Duration) (*caughtCall, error) {
+	c := &caughtCall{caught: make(chan struct{}), done: make(chan struct{})}
+	var once sync.Once
+	c.release = func() { once.Do(func() { close(c.done) }) }
+	h.catch.Store(c)
+	select {
+	case <-c.caught:
+		return c, nil
+	case <-time.After(wait):
+		if h.catch.CompareAndSwap(c, nil) {
+			return nil, fmt.Errorf("no hook call within %s", wait)
+		}
+		<-c.caught
+		return c, nil
+	}
+}
+
 func (h *hook) serve(w http.ResponseWriter, r *http.Request) {
 	var req hookRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
+	}
+	if c := h.catch.Swap(nil); c != nil {
+		c.remote = r.RemoteAddr
+		close(c.caught)
+		select {
+		case <-c.done:
+		case <-time.After(10 * time.Second):
+		}
 	}
 	h.calls.Add(1)
 	if req.Finalizing {

@@ -4,16 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/metabus/metabus/pkg/testnats"
 )
 
 // proc is one process the suite runs (a metabus service or nats-server) and
@@ -25,15 +27,19 @@ type proc struct {
 	args    []string
 	logPath string
 	logf    func(string, ...any)
+	// readyURL is the service's /readyz ("" for none).
+	readyURL string
 
 	mu        sync.Mutex
 	cmd       *exec.Cmd
-	done      chan struct{}
+	done      <-chan struct{}
 	waitErr   error
 	expecting bool // the suite is killing or stopping it: the exit is expected
 	closing   bool // no more restarts after an unexpected exit
 	starts    int
 	kills     int
+	cpuExited time.Duration // CPU time of the runs that ended
+	alive     bool          // cmd runs
 	startedAt time.Time
 	// unexpected describes each exit the suite did not cause.
 	unexpected []exitRecord
@@ -65,30 +71,16 @@ func (p *proc) startLocked() error {
 	fmt.Fprintf(logFile, "=== faults: %s start #%d at %s\n", p.name, p.starts+1, time.Now().UTC().Format(time.RFC3339Nano))
 	cmd := exec.Command(p.path, p.args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Pdeathsig: a crashed suite leaves no process behind. Own process
-	// group: a Ctrl-C reaches only the suite.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	done := make(chan struct{})
-	started := make(chan error, 1)
-	go func() {
-		// Pdeathsig fires when the forking *thread* exits: fork on a locked
-		// thread that stays blocked in Wait while the child lives.
-		runtime.LockOSThread()
-		defer logFile.Close()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			close(done)
-			return
-		}
-		started <- nil
-		err := cmd.Wait()
+	done, err := testnats.Spawn(cmd, func(err error) {
 		p.exited(cmd, err, logFile)
-		close(done)
-	}()
-	if err := <-started; err != nil {
+		_ = logFile.Close()
+	})
+	if err != nil {
+		_ = logFile.Close()
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
 	p.cmd, p.done = cmd, done
+	p.alive = true
 	p.startedAt = time.Now()
 	p.starts++
 	p.expecting = false
@@ -104,6 +96,10 @@ func (p *proc) exited(cmd *exec.Cmd, err error, logFile *os.File) {
 		return
 	}
 	p.waitErr = err
+	p.alive = false
+	if st := cmd.ProcessState; st != nil {
+		p.cpuExited += st.UserTime() + st.SystemTime()
+	}
 	status := "exit status 0"
 	if err != nil {
 		status = err.Error()
@@ -112,11 +108,11 @@ func (p *proc) exited(cmd *exec.Cmd, err error, logFile *os.File) {
 	if p.expecting {
 		return
 	}
-	tail := fileTail(p.logPath, 15)
+	tail := testnats.LogTail(p.logPath, 15)
 	desc := fmt.Sprintf("%s (pid %d, started %s) exited on its own at %s: %s; last lines of %s:\n%s",
 		p.name, cmd.Process.Pid, p.startedAt.UTC().Format("15:04:05.000"), time.Now().UTC().Format("15:04:05.000"), status, p.logPath, indent(tail))
 	p.unexpected = append(p.unexpected, exitRecord{started: p.startedAt, at: time.Now(), desc: desc, tail: tail})
-	p.logf("UNEXPECTED EXIT: %s", desc)
+	p.logf("UNEXPECTED EXIT: %s (pid %d): %s; %s", p.name, cmd.Process.Pid, status, lastError(tail))
 	if p.closing {
 		return
 	}
@@ -189,9 +185,52 @@ func (p *proc) stop(grace time.Duration) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.waitErr != nil {
-		return fmt.Sprintf("on SIGTERM: %v; last lines of %s:\n%s", p.waitErr, p.logPath, indent(fileTail(p.logPath, 15)))
+		return fmt.Sprintf("on SIGTERM: %v; last lines of %s:\n%s", p.waitErr, p.logPath, indent(testnats.LogTail(p.logPath, 15)))
 	}
 	return ""
+}
+
+// waitReady waits until the process's /readyz answers 200.
+func (p *proc) waitReady(ctx context.Context, timeout time.Duration) error {
+	if p.readyURL == "" {
+		return nil
+	}
+	deadline := time.Now().Add(timeout)
+	client := &http.Client{Timeout: 2 * time.Second}
+	for {
+		resp, err := client.Get(p.readyURL)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("HTTP %d", resp.StatusCode)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready within %s: %v", p.name, timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// cpu is the CPU time of every run so far.
+func (p *proc) cpu() time.Duration {
+	p.mu.Lock()
+	cpu := p.cpuExited
+	var pid int
+	if p.alive {
+		pid = p.cmd.Process.Pid
+	}
+	p.mu.Unlock()
+	if pid != 0 {
+		used, _, _ := testnats.ProcUsage(pid)
+		cpu += used
+	}
+	return cpu
 }
 
 func (p *proc) pid() int {
@@ -262,20 +301,16 @@ func waitNATS(ctx context.Context, url string, timeout time.Duration) error {
 	}
 }
 
-// fileTail returns the last n lines of a file (from its last 64 KiB).
-func fileTail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(cannot read %s: %v)", path, err)
+// lastError is the last line of a log tail that reports an error (the
+// whole line), or its last line.
+func lastError(tail string) string {
+	lines := strings.Split(tail, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], `"level":"error"`) || strings.Contains(lines[i], "panic:") {
+			return strings.TrimSpace(lines[i])
+		}
 	}
-	if len(data) > 64<<10 {
-		data = data[len(data)-64<<10:]
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 func indent(s string) string { return "    " + strings.ReplaceAll(s, "\n", "\n    ") }

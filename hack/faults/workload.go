@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,10 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/kubeenv"
 )
 
@@ -41,14 +44,16 @@ var parentCRD = kubeenv.FreeformCRD("faults.metabus.dev", "Churn", "churns")
 
 // compositeController is the controller under test: Churns with one InPlace
 // ConfigMap each, a sync hook and (optionally) a finalize hook, both with a
-// short timeout.
-func compositeController(url string, timeout time.Duration, finalize bool) *unstructured.Unstructured {
+// short timeout, under upstream's calling contract unless suppressEchoes
+// opts it into echo suppression (then the appliers broadcast Applied notes,
+// which the order check reads too).
+func compositeController(url string, timeout time.Duration, finalize, suppressEchoes bool) *unstructured.Unstructured {
 	webhook := map[string]any{"webhook": map[string]any{"url": url, "timeout": timeout.String()}}
 	hooks := map[string]any{"sync": webhook}
 	if finalize {
 		hooks["finalize"] = webhook
 	}
-	return &unstructured.Unstructured{Object: map[string]any{
+	cc := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "metacontroller.k8s.io/v1alpha1",
 		"kind":       "CompositeController",
 		"metadata":   map[string]any{"name": ctrlName},
@@ -63,6 +68,11 @@ func compositeController(url string, timeout time.Duration, finalize bool) *unst
 			"hooks": hooks,
 		},
 	}}
+	if suppressEchoes {
+		// The hook's answer is a fixpoint of its own writes.
+		cc.SetAnnotations(map[string]string{bus.SuppressEchoesAnnotation: "true"})
+	}
+	return cc
 }
 
 func parentName(i int) string { return fmt.Sprintf("p-%05d", i) }
@@ -105,12 +115,28 @@ func (w *workload) create(ctx context.Context, i int) error {
 	}}
 	return retryUntil(ctx, func(ctx context.Context) error {
 		_, err := w.dyn.Resource(parentGVR).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) && w.ours(ctx, i, g) {
+			// An earlier attempt was stored but its answer lost (an API
+			// server restart): the parent is this create's.
+			err = nil
+		}
 		if err == nil {
 			w.creates.Add(1)
 			w.touched()
 		}
 		return err
 	})
+}
+
+// ours reports whether parent i exists at gen g and is not being deleted:
+// then a create that met AlreadyExists had in fact succeeded.
+func (w *workload) ours(ctx context.Context, i int, g int64) bool {
+	p, err := w.dyn.Resource(parentGVR).Namespace(ns).Get(ctx, w.names[i], metav1.GetOptions{})
+	if err != nil || p.GetDeletionTimestamp() != nil {
+		return false
+	}
+	gen, _, _ := unstructured.NestedInt64(p.Object, "spec", "gen")
+	return gen == g
 }
 
 // update moves parent i to its next gen and a new value. NotFound means it
@@ -262,20 +288,41 @@ func (w *workload) churn(ctx, opCtx context.Context, rate float64) {
 	}
 }
 
-// childTracker watches the workload's ConfigMaps and remembers, for each
-// parent UID named by a controllerRef, every ConfigMap UID it ever
-// controlled: more than one means a child was replaced (deleted and
-// created again) although InPlace updates never need that.
+// childTracker watches the workload's ConfigMaps and parents. It
+// remembers, for each parent UID named by a controllerRef, every ConfigMap
+// UID it ever controlled: more than one means a child was replaced
+// (deleted and created again) although InPlace updates never need that.
+// And it follows, per parent UID, the gen that its child's data and its
+// status's observedGen show, in the order the API server stored them (a
+// watch delivers an object's versions in resourceVersion order): a gen
+// going back means an older desired state was applied after a newer one.
 type childTracker struct {
 	factory informers.SharedInformerFactory
+	parents dynamicinformer.DynamicSharedInformerFactory
 	stop    chan struct{}
 
 	mu       sync.Mutex
 	children map[types.UID]map[types.UID]string // parent UID -> child UID -> parent name
+	// gens is the last gen seen per parent UID, in the child and in the
+	// status; regressions are the gens that went back.
+	gens        map[genKey]genSeen
+	regressions []string
+	observed    int
 }
 
-func startChildTracker(cs kubernetes.Interface) (*childTracker, error) {
-	t := &childTracker{stop: make(chan struct{}), children: map[types.UID]map[types.UID]string{}}
+// genKey is where a parent's gen shows: "child" or "status".
+type genKey struct {
+	parent types.UID
+	where  string
+}
+
+type genSeen struct {
+	gen int64
+	rv  string
+}
+
+func startChildTracker(cs kubernetes.Interface, dyn dynamic.Interface) (*childTracker, error) {
+	t := &childTracker{stop: make(chan struct{}), children: map[types.UID]map[types.UID]string{}, gens: map[genKey]genSeen{}}
 	t.factory = informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = parentLabel }))
 	inf := t.factory.Core().V1().ConfigMaps().Informer()
@@ -296,6 +343,9 @@ func startChildTracker(cs kubernetes.Interface) (*childTracker, error) {
 			t.children[ref.UID] = m
 		}
 		m[cm.UID] = ref.Name
+		if gen, err := strconv.ParseInt(cm.Data["gen"], 10, 64); err == nil {
+			t.sawGen(genKey{ref.UID, "child"}, ref.Name, gen, cm.ResourceVersion)
+		}
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    record,
@@ -303,14 +353,58 @@ func startChildTracker(cs kubernetes.Interface) (*childTracker, error) {
 	}); err != nil {
 		return nil, err
 	}
+	t.parents = dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, ns, nil)
+	status := func(obj any) {
+		p, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return
+		}
+		gen, found, err := unstructured.NestedInt64(p.Object, "status", "observedGen")
+		if err != nil || !found {
+			return
+		}
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		t.sawGen(genKey{p.GetUID(), "status"}, p.GetName(), gen, p.GetResourceVersion())
+	}
+	if _, err := t.parents.ForResource(parentGVR).Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    status,
+		UpdateFunc: func(_, obj any) { status(obj) },
+	}); err != nil {
+		return nil, err
+	}
 	t.factory.Start(t.stop)
+	t.parents.Start(t.stop)
 	t.factory.WaitForCacheSync(t.stop)
+	t.parents.WaitForCacheSync(t.stop)
 	return t, nil
+}
+
+// sawGen records a gen shown at resourceVersion rv (t.mu held).
+func (t *childTracker) sawGen(k genKey, name string, gen int64, rv string) {
+	t.observed++
+	last, ok := t.gens[k]
+	if ok && gen < last.gen {
+		t.regressions = append(t.regressions, fmt.Sprintf("%s (uid %s): the %s showed gen %d at resourceVersion %s, after gen %d at %s",
+			name, k.parent, k.where, gen, rv, last.gen, last.rv))
+	}
+	if !ok || gen >= last.gen {
+		t.gens[k] = genSeen{gen, rv}
+	}
+}
+
+// genRegressions returns the gens that went back, and how many versions
+// were looked at.
+func (t *childTracker) genRegressions() ([]string, int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]string(nil), t.regressions...), t.observed
 }
 
 func (t *childTracker) close() {
 	close(t.stop)
 	t.factory.Shutdown()
+	t.parents.Shutdown()
 }
 
 // replaced returns, for each parent incarnation that controlled more than

@@ -171,7 +171,7 @@ func TestRepartitionNeverOverlaps(t *testing.T) {
 	_, js := connect()
 	// The watcher's keeper finishes cut-overs.
 	var pending atomic.Int64
-	go KeepConsumers(ctx, js, o, 200*time.Millisecond, func(err error) { pending.Add(1); t.Logf("keeper: %v", err) })
+	go KeepConsumers(ctx, js, o, 200*time.Millisecond, func(err error) { pending.Add(1); t.Logf("keeper: %v", err) }, nil)
 
 	var uids []string
 	for i := range 300 {

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/pkg/natsx/natstest"
 )
 
 // TestConsumersSurviveServerRestart: the partition consumers keep their
@@ -44,7 +45,7 @@ func TestConsumersSurviveServerRestart(t *testing.T) {
 	if err := Ensure(ctx, js, o); err != nil {
 		t.Fatal(err)
 	}
-	go KeepConsumers(ctx, js, o, 200*time.Millisecond, func(err error) { t.Logf("keeper: %v", err) })
+	go KeepConsumers(ctx, js, o, 200*time.Millisecond, func(err error) { t.Logf("keeper: %v", err) }, nil)
 
 	var mu sync.Mutex
 	seen := map[string]bool{}
@@ -105,6 +106,45 @@ func TestConsumersSurviveServerRestart(t *testing.T) {
 	for p := 0; p < DefaultPartitions; p++ {
 		if _, err := js.Consumer(ctx, WorkStream, PartitionConsumerName(WorkConsumerPrefix, DefaultPartitions, p)); err != nil {
 			t.Fatalf("partition %d after restart: %v", p, err)
+		}
+	}
+}
+
+// TestKeepConsumersReportsRecreatedStreams: a stream created anew (a NATS
+// cluster that lost its data) lost what it held; KeepConsumers recreates
+// it and reports it, so the watcher resyncs, and reports nothing while the
+// streams stay the same.
+func TestKeepConsumersReportsRecreatedStreams(t *testing.T) {
+	_, js := natstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	o := Options{}
+	if err := Ensure(ctx, js, o); err != nil {
+		t.Fatal(err)
+	}
+	recreated := make(chan string, 16)
+	go KeepConsumers(ctx, js, o, 100*time.Millisecond, func(err error) { t.Logf("keeper: %v", err) },
+		func(stream string) { recreated <- stream })
+
+	select {
+	case s := <-recreated:
+		t.Fatalf("%s reported recreated while nothing changed", s)
+	case <-time.After(time.Second):
+	}
+	for range 2 { // each loss is reported
+		if err := js.DeleteStream(ctx, WorkStream); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case s := <-recreated:
+			if s != WorkStream {
+				t.Fatalf("reported %s, want %s", s, WorkStream)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s deleted and not reported recreated", WorkStream)
+		}
+		if _, err := js.Stream(ctx, WorkStream); err != nil {
+			t.Fatalf("%s not recreated: %v", WorkStream, err)
 		}
 	}
 }

@@ -415,11 +415,24 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, 
 // partitioned stream exists and otherwise runs ReconcileLayout, which
 // recreates consumers a server restart lost (their state lives in memory)
 // and finishes a partition-count cut-over once the old partitions are
-// handed back. Cost: a stream info and a consumer info per stream per
-// check.
-func KeepConsumers(ctx context.Context, js jetstream.JetStream, o Options, interval time.Duration, onError func(error)) {
+// handed back. A stream that is gone is created again (Ensure).
+//
+// onRecreated (optional) is called when a partitioned stream is found
+// created anew since the previous check, by this process or another:
+// whatever the bus held was lost (a NATS cluster that lost its data), and
+// only a resync derives it again. Cost: a stream info and a consumer info
+// per stream per check.
+func KeepConsumers(ctx context.Context, js jetstream.JetStream, o Options, interval time.Duration, onError func(error), onRecreated func(stream string)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	// The streams as they are now (the caller has just ensured them), so
+	// that a loss before the first check is noticed too.
+	created := map[string]time.Time{}
+	for _, ps := range partitionedStreams() {
+		if s, err := js.Stream(ctx, ps.stream); err == nil {
+			created[ps.stream] = s.CachedInfo().Created
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -427,7 +440,16 @@ func KeepConsumers(ctx context.Context, js jetstream.JetStream, o Options, inter
 		case <-t.C:
 		}
 		for _, ps := range partitionedStreams() {
-			n, err := StreamPartitions(ctx, js, ps.stream)
+			s, err := js.Stream(ctx, ps.stream)
+			var n int
+			if err == nil {
+				info := s.CachedInfo()
+				if seen, ok := created[ps.stream]; ok && !seen.Equal(info.Created) && onRecreated != nil {
+					onRecreated(ps.stream)
+				}
+				created[ps.stream] = info.Created
+				n, err = partitionsOf(info.Config.Metadata)
+			}
 			if err == nil {
 				_, err = js.Consumer(ctx, ps.stream, PartitionConsumerName(ps.prefix, n, 0))
 			}
@@ -471,10 +493,18 @@ func WaitReady(ctx context.Context, js jetstream.JetStream) error {
 // notAnsweringYet reports an error that means the server has not answered
 // (yet), not that it refused: the request timed out (its own deadline, not
 // the caller's), nobody serves the JetStream API, JetStream is not enabled
-// yet, or the connection is being re-established.
+// yet, the connection is being re-established, or the JetStream API
+// answered 503 (in a cluster: "JetStream system temporarily unavailable"
+// while the node has no meta leader, e.g. cut from the other nodes, or
+// during an election; a clustered fault run saw an applier started then
+// exit on it).
 func notAnsweringYet(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.Code == 503 {
+		return true
 	}
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||

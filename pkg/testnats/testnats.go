@@ -1,6 +1,9 @@
-// Package testnats runs, for tests, a nats-server from the shipped
+// Package testnats runs, for tests, nats-server from the shipped
 // deploy/nats/nats-server.conf: the services' and operators' nkey users and
-// their publish/subscribe permissions as deployed, on one local node.
+// their publish/subscribe permissions as deployed, either on one node in
+// the test's process (StartProduction) or as the production topology, a
+// cluster of nats-server processes with routes and faults to inject
+// (Cluster: node kills, lost disks, leader moves, partitions).
 package testnats
 
 import (
@@ -14,7 +17,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nkeys"
 
 	"github.com/metabus/metabus/pkg/natscreds"
 )
@@ -118,19 +120,10 @@ func Serve(t testing.TB, opts *server.Options) *server.Server {
 // NewUser creates an nkey user and writes its seed to dir/name.nk.
 func NewUser(t testing.TB, dir, name string) (pub, seedFile string) {
 	t.Helper()
-	kp, err := nkeys.CreateUser()
+	pub, seedFile, err := newUserFile(dir, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pub, err = kp.PublicKey(); err != nil {
-		t.Fatal(err)
-	}
-	seed, err := kp.Seed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	seedFile = filepath.Join(dir, name+".nk")
-	writeFile(t, seedFile, seed)
 	return pub, seedFile
 }
 

@@ -286,7 +286,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 				return
 			}
 			w.log.Warn("bus", zap.Error(err))
-		})
+		}, w.busRecreated)
 	} else {
 		w.health.Pending(readyCheck, "waiting for the streams and consumers")
 		if err := bus.WaitReady(ctx, w.js); err != nil {
@@ -382,6 +382,19 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	w.mu.Unlock()
 	return nil
+}
+
+// busRecreated runs when a partitioned stream was created anew (a NATS
+// cluster that lost its data, or a stream deleted by hand): the work items,
+// desired states and schedules it held are gone, and nothing else would
+// derive them again before the next cache flush. The leader resyncs every
+// parent.
+func (w *Watcher) busRecreated(stream string) {
+	if !w.leader.Load() {
+		return
+	}
+	w.log.Warn("a bus stream was created anew and what it held is lost: resyncing every parent", zap.String("stream", stream))
+	w.resyncAll(bus.ReasonResync)
 }
 
 // becomeLeader starts publishing and resyncs everything, so nothing that
