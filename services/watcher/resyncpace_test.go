@@ -1,0 +1,78 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/natsx/natstest"
+)
+
+// countingPublisher publishes through the bus and counts what went out
+// per controller.
+type countingPublisher struct {
+	pub bus.Publisher
+	mu  sync.Mutex
+	n   map[string]int
+}
+
+func (c *countingPublisher) PublishWork(ctx context.Context, item bus.WorkItem) (bool, error) {
+	queued, err := c.pub.PublishWork(ctx, item)
+	if err == nil {
+		c.mu.Lock()
+		c.n[item.Controller.Name]++
+		c.mu.Unlock()
+	}
+	return queued, err
+}
+
+func (c *countingPublisher) count(ctrl string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[ctrl]
+}
+
+// TestResyncsNotHeldByAnotherControllersBacklog (issue 24, defect 4): a
+// controller whose hook hangs has a backlog of 200 work items in MC_WORK;
+// a new controller's first sync of its 20 parents (resync items) must go
+// out at once. The pacer used to feed resyncs only while the whole stream
+// held fewer than 32 messages, so they waited for the other controller's
+// backlog to drain.
+func TestResyncsNotHeldByAnotherControllersBacklog(t *testing.T) {
+	_, js := natstest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := bus.Ensure(ctx, js, bus.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	pub := &countingPublisher{pub: bus.Publisher{JS: js}, n: map[string]int{}}
+	hanging := bus.ControllerRef{Kind: "CompositeController", Name: "hanging"}
+	for i := 0; i < 200; i++ { // no dispatcher: the backlog stays
+		it := bus.WorkItem{Controller: hanging, Reason: bus.ReasonEvent,
+			Parent: bus.ObjectRef{APIVersion: "example.com/v1", Kind: "Thing", Resource: "things", Namespace: "ns", Name: fmt.Sprint(i), UID: fmt.Sprintf("h-%04d", i)}}
+		if _, err := pub.PublishWork(ctx, it); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := newOutbox(zap.NewNop(), pub, js, 0)
+	o.metrics = newMetrics(nil, nil)
+	defer o.shutDown()
+	go o.runResyncPacer(ctx)
+	fresh := bus.ControllerRef{Kind: "DecoratorController", Name: "fresh"}
+	for i := 0; i < 20; i++ {
+		o.add(entry{ref: fresh, parentRes: thingsRes, reason: bus.ReasonResync,
+			parent: testObject("example.com/v1", "Thing", "ns", fmt.Sprint(i), fmt.Sprintf("f-%04d", i), "1")})
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for pub.count("fresh") < 20 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := pub.count("fresh"); n < 20 {
+		t.Errorf("%d of the new controller's 20 first syncs published beside another controller's backlog of 200", n)
+	}
+}
