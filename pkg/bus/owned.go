@@ -46,7 +46,16 @@ type ConsumeConfig struct {
 	// replica's messages are still unacknowledged waits (up to AckWait)
 	// for them to come back first. MC_DESIRED needs it; MC_WORK does not
 	// (a work item means "sync now", whatever its age).
+	//
+	// An ordered stage also runs a message only when it is the oldest of
+	// its item left in the stream (order.go): older ones left behind by a
+	// takeover or a handover are deleted as superseded, and a message no
+	// longer in the stream is not run.
 	Ordered bool
+	// KeepOlder (ordered stages, optional) says, of an older message found
+	// in the stream, that it must not be deleted as superseded: it runs
+	// whenever it comes back (its effect does not depend on order).
+	KeepOlder func(h nats.Header, data []byte) bool
 	// Member is this replica's member id (default: host, pid and a random
 	// suffix).
 	Member string
@@ -800,7 +809,21 @@ func (o *owner) handle(hm *held, newer bool) {
 	backoff := time.Duration(0)
 	for {
 		hm.retry = 0
-		o.h(ctx, hm)
+		if o.c.Ordered {
+			run, err := oldest(ctx, o.js, o.c.Stream, hm.Subject(), hm.seq, o.c.KeepOlder)
+			switch {
+			case err != nil:
+				if ctx.Err() == nil {
+					o.c.OnError(err)
+				}
+				hm.retry = time.Second
+			case !run:
+				hm.settled = true // gone from the stream: superseded
+			}
+		}
+		if hm.retry == 0 && !hm.settled {
+			o.h(ctx, hm)
+		}
 		if hm.retry == 0 || hm.settled || ctx.Err() != nil {
 			break
 		}

@@ -10,6 +10,7 @@ package applier
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -242,6 +243,7 @@ func (a *Applier) Run(ctx context.Context) error {
 		return bus.Consume(ctx, a.js, bus.ConsumeConfig{
 			Stream: bus.DesiredStream, Prefix: bus.DesiredConsumerPrefix, Stage: bus.DesiredStage,
 			PerController: a.cfg.Workers, Total: a.cfg.MaxInFlight, AckWait: ackWait, Ordered: true, Member: a.member,
+			KeepOlder: isRelease,
 			OnError:   func(err error) { a.log.Warn("desired-state consumer", zap.Error(err)) },
 			Ownership: a.metrics.partitions,
 		}, a.handle)
@@ -256,6 +258,16 @@ func (a *Applier) Run(ctx context.Context) error {
 		down = nil
 	})
 	return nil
+}
+
+// isRelease reports whether a desired state's body is a finalizer release:
+// a newer desired state of the same parent never supersedes one (see
+// handle), so the bus keeps it when a newer one runs first.
+func isRelease(_ nats.Header, data []byte) bool {
+	var ds struct {
+		Hook string `json:"hook"`
+	}
+	return json.Unmarshal(data, &ds) == nil && ds.Hook == bus.HookRelease
 }
 
 func (a *Applier) desiredStream(ctx context.Context) (jetstream.Stream, error) {
