@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/metabus/metabus/pkg/fairq"
+	"github.com/metabus/metabus/pkg/ownership"
 )
 
 // DefaultMaxInFlight is the default Total of a replica.
@@ -42,15 +43,12 @@ type ConsumeConfig struct {
 	// Lease is the owner lease; the lease bucket's TTL overrides it.
 	Lease time.Duration
 	// Ordered: a parent's messages must run in stream order even across a
-	// takeover. A replica that takes a partition over while another
-	// replica's messages are still unacknowledged waits (up to AckWait)
-	// for them to come back first. MC_DESIRED needs it; MC_WORK does not
-	// (a work item means "sync now", whatever its age).
-	//
-	// An ordered stage also runs a message only when it is the oldest of
-	// its item left in the stream (order.go): older ones left behind by a
-	// takeover or a handover are deleted as superseded, and a message no
-	// longer in the stream is not run.
+	// takeover (MC_DESIRED needs it; MC_WORK does not: a work item means
+	// "sync now", whatever its age). After a takeover that found messages
+	// pending elsewhere, and whenever a delivery went to another
+	// subscriber, a message runs only when it is the oldest of its item
+	// left in the stream (order.go): older ones are deleted as superseded,
+	// and a message no longer in the stream is not run.
 	Ordered bool
 	// KeepOlder (ordered stages, optional) says, of an older message found
 	// in the stream, that it must not be deleted as superseded: it runs
@@ -81,11 +79,22 @@ type ConsumeConfig struct {
 // replicas × workers, not with the partition count, and a slow parent
 // blocks no other parent.
 //
-// A handler's NakWithDelay retries the message in place after the delay,
-// keeping its parent's turn: a redelivery through the server could let the
-// parent's next message overtake it. A handler's ctx is cancelled when the
-// replica loses the partition's lease; its settlement is then dropped and
-// the message goes to the new owner after AckWait.
+// The protocol (claims, renewals, handovers, the fence, cut-overs, the
+// checks after a takeover) is package ownership's pure state machine; this
+// is its driver: it performs the machine's effects (lease writes, consumer
+// calls, handler runs) and feeds their outcomes back. The machine is
+// called under one mutex that no network call ever holds, and its fence
+// runs from a timer: a slow JetStream API cannot delay it.
+//
+// A handler may write and settle only while its partition's lease holds:
+// its context is cancelled when the lease is lost (the fence), its Err
+// reads the clock against the lease (so a process resumed after a pause
+// longer than the lease sees it expired before any timer has run), and
+// LeaseValid checks it through derived contexts at the point of writing.
+// Ack is confirmed by the server (retried while the lease holds), so that
+// a parent's next message never runs while this one is still in the
+// stream. A handler's NakWithDelay retries the message in place after the
+// delay, keeping its parent's turn.
 func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Handler) error {
 	if c.Lease <= 0 {
 		c.Lease = OwnerLease
@@ -119,21 +128,23 @@ func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Han
 		return err
 	}
 	o := &owner{
-		js: js, kv: kv, c: c, h: h, n: n,
-		parts:   map[string]*partition{},
+		js: js, kv: kv, c: c, h: h,
+		parts:   map[ownership.Partition]*dpart{},
+		msgs:    map[uint64]*held{},
 		weights: map[string]int{},
-		held:    map[*held]struct{}{},
-		members: map[string]time.Time{},
-		wake:    make(chan struct{}, 1),
 		jobs:    make(chan job),
 		quit:    make(chan struct{}),
+		left:    make(chan struct{}),
 	}
 	weight := c.Weight
 	if weight == nil {
 		// Called by the queue under o.mu.
 		weight = func(ctrlID string) int { return o.weights[ctrlID] }
 	}
-	o.q = fairq.New[*held](fairq.Limits{PerGroup: c.PerController, Total: c.Total}, weight)
+	o.core = ownership.New(ownership.Config{
+		Member: c.Member, Lease: c.Lease, AckWait: c.AckWait, Ordered: c.Ordered,
+		Limits: fairq.Limits{PerGroup: c.PerController, Total: c.Total}, Weight: weight,
+	}, n, time.Now())
 	defer close(o.quit)
 	return o.run(ctx)
 }
@@ -153,58 +164,131 @@ func NewMemberID() string {
 	}, id)
 }
 
+// owner drives one replica's ownership.Core for a stage.
 type owner struct {
 	js jetstream.JetStream
 	kv jetstream.KeyValue
 	c  ConsumeConfig
 	h  Handler
 
+	// mu serializes the core and the driver state below. It is never
+	// held across a network call.
 	mu      sync.Mutex
-	q       *fairq.Queue[*held]
-	parts   map[string]*partition // by partition name (<N>-pNN)
-	held    map[*held]struct{}    // every message in hand: waiting or running
-	members map[string]time.Time
-	n       int            // the stream's partition count, read every lease tick
+	core    *ownership.Core
+	parts   map[ownership.Partition]*dpart
+	msgs    map[uint64]*held // every message in hand, by id
+	nextID  uint64
 	weights map[string]int // per controller, from the messages' weight extension
-	wake    chan struct{}
+	timer   *time.Timer
+	wake    time.Time // when timer fires
+	watchOK bool      // the member watch is running
+	wctx    context.Context
+	stopped bool // Stop was given to the core
+	left    chan struct{}
+
 	jobs    chan job      // to idle handler goroutines
 	quit    chan struct{} // closed when Consume returns: idle handlers exit
+	running sync.WaitGroup
 	// minBeat is the shortest keep-alive period of any partition (the
 	// consumers' AckWait may be shorter than this replica's setting).
 	minBeat atomic.Int64
-	running sync.WaitGroup
 }
 
-type partState int
+// dpart is the driver's side of a partition held here.
+type dpart struct {
+	id   ownership.Partition
+	name string // <N>-pNN: the consumer's name without prefix, the lease's last token
+	// until is the lease's deadline (unix nanoseconds; 0: not held):
+	// handlers write and settle only before it.
+	until atomic.Int64
+	// cur is the lease of the current consumption (its handlers'
+	// context).
+	cur   *lease
+	cc    jetstream.ConsumeContext
+	epoch uint64
+	beat  time.Duration // keep-alive period of its held messages
+	// busy counts consumptions starting or stopping: a reset waits for
+	// them, since a subscription still there when the consumer is reset
+	// would be delivered what the reset makes deliverable again.
+	busy sync.WaitGroup
+}
 
-const (
-	partWaiting   partState = iota // lease taken; waiting for a previous owner's messages
-	partActive                     // consuming
-	partReleasing                  // handing back: naks what arrives, waits for what runs
+// lease is what the handlers of one consumption of a partition hold: a
+// context the fence cancels, and the deadline.
+type lease struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	until  *atomic.Int64
+}
+
+func newLease(until *atomic.Int64) *lease {
+	l := &lease{until: until}
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	return l
+}
+
+var (
+	errFenced       = errors.New("partition lease lost: settlement dropped, the new owner gets the message")
+	errLeaseExpired = errors.New("partition lease not renewed in time")
 )
 
-type partition struct {
-	name     string    // <N>-pNN: the consumer's name without prefix, the lease's last token
-	n, p     int       // layout and index
-	rev      uint64    // lease revision
-	deadline time.Time // stop consuming by then unless renewed
-	state    partState
-	since    time.Time
-	cc       jetstream.ConsumeContext
-	ctx      context.Context // handlers' context
-	cancel   context.CancelFunc
-	beat     time.Duration // keep-alive period of its held messages
-	fenced   bool          // lease lost: drop every settlement
-	running  int
-	idle     chan struct{} // closed when running drops to 0 while releasing
+// valid reports whether the lease holds now; if its deadline has passed,
+// it ends it at once (the fence may not have run yet).
+func (l *lease) valid() error {
+	if l.ctx.Err() != nil {
+		return errFenced
+	}
+	if time.Now().UnixNano() >= l.until.Load() {
+		l.cancel(errLeaseExpired)
+		return errFenced
+	}
+	return nil
+}
+
+// leaseCtx is a handler's context: cancelled by the fence, and expired by
+// the clock as soon as the lease's deadline has passed, whether or not the
+// fence has run yet (after a process pause, handlers may run before any
+// timer). Its Err reads the clock (ending the lease, which closes Done
+// first, as the context contract wants).
+type leaseCtx struct {
+	context.Context
+	l *lease
+}
+
+type leaseKey struct{}
+
+func (c leaseCtx) Err() error {
+	_ = c.l.valid()
+	return c.Context.Err()
+}
+
+func (c leaseCtx) Value(k any) any {
+	if k == (leaseKey{}) {
+		return c.l
+	}
+	return c.Context.Value(k)
+}
+
+// LeaseValid reports whether ctx (or a context derived from it) belongs
+// to a Consume handler whose partition lease no longer holds: a handler
+// checks it right before each write, since a derived context learns of the
+// lease's end only once the fence has run. Contexts of anything else are
+// always valid.
+func LeaseValid(ctx context.Context) error {
+	if l, ok := ctx.Value(leaseKey{}).(*lease); ok {
+		return l.valid()
+	}
+	return nil
 }
 
 // held is one message in hand. Its methods settle through the real
-// message unless the partition was fenced.
+// message only while the partition's lease holds.
 type held struct {
 	jetstream.Msg
 	o        *owner
-	part     *partition
+	id       uint64
+	part     *dpart
+	lease    *lease
 	group    string
 	key      string
 	seq      uint64
@@ -213,26 +297,38 @@ type held struct {
 	settled  bool
 }
 
-var errFenced = errors.New("partition lease lost: settlement dropped, the new owner gets the message")
-
-func (m *held) fenced() bool {
-	m.o.mu.Lock()
-	defer m.o.mu.Unlock()
-	return m.part.fenced
+// Ack acknowledges the message and waits for the server to confirm it,
+// trying again while the lease holds: a lost ack must neither let the
+// parent's next message run while this one is still in the stream (it
+// would come back after it) nor cost a delivery.
+func (m *held) Ack() error {
+	wait := 50 * time.Millisecond
+	for {
+		if err := m.lease.valid(); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), min(apiTimeout, m.o.c.Lease/5))
+		err := m.Msg.DoubleAck(ctx)
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+			m.settled = true
+			return nil
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, time.Second)
+	}
 }
 
+func (m *held) DoubleAck(context.Context) error { return m.Ack() }
+
 func (m *held) settle(f func() error) error {
-	if m.fenced() {
-		return errFenced
+	if err := m.lease.valid(); err != nil {
+		return err
 	}
 	m.settled = true
 	return f()
 }
 
-func (m *held) Ack() error { return m.settle(m.Msg.Ack) }
-func (m *held) DoubleAck(ctx context.Context) error {
-	return m.settle(func() error { return m.Msg.DoubleAck(ctx) })
-}
 func (m *held) Term() error { return m.settle(m.Msg.Term) }
 func (m *held) TermWithReason(r string) error {
 	return m.settle(func() error { return m.Msg.TermWithReason(r) })
@@ -241,8 +337,8 @@ func (m *held) TermWithReason(r string) error {
 // Nak and NakWithDelay retry in place (see Consume).
 func (m *held) Nak() error { return m.NakWithDelay(100 * time.Millisecond) }
 func (m *held) NakWithDelay(d time.Duration) error {
-	if m.fenced() {
-		return errFenced
+	if err := m.lease.valid(); err != nil {
+		return err
 	}
 	if d <= 0 {
 		d = 100 * time.Millisecond
@@ -251,8 +347,8 @@ func (m *held) NakWithDelay(d time.Duration) error {
 	return nil
 }
 func (m *held) InProgress() error {
-	if m.fenced() {
-		return errFenced
+	if err := m.lease.valid(); err != nil {
+		return err
 	}
 	return m.Msg.InProgress()
 }
@@ -267,508 +363,561 @@ func NewerQueued(ctx context.Context) bool {
 	return v
 }
 
-func (o *owner) poke() {
-	select {
-	case o.wake <- struct{}{}:
-	default:
+// --- the driver ---
+
+// update runs f on the core under the lock, then performs its effects.
+func (o *owner) update(f func(c *ownership.Core, now time.Time)) {
+	o.mu.Lock()
+	f(o.core, time.Now())
+	o.flushLocked()
+	o.mu.Unlock()
+}
+
+// flushLocked performs the core's effects: local ones at once (the
+// deadline, cancellation, handler runs, dropped messages), network calls
+// in goroutines of their own. Then it arms the timer for the core's next
+// tick.
+func (o *owner) flushLocked() {
+	for {
+		effs := o.core.Ready()
+		if len(effs) == 0 {
+			break
+		}
+		for _, e := range effs {
+			o.effect(e)
+		}
+	}
+	if o.core.Left() {
+		select {
+		case <-o.left:
+		default:
+			close(o.left)
+		}
+		if o.timer != nil {
+			o.timer.Stop()
+		}
+		return
+	}
+	w := o.core.Wake()
+	if o.timer == nil {
+		o.wake = w
+		o.timer = time.AfterFunc(time.Until(w), o.tick)
+		return
+	}
+	if !w.Equal(o.wake) {
+		o.wake = w
+		o.timer.Reset(time.Until(w))
+	}
+}
+
+// tick is the timer's: the fence, renewals, the balance. It takes nothing
+// but the lock, which no network call holds.
+func (o *owner) tick() {
+	o.mu.Lock()
+	o.wake = time.Time{}
+	o.core.Tick(time.Now())
+	if !o.watchOK && !o.stopped && o.wctx != nil {
+		o.watchOK = true
+		go o.watchMembers(o.wctx, nil)
+	}
+	o.flushLocked()
+	o.mu.Unlock()
+}
+
+// part returns the driver state of p, creating it.
+func (o *owner) part(p ownership.Partition) *dpart {
+	dp := o.parts[p]
+	if dp == nil {
+		dp = &dpart{id: p, name: PartitionConsumerName("", p.N, p.P)}
+		dp.cur = newLease(&dp.until)
+		dp.cur.cancel(errFenced) // not consuming yet
+		o.parts[p] = dp
+	}
+	return dp
+}
+
+func (o *owner) effect(e ownership.Effect) {
+	switch e.Kind {
+	case ownership.Deadline:
+		dp := o.part(e.Part)
+		if e.Until.IsZero() {
+			dp.until.Store(0)
+			dp.cur.cancel(errFenced)
+		} else {
+			dp.until.Store(e.Until.UnixNano())
+		}
+	case ownership.Cancel:
+		o.part(e.Part).cur.cancel(errFenced)
+	case ownership.Run:
+		hm := o.msgs[e.ID]
+		o.running.Add(1)
+		o.start(job{hm, e.Newer, e.Check})
+	case ownership.Drop, ownership.Nak:
+		for _, id := range e.IDs {
+			if hm := o.msgs[id]; hm != nil {
+				delete(o.msgs, id)
+				if e.Kind == ownership.Nak {
+					_ = hm.Msg.Nak()
+				}
+			}
+		}
+	case ownership.Consume:
+		dp := o.part(e.Part)
+		dp.epoch = e.Epoch
+		dp.cur = newLease(&dp.until)
+		dp.busy.Add(1)
+		go o.consume(dp, e.Epoch)
+	case ownership.StopConsume:
+		dp := o.part(e.Part)
+		if cc := dp.cc; cc != nil && dp.epoch == e.Epoch {
+			dp.cc = nil
+			dp.busy.Add(1)
+			go func() { defer dp.busy.Done(); stop(cc) }()
+		}
+	case ownership.ReadLayout:
+		go o.readLayout(e.Read)
+	case ownership.RenewMember:
+		go o.renewMember()
+	case ownership.Leave:
+		go o.leave()
+	case ownership.Claim:
+		go o.claim(e.Part)
+	case ownership.Renew:
+		go o.renew(e.Leases)
+	case ownership.Open:
+		go o.open(e.Part, false)
+	case ownership.ReadFloor:
+		go o.open(e.Part, true)
+	case ownership.Reset:
+		go o.reset(o.part(e.Part))
+	case ownership.DeleteLease:
+		go o.deleteLease(e.Part, e.Rev)
+	case ownership.Recover:
+		go o.recover(e.Part, e.Rev)
 	}
 }
 
 func (o *owner) run(ctx context.Context) error {
-	watch, err := o.kv.Watch(ctx, memberKey(o.c.Stage, "*"))
-	if err != nil {
-		return fmt.Errorf("watch %s members: %w", o.c.Stage, err)
-	}
-	defer func() { _ = watch.Stop() }()
-	updates := watch.Updates()
 	// Join, and learn who else is there before claiming anything, so a
 	// replica joining a running stage takes only its share.
-	o.renewMember(ctx)
-	initial := time.NewTimer(2 * time.Second)
-	for done := false; !done; {
-		select {
-		case e, ok := <-updates:
-			if !ok || e == nil {
-				done = true
-				break
-			}
-			o.noteMember(e)
-		case <-initial.C:
-			done = true
-		case <-ctx.Done():
-			return nil
-		}
+	initial := make(chan struct{})
+	wctx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	o.mu.Lock()
+	o.watchOK, o.wctx = true, wctx
+	o.mu.Unlock()
+	go o.watchMembers(wctx, initial)
+	o.update(func(*ownership.Core, time.Time) {}) // the first member renewal
+	select {
+	case <-initial:
+	case <-time.After(2 * time.Second):
+	case <-ctx.Done():
+		o.mu.Lock()
+		o.stopped = true
+		o.mu.Unlock()
+		return nil
 	}
-	initial.Stop()
-
-	dctx, stopDispatch := context.WithCancel(context.Background())
-	dispatchDone := make(chan struct{})
-	go func() { defer close(dispatchDone); o.dispatch(dctx) }()
+	dctx, stopBeat := context.WithCancel(context.Background())
 	beatDone := make(chan struct{})
 	go func() { defer close(beatDone); o.heartbeat(dctx) }()
+	o.update(func(c *ownership.Core, now time.Time) { c.Begin(now) })
 
-	tick := time.NewTicker(o.c.Lease / 5)
-	defer tick.Stop()
-	// Deadlines are checked often and without network calls: a renewal
-	// stuck on an unreachable server must not delay the fence past the
-	// lease's expiry.
-	fence := time.NewTicker(max(o.c.Lease/20, 10*time.Millisecond))
-	defer fence.Stop()
-	o.balance(ctx)
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case e, ok := <-updates:
-			if !ok {
-				// The watch ended (server gone): renewals still fence us
-				// in time; watch again on the next tick.
-				updates = nil
-				continue
-			}
-			if e != nil && o.noteMember(e) {
-				o.balance(ctx)
-			}
-		case <-fence.C:
-			o.fenceExpired()
-		case <-tick.C:
-			if updates == nil {
-				if w, err := o.kv.Watch(ctx, memberKey(o.c.Stage, "*")); err != nil {
-					o.c.OnError(fmt.Errorf("watch %s members: %w", o.c.Stage, err))
-				} else {
-					_ = watch.Stop()
-					watch, updates = w, w.Updates()
-				}
-			}
-			o.renewMember(ctx)
-			o.renewLeases(ctx)
-			o.refreshLayout(ctx, 0)
-			o.balance(ctx)
-		}
-	}
+	<-ctx.Done()
 	// Hand every partition back, then leave. Leases are renewed until
 	// then: handlers still running must not lose them.
-	renewCtx, stopRenew := context.WithCancel(context.Background())
-	defer stopRenew()
-	go func() {
-		t := time.NewTicker(o.c.Lease / 5)
-		defer t.Stop()
-		for {
-			select {
-			case <-renewCtx.Done():
-				return
-			case <-t.C:
-				o.renewLeases(renewCtx)
-			}
-		}
-	}()
-	o.mu.Lock()
-	var all []*partition
-	for _, p := range o.parts {
-		all = append(all, p)
-	}
-	o.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, p := range all {
-		wg.Add(1)
-		go func() { defer wg.Done(); o.release(p) }()
-	}
-	wg.Wait()
+	o.update(func(c *ownership.Core, now time.Time) {
+		o.stopped = true
+		c.Stop(now)
+	})
+	<-o.left
 	o.running.Wait()
-	stopDispatch()
-	<-dispatchDone
+	stopBeat()
 	<-beatDone
-	dl, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = o.kv.Delete(dl, memberKey(o.c.Stage, o.c.Member))
 	return nil
 }
 
-// noteMember records a member update; it reports whether the member set
-// changed.
-func (o *owner) noteMember(e jetstream.KeyValueEntry) bool {
-	id := strings.TrimPrefix(e.Key(), "member."+o.c.Stage+".")
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	_, known := o.members[id]
-	if e.Operation() != jetstream.KeyValuePut {
-		delete(o.members, id)
-		return known
+// watchMembers feeds member puts and deletes to the core; initial (if not
+// nil) is closed once the current members have been read.
+func (o *owner) watchMembers(ctx context.Context, initial chan struct{}) {
+	defer func() {
+		o.mu.Lock()
+		o.watchOK = false
+		o.mu.Unlock()
+	}()
+	prefix := "member." + o.c.Stage + "."
+	w, err := o.kv.Watch(ctx, prefix+"*")
+	if err != nil {
+		if ctx.Err() == nil {
+			o.c.OnError(fmt.Errorf("watch %s members: %w", o.c.Stage, err))
+		}
+		return
 	}
-	o.members[id] = time.Now()
-	return !known
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e == nil {
+				if initial != nil {
+					close(initial)
+					initial = nil
+				}
+				continue
+			}
+			id := strings.TrimPrefix(e.Key(), prefix)
+			o.update(func(c *ownership.Core, now time.Time) {
+				if e.Operation() == jetstream.KeyValuePut {
+					c.MemberSeen(id, now)
+				} else {
+					c.MemberGone(id, now)
+				}
+			})
+		}
+	}
 }
 
-func (o *owner) renewMember(ctx context.Context) {
-	rctx, cancel := context.WithTimeout(ctx, o.c.Lease/5)
+func (o *owner) apiCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), o.c.Lease/5)
+}
+
+func (o *owner) renewMember() {
+	ctx, cancel := o.apiCtx()
 	defer cancel()
-	if _, err := o.kv.Put(rctx, memberKey(o.c.Stage, o.c.Member), []byte(o.c.Member)); err != nil && ctx.Err() == nil {
+	if _, err := o.kv.Put(ctx, memberKey(o.c.Stage, o.c.Member), []byte(o.c.Member)); err != nil {
 		o.c.OnError(fmt.Errorf("renew %s membership: %w", o.c.Stage, err))
 	}
 }
 
-// liveMembers are the members heard from within a lease, this one always.
-func (o *owner) liveMembers() []string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	out := []string{o.c.Member}
-	for id, seen := range o.members {
-		if id == o.c.Member {
-			continue
-		}
-		if time.Since(seen) > o.c.Lease {
-			delete(o.members, id)
-			continue
-		}
-		out = append(out, id)
-	}
-	return out
+func (o *owner) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = o.kv.Delete(ctx, memberKey(o.c.Stage, o.c.Member))
 }
 
-// renewLeases renews every lease held and fences the partitions whose
-// lease is gone or whose deadline passed. A partition being handed back is
-// renewed too: its handlers may still run (up to AckWait), and the lease
-// must not expire under them.
-//
-// The renewals are pipelined: published at once as asynchronous
-// compare-and-set writes (what KeyValue.Update sends), then their
-// acknowledgements awaited. Renewals are nearly all an idle process does
-// (64 partitions per stage every Lease/5), and a goroutine, a timer and a
-// request round trip for each made an idle all-in-one spend several times
-// the CPU of the writes themselves.
-func (o *owner) renewLeases(ctx context.Context) {
-	type renewal struct {
-		p    *partition
-		sent time.Time
-		ack  jetstream.PubAckFuture
-		rev  uint64
-		err  error
+func (o *owner) readLayout(read uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	defer cancel()
+	n, err := StreamPartitions(ctx, o.js, o.c.Stream)
+	if err != nil {
+		o.c.OnError(err)
 	}
-	o.mu.Lock()
-	rs := make([]renewal, 0, len(o.parts))
-	for _, p := range o.parts {
-		rs = append(rs, renewal{p: p, rev: p.rev}) // rev: held, then renewed
+	o.update(func(c *ownership.Core, now time.Time) { c.LayoutRead(read, n, err, now) })
+}
+
+func (o *owner) leaseKey(p ownership.Partition) string {
+	return leaseKeyOf(o.c.Stage, PartitionConsumerName("", p.N, p.P))
+}
+
+// ours rewrites key if it still names member: a refused conditional write
+// may have been member's own earlier write, applied by the server after
+// its reply was lost.
+func ours(ctx context.Context, kv jetstream.KeyValue, member, key string) (uint64, ownership.Outcome) {
+	cur, err := kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+		return 0, ownership.Taken
+	case err != nil:
+		return 0, ownership.Failed
+	case string(cur.Value()) != member:
+		return 0, ownership.Taken
 	}
-	o.mu.Unlock()
-	for i := range rs {
-		r := &rs[i]
-		r.sent = time.Now()
-		r.ack, r.err = o.js.PublishMsgAsync(&nats.Msg{Subject: kvPutSubject(leaseKeyOf(o.c.Stage, r.p.name)), Data: []byte(o.c.Member)},
-			jetstream.WithExpectLastSequencePerSubject(r.rev))
+	rev, err := kv.Update(ctx, key, []byte(member), cur.Revision())
+	switch {
+	case err == nil:
+		return rev, ownership.OK
+	case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyNotFound):
+		return 0, ownership.Taken
+	default:
+		return 0, ownership.Failed
 	}
-	wait := time.NewTimer(o.c.Lease / 5)
-	defer wait.Stop()
-	expired := false
-	for i := range rs {
-		r := &rs[i]
-		if r.err != nil {
-			continue
+}
+
+func (o *owner) claim(p ownership.Partition) {
+	ctx, cancel := o.apiCtx()
+	defer cancel()
+	key := o.leaseKey(p)
+	sent := time.Now()
+	rev, err := o.kv.Create(ctx, key, []byte(o.c.Member))
+	out := ownership.OK
+	switch {
+	case err == nil:
+	case errors.Is(err, jetstream.ErrKeyExists):
+		if rev, out = ours(ctx, o.kv, o.c.Member, key); out == ownership.OK {
+			out = ownership.Regained
 		}
-		if expired {
-			r.err = context.DeadlineExceeded
+	default:
+		out = ownership.Failed
+		o.c.OnError(fmt.Errorf("claim %s partition %s: %w", o.c.Stage, p, err))
+	}
+	o.update(func(c *ownership.Core, now time.Time) { c.ClaimDone(p, rev, out, sent, now) })
+}
+
+func (o *owner) recover(p ownership.Partition, rev uint64) {
+	ctx, cancel := o.apiCtx()
+	defer cancel()
+	key := o.leaseKey(p)
+	sent := time.Now()
+	nrev, err := o.kv.Update(ctx, key, []byte(o.c.Member), rev)
+	out := ownership.OK
+	switch {
+	case err == nil:
+	case errors.Is(err, jetstream.ErrKeyExists):
+		nrev, out = ours(ctx, o.kv, o.c.Member, key)
+	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+		out = ownership.Taken
+	default:
+		out = ownership.Failed
+	}
+	o.update(func(c *ownership.Core, now time.Time) { c.RecoverDone(p, nrev, out, sent, now) })
+}
+
+func (o *owner) deleteLease(p ownership.Partition, rev uint64) {
+	ctx, cancel := o.apiCtx()
+	defer cancel()
+	if err := o.kv.Delete(ctx, o.leaseKey(p), jetstream.LastRevision(rev)); err != nil {
+		o.c.OnError(fmt.Errorf("hand back %s partition %s: %w", o.c.Stream, p, err))
+	}
+	o.update(func(c *ownership.Core, now time.Time) { c.ReleaseDone(p, now) })
+}
+
+// renew renews the leases at once: pipelined asynchronous compare-and-set
+// writes (what KeyValue.Update sends), then their acknowledgements
+// awaited. Renewals are nearly all an idle process does (64 partitions per
+// stage every Lease/5), and a goroutine, a timer and a request round trip
+// for each made an idle all-in-one spend several times the CPU of the
+// writes themselves.
+func (o *owner) renew(ls []ownership.Lease) {
+	sent := time.Now()
+	rs := renewLeases(o.js, o.kv, o.c.Stage, o.c.Member, ls, o.c.Lease/5)
+	for i, r := range rs {
+		if r.Out == ownership.Taken {
+			o.c.OnError(fmt.Errorf("lease of %s partition %s lost", o.c.Stage, ls[i].Part))
+		}
+	}
+	o.update(func(c *ownership.Core, now time.Time) { c.RenewDone(rs, sent, now) })
+}
+
+// renewLeases renews leases of member in stage, waiting at most wait for
+// the answers.
+func renewLeases(js jetstream.JetStream, kv jetstream.KeyValue, stage, member string, ls []ownership.Lease, wait time.Duration) []ownership.Renewal {
+	type pending struct {
+		ack jetstream.PubAckFuture
+		err error
+	}
+	ps := make([]pending, len(ls))
+	rs := make([]ownership.Renewal, len(ls))
+	for i, l := range ls {
+		rs[i] = ownership.Renewal{Part: l.Part, Out: ownership.Failed}
+		ps[i].ack, ps[i].err = js.PublishMsgAsync(&nats.Msg{Subject: kvPutSubject(leaseKeyOf(stage, PartitionConsumerName("", l.Part.N, l.Part.P))), Data: []byte(member)},
+			jetstream.WithExpectLastSequencePerSubject(l.Rev))
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	expired := false
+	for i := range ls {
+		p := &ps[i]
+		if p.err != nil || expired {
 			continue
 		}
 		select {
-		case pa := <-r.ack.Ok():
-			r.rev = pa.Sequence
-		case err := <-r.ack.Err():
-			r.err = err
-		case <-wait.C:
-			expired, r.err = true, context.DeadlineExceeded
-		case <-ctx.Done():
-			expired, r.err = true, ctx.Err()
+		case pa := <-p.ack.Ok():
+			rs[i].Out, rs[i].Rev = ownership.OK, pa.Sequence
+		case p.err = <-p.ack.Err():
+		case <-timer.C:
+			expired = true
 		}
 	}
-	for i := range rs {
-		r := &rs[i]
-		if errors.Is(r.err, jetstream.ErrKeyExists) {
-			// A revision mismatch may be our own renewal, applied by the
-			// server after its reply was lost: if the lease still names
-			// this replica, renew against what it holds.
-			rctx, cancel := context.WithTimeout(ctx, o.c.Lease/5)
-			if cur, gerr := o.kv.Get(rctx, leaseKeyOf(o.c.Stage, r.p.name)); gerr == nil && string(cur.Value()) == o.c.Member {
-				r.sent = time.Now()
-				r.rev, r.err = o.kv.Update(rctx, leaseKeyOf(o.c.Stage, r.p.name), []byte(o.c.Member), cur.Revision())
-			}
+	for i := range ls {
+		if err := ps[i].err; errors.Is(err, jetstream.ErrKeyExists) || isWrongSeq(err) {
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			rs[i].Rev, rs[i].Out = ours(ctx, kv, member, leaseKeyOf(stage, PartitionConsumerName("", ls[i].Part.N, ls[i].Part.P)))
 			cancel()
 		}
-		o.settleRenewal(ctx, r.p, r.sent, r.rev, r.err)
 	}
+	return rs
+}
+
+// isWrongSeq recognizes the refusal of a write conditional on the
+// subject's last sequence (a lease renewed by someone else, or by this
+// replica with its reply lost).
+func isWrongSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 // kvPutSubject is where a write of key in the lease bucket is published
 // (KeyValue.Put and Update publish there; metabus uses no JetStream domain).
 func kvPutSubject(key string) string { return "$KV." + OwnersBucket + "." + key }
 
-// settleRenewal records the outcome of one lease renewal sent at sent.
-func (o *owner) settleRenewal(ctx context.Context, p *partition, sent time.Time, rev uint64, err error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	switch {
-	case err == nil:
-		p.rev = rev
-		p.deadline = sent.Add(o.c.Lease * 3 / 5)
-	case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
-		o.c.OnError(fmt.Errorf("lease of %s partition %s lost: %w", o.c.Stage, p.name, err))
-		o.fenceLocked(p)
-	case time.Now().After(p.deadline):
-		o.c.OnError(fmt.Errorf("lease of %s partition %s not renewed in time: %w", o.c.Stage, p.name, err))
-		o.fenceLocked(p)
-	default:
-		if ctx.Err() == nil {
-			o.c.OnError(fmt.Errorf("renew lease of %s partition %s: %w", o.c.Stage, p.name, err))
-		}
-	}
-}
-
-// fenceExpired fences every partition whose renewal deadline has passed.
-func (o *owner) fenceExpired() {
-	now := time.Now()
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for _, p := range o.parts {
-		if now.After(p.deadline) {
-			o.c.OnError(fmt.Errorf("lease of %s partition %s not renewed in time: stopping its handlers", o.c.Stage, p.name))
-			o.fenceLocked(p)
-		}
-	}
-}
-
-// fenceLocked stops a partition whose lease is lost: no more messages, its
-// handlers cancelled, their settlements and its waiting messages dropped
-// (the server redelivers them to the new owner after AckWait).
-func (o *owner) fenceLocked(p *partition) {
-	if p.fenced {
-		return
-	}
-	p.fenced = true
-	o.c.released(true)
-	p.cancel()
-	if p.cc != nil {
-		p.cc.Stop()
-	}
-	for _, m := range o.q.Remove(func(_, _ string, m *held) bool { return m.part == p }) {
-		delete(o.held, m)
-	}
-	delete(o.parts, p.name)
-	if p.running == 0 && p.idle != nil {
-		close(p.idle)
-		p.idle = nil
-	}
-}
-
-// balance claims the partitions assigned to this replica that nobody
-// holds, starts consuming those whose previous owner is done, and hands
-// back the partitions assigned to another live member and those of a
-// layout no longer current (a partition-count cut-over, layout.go).
-func (o *owner) balance(ctx context.Context) {
-	if ctx.Err() != nil {
-		return
-	}
-	members := o.liveMembers()
-	o.mu.Lock()
-	n := o.n
-	var stale []*partition
-	for _, part := range o.parts {
-		if part.n != n && part.state != partReleasing {
-			stale = append(stale, part)
-		}
-	}
-	o.mu.Unlock()
-	for _, part := range stale {
-		go o.release(part)
-	}
-	for p, m := range Assign(members, n) {
-		name := PartitionConsumerName("", n, p)
-		o.mu.Lock()
-		part := o.parts[name]
-		o.mu.Unlock()
-		switch {
-		case part == nil && m == o.c.Member:
-			o.claim(ctx, n, p)
-		case part != nil && m != o.c.Member && part.state != partReleasing:
-			go o.release(part)
-		case part != nil && part.state == partWaiting:
-			o.startWhenClear(ctx, part)
-		}
-	}
-}
-
-// refreshLayout reads the stream's partition count; it reports whether it
-// is still n.
-func (o *owner) refreshLayout(ctx context.Context, n int) bool {
-	cur, err := StreamPartitions(ctx, o.js, o.c.Stream)
-	if err != nil {
-		if ctx.Err() == nil {
-			o.c.OnError(err)
-		}
-		return true // keep what we know; renewals still fence us
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.n = cur
-	return cur == n
-}
-
-func (o *owner) claim(ctx context.Context, n, p int) {
-	name := PartitionConsumerName("", n, p)
-	key := leaseKeyOf(o.c.Stage, name)
-	cctx, cancel := context.WithTimeout(ctx, o.c.Lease/5)
+// open reads a partition's consumer state (for Open, or for the ack
+// floor of a tainted partition).
+func (o *owner) open(p ownership.Partition, floor bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 	defer cancel()
-	sent := time.Now()
-	rev, err := o.kv.Create(cctx, key, []byte(o.c.Member))
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		// Our own earlier claim whose reply was lost still names us.
-		if cur, gerr := o.kv.Get(cctx, key); gerr == nil && string(cur.Value()) == o.c.Member {
-			rev, err = o.kv.Update(cctx, key, []byte(o.c.Member), cur.Revision())
+	name := o.c.Prefix + PartitionConsumerName("", p.N, p.P)
+	var st ownership.ConsumerState
+	cons, err := o.js.Consumer(ctx, o.c.Stream, name)
+	var info *jetstream.ConsumerInfo
+	if err == nil {
+		info = cons.CachedInfo()
+		if floor {
+			info, err = cons.Info(ctx)
 		}
 	}
-	if err != nil {
-		if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
-			o.c.OnError(fmt.Errorf("claim %s partition %s: %w", o.c.Stage, name, err))
-		}
-		return // held by another replica until it hands it back or expires
-	}
-	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
-	part := &partition{name: name, n: n, p: p, rev: rev, deadline: sent.Add(o.c.Lease * 3 / 5), state: partWaiting, since: time.Now(), ctx: hctx, cancel: hcancel}
-	o.mu.Lock()
-	o.parts[name] = part
-	o.c.claimed()
-	o.mu.Unlock()
-	// Read the layout again after claiming: a cut-over that began before
-	// the claim must not find this lease unused yet consumed (layout.go).
-	if !o.refreshLayout(ctx, n) {
-		go o.release(part)
-		return
-	}
-	o.startWhenClear(ctx, part)
-}
-
-// startWhenClear starts consuming a claimed partition, except for an
-// ordered stream whose previous owner still has unacknowledged messages:
-// those come back first (redeliveries precede new messages) once their
-// AckWait has run out, so the partition waits until then or until they
-// are acknowledged.
-func (o *owner) startWhenClear(ctx context.Context, part *partition) {
-	cons, err := o.js.Consumer(ctx, o.c.Stream, o.c.Prefix+part.name)
-	if err != nil {
+	if err == nil {
+		st = ownership.ConsumerState{AckPending: info.NumAckPending, Delivered: info.Delivered.Stream,
+			DeliveredSeq: info.Delivered.Consumer, AckFloor: info.AckFloor.Stream}
+	} else if !floor && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		// A cut-over's new consumers appear once the old partitions are
 		// handed back: not an error until then.
-		if ctx.Err() == nil && (!errors.Is(err, jetstream.ErrConsumerNotFound) || time.Since(part.since) > 2*o.c.Lease) {
-			o.c.OnError(fmt.Errorf("open consumer %s/%s: %w", o.c.Stream, o.c.Prefix+part.name, err))
+		o.c.OnError(fmt.Errorf("open consumer %s/%s: %w", o.c.Stream, name, err))
+	}
+	o.update(func(c *ownership.Core, now time.Time) {
+		if floor {
+			c.FloorRead(p, st, err, now)
+			return
 		}
+		if err == nil {
+			// Heartbeats follow the consumer's real AckWait: streams
+			// created by another process may use a shorter one.
+			dp := o.part(p)
+			dp.beat = o.c.AckWait
+			if aw := info.Config.AckWait; aw > 0 && aw < dp.beat {
+				dp.beat = aw
+			}
+			if cur := time.Duration(o.minBeat.Load()); cur == 0 || dp.beat < cur {
+				o.minBeat.Store(int64(dp.beat))
+			}
+		}
+		c.OpenDone(p, st, err, now)
+	})
+}
+
+// stop stops a consumption and waits (a few seconds at most) until its
+// subscription is gone: the server then delivers it nothing more.
+func stop(cc jetstream.ConsumeContext) {
+	cc.Stop()
+	select {
+	case <-cc.Closed():
+	case <-time.After(apiTimeout):
+	}
+}
+
+// consume starts consumption epoch of dp.
+func (o *owner) consume(dp *dpart, epoch uint64) {
+	defer dp.busy.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	defer cancel()
+	name := o.c.Prefix + dp.name
+	failed := func(err error) {
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrConsumerDeleted) {
+			o.c.OnError(fmt.Errorf("consume %s partition %s: %w", o.c.Stream, dp.name, err))
+		}
+		o.update(func(c *ownership.Core, now time.Time) { c.ConsumeFailed(dp.id, epoch, now) })
+	}
+	cons, err := o.js.Consumer(ctx, o.c.Stream, name)
+	if err != nil {
+		failed(err)
 		return
 	}
-	// The consumer's real AckWait: streams created by another process
-	// may use a shorter one than this replica's setting. Heartbeats
-	// follow it, and so does the wait for a previous owner's messages.
-	beat := o.c.AckWait
-	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 && info.Config.AckWait < beat {
-		beat = info.Config.AckWait
-	}
-	if o.c.Ordered && time.Since(part.since) < beat {
-		if info := cons.CachedInfo(); info != nil && info.NumAckPending > 0 {
-			return // checked again on the next tick
-		}
-	}
-	o.mu.Lock()
-	if part.fenced || part.state != partWaiting {
-		o.mu.Unlock()
-		return
-	}
-	part.state = partActive
-	part.beat = beat
-	if cur := time.Duration(o.minBeat.Load()); cur == 0 || beat < cur {
-		o.minBeat.Store(int64(beat))
-	}
-	o.mu.Unlock()
-	cc, err := cons.Consume(func(m jetstream.Msg) { o.receive(part, m) },
+	var once sync.Once
+	cc, err := cons.Consume(func(m jetstream.Msg) { o.receive(dp, epoch, m) },
 		jetstream.PullMaxMessages(256),
 		// A short pull expiry bounds how long a partition can sit idle
 		// when the server loses a pull request.
 		jetstream.PullExpiry(5*time.Second),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
-				o.c.OnError(fmt.Errorf("consume %s partition %s: %w", o.c.Stream, part.name, err))
+		jetstream.ConsumeErrHandler(func(cc jetstream.ConsumeContext, err error) {
+			switch {
+			case errors.Is(err, jetstream.ErrNoHeartbeat):
+			case errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound):
+				once.Do(func() { cc.Stop(); go failed(err) })
+			default:
+				o.c.OnError(fmt.Errorf("consume %s partition %s: %w", o.c.Stream, dp.name, err))
 			}
 		}))
-	o.mu.Lock()
-	defer o.mu.Unlock()
 	if err != nil {
-		part.state = partWaiting
-		o.c.OnError(fmt.Errorf("consume %s partition %s: %w", o.c.Stream, part.name, err))
+		failed(err)
 		return
 	}
-	part.cc = cc
-	if part.fenced || part.state == partReleasing {
-		cc.Drain()
+	o.mu.Lock()
+	if dp.epoch == epoch && o.core.Consuming(dp.id, epoch) {
+		dp.cc = cc
+		o.mu.Unlock()
+		return
 	}
+	o.mu.Unlock()
+	stop(cc) // stopped meanwhile
 }
 
-func (o *owner) receive(part *partition, m jetstream.Msg) {
+func (o *owner) receive(dp *dpart, epoch uint64, m jetstream.Msg) {
 	_, ctrlID, parentUID, err := ParseStoredSubject(m.Subject())
 	if err != nil {
 		o.c.OnError(err)
 		_ = m.TermWithReason("unparsable subject")
 		return
 	}
-	seq, _, err := Meta(m)
+	md, err := m.Metadata()
 	if err != nil {
 		o.c.OnError(err)
-		_ = m.NakWithDelay(time.Second)
-		return
+		return // redelivered after AckWait
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	switch {
-	case part.fenced:
-		return // redelivered to the new owner after AckWait
-	case part.state == partReleasing:
-		_ = m.Nak() // to the next owner at once
-		return
-	}
 	if w := WeightOf(m.Headers()); w > 1 {
 		o.weights[ctrlID] = w
 	} else {
 		delete(o.weights, ctrlID)
 	}
+	o.nextID++
 	// parentUID is the whole parent token: a keyed item's <uid>~<key>
 	// (MapKeySep) makes its unit of serialization (parent, key), so keys
 	// of one parent in one partition run side by side, each in order.
-	hm := &held{Msg: m, o: o, part: part, group: ctrlID, key: ctrlID + "." + parentUID, seq: seq, lastBeat: time.Now()}
-	o.held[hm] = struct{}{}
-	o.q.Push(hm.group, hm.key, seq, hm)
-	o.poke()
+	hm := &held{Msg: m, o: o, id: o.nextID, part: dp, lease: dp.cur, group: ctrlID, key: ctrlID + "." + parentUID, seq: md.Sequence.Stream, lastBeat: time.Now()}
+	o.msgs[hm.id] = hm
+	o.core.Deliver(ownership.Msg{ID: hm.id, Part: dp.id, Epoch: epoch, Group: hm.group, Key: hm.key,
+		Seq: md.Sequence.Stream, DSeq: md.Sequence.Consumer}, time.Now())
+	o.flushLocked()
 }
 
-// dispatch starts every message the queue lets run.
-func (o *owner) dispatch(ctx context.Context) {
-	for {
-		o.mu.Lock()
-		for {
-			_, _, _, hm, ok := o.q.Next()
-			if !ok {
-				break
-			}
-			newer := o.q.HasWaiting(hm.key)
-			hm.part.running++
-			o.running.Add(1)
-			o.start(job{hm, newer})
-		}
-		o.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return
-		case <-o.wake:
+// reset resets a partition's consumer to its ack floor, if the lease still
+// holds when the request is sent (the point of writing).
+func (o *owner) reset(dp *dpart) {
+	dp.busy.Wait()
+	var err error
+	if time.Now().UnixNano() >= dp.until.Load() {
+		err = errLeaseExpired
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+		_, err = o.js.ResetConsumer(ctx, o.c.Stream, o.c.Prefix+dp.name)
+		cancel()
+		var apiErr *jetstream.APIError
+		switch {
+		case err == nil, errors.Is(err, jetstream.ErrConsumerNotFound):
+			err = nil // nothing left to give back
+		case errors.As(err, &apiErr):
+			// A server that cannot reset (before 2.14): hand the
+			// partition back anyway; what waited comes back after
+			// AckWait, as it did before.
+			o.c.OnError(fmt.Errorf("reset consumer %s/%s: %w", o.c.Stream, o.c.Prefix+dp.name, err))
+			err = nil
+		default:
+			o.c.OnError(fmt.Errorf("reset consumer %s/%s: %w", o.c.Stream, o.c.Prefix+dp.name, err))
 		}
 	}
+	o.update(func(c *ownership.Core, now time.Time) { c.ResetDone(dp.id, err, now) })
 }
+
+// --- handlers ---
 
 // job is one message to handle.
 type job struct {
 	hm    *held
 	newer bool
+	check bool
 }
 
 // workerIdle is how long a handler goroutine waits for the next message
@@ -791,7 +940,7 @@ func (o *owner) worker(j job) {
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
-		o.handle(j.hm, j.newer)
+		o.handle(j)
 		idle.Reset(workerIdle)
 		select {
 		case j = <-o.jobs:
@@ -803,13 +952,15 @@ func (o *owner) worker(j job) {
 	}
 }
 
-func (o *owner) handle(hm *held, newer bool) {
+func (o *owner) handle(j job) {
 	defer o.running.Done()
-	ctx := context.WithValue(hm.part.ctx, newerKey{}, newer)
+	hm := j.hm
+	ctx := context.WithValue(leaseCtx{Context: hm.lease.ctx, l: hm.lease}, newerKey{}, j.newer)
 	backoff := time.Duration(0)
-	for {
+	check := j.check && o.c.Ordered
+	for ctx.Err() == nil {
 		hm.retry = 0
-		if o.c.Ordered {
+		if check {
 			run, err := oldest(ctx, o.js, o.c.Stream, hm.Subject(), hm.seq, o.c.KeepOlder)
 			switch {
 			case err != nil:
@@ -819,12 +970,19 @@ func (o *owner) handle(hm *held, newer bool) {
 				hm.retry = time.Second
 			case !run:
 				hm.settled = true // gone from the stream: superseded
+			default:
+				check = false
 			}
 		}
 		if hm.retry == 0 && !hm.settled {
 			o.h(ctx, hm)
+			if !hm.settled && hm.retry == 0 {
+				// A handler that returned without settling: try again
+				// in place, as after a failure.
+				hm.retry = time.Second
+			}
 		}
-		if hm.retry == 0 || hm.settled || ctx.Err() != nil {
+		if hm.settled {
 			break
 		}
 		// In-place retry, keeping the parent's turn; growing while it
@@ -836,25 +994,11 @@ func (o *owner) handle(hm *held, newer bool) {
 		case <-ctx.Done():
 			t.Stop()
 		}
-		if ctx.Err() != nil {
-			break
-		}
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if !hm.settled && !hm.part.fenced && hm.retry == 0 && hm.part.ctx.Err() == nil {
-		// A handler that returned without settling: let the server
-		// redeliver it, as it would after a crash.
-		_ = hm.Msg.Nak()
-	}
-	delete(o.held, hm)
-	o.q.Done(hm.key)
-	hm.part.running--
-	if hm.part.running == 0 && hm.part.idle != nil {
-		close(hm.part.idle)
-		hm.part.idle = nil
-	}
-	o.poke()
+	o.update(func(c *ownership.Core, now time.Time) {
+		delete(o.msgs, hm.id)
+		c.Done(hm.id, now)
+	})
 }
 
 // heartbeat keeps every held message alive: the server must not redeliver
@@ -875,75 +1019,16 @@ func (o *owner) heartbeat(ctx context.Context) {
 		now := time.Now()
 		var due []*held
 		o.mu.Lock()
-		for hm := range o.held {
-			if now.Sub(hm.lastBeat) >= hm.part.beat/3 {
+		o.core.Held(now, func(id uint64) {
+			hm := o.msgs[id]
+			if hm != nil && now.Sub(hm.lastBeat) >= hm.part.beat/3 {
 				hm.lastBeat = now
 				due = append(due, hm)
 			}
-		}
+		})
 		o.mu.Unlock()
 		for _, hm := range due {
 			_ = hm.InProgress()
 		}
-	}
-}
-
-// release hands a partition back: stop pulling, return what waits (the
-// next owner gets it at once), let what runs finish (up to AckWait, then
-// fence it), and delete the lease so the next owner may claim it.
-func (o *owner) release(part *partition) {
-	o.mu.Lock()
-	if part.fenced || part.state == partReleasing {
-		o.mu.Unlock()
-		return
-	}
-	part.state = partReleasing
-	cc := part.cc
-	o.mu.Unlock()
-	if cc != nil {
-		cc.Drain() // buffered messages reach receive, which naks them
-		select {
-		case <-cc.Closed():
-		case <-time.After(o.c.AckWait):
-		}
-	}
-	o.mu.Lock()
-	waiting := o.q.Remove(func(_, _ string, m *held) bool { return m.part == part })
-	for _, m := range waiting {
-		delete(o.held, m)
-		_ = m.Msg.Nak()
-	}
-	var idle chan struct{}
-	if part.running > 0 {
-		part.idle = make(chan struct{})
-		idle = part.idle
-	}
-	o.mu.Unlock()
-	if idle != nil {
-		select {
-		case <-idle:
-		case <-time.After(o.c.AckWait):
-			o.mu.Lock()
-			o.fenceLocked(part)
-			o.mu.Unlock()
-			return // the lease expires on its own
-		}
-	}
-	o.mu.Lock()
-	fenced := part.fenced
-	rev := part.rev
-	delete(o.parts, part.name)
-	part.cancel()
-	if !fenced {
-		o.c.released(false)
-	}
-	o.mu.Unlock()
-	if fenced {
-		return
-	}
-	dctx, cancel := context.WithTimeout(context.Background(), o.c.Lease/5)
-	defer cancel()
-	if err := o.kv.Delete(dctx, leaseKeyOf(o.c.Stage, part.name), jetstream.LastRevision(rev)); err != nil {
-		o.c.OnError(fmt.Errorf("hand back %s partition %s: %w", o.c.Stream, part.name, err))
 	}
 }

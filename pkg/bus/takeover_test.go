@@ -343,13 +343,13 @@ func TestGracefulHandoverNoStall(t *testing.T) {
 	slow := func(replica string) Handler {
 		h := a.handler(replica, nil)
 		return func(ctx context.Context, m jetstream.Msg) {
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond)
 			h(ctx, m)
 		}
 	}
 	pub := Publisher{JS: js}
 	seq := uint64(0)
-	for i := 0; i < 20; i++ {
+	for i := 0; i < 40; i++ { // a backlog of 10 s for a alone
 		for _, p := range parentUIDs(10) {
 			seq++
 			if err := pub.PublishDesired(ctx, desired("c", p, seq)); err != nil {
@@ -365,7 +365,7 @@ func TestGracefulHandoverNoStall(t *testing.T) {
 	start := time.Now()
 	bDone := consumeDesired(ctx, jsB, b, ackWait, slow(b))
 	// b's first apply follows its join (2 s), a's handover (its running
-	// handlers, 50 ms) and a lease tick: far less than AckWait.
+	// handlers, 200 ms) and a lease tick: far less than AckWait.
 	waitFor(t, ackWait/2, b+" applies after the handover", func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
