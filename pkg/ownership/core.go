@@ -304,11 +304,11 @@ type Core struct {
 	// done is, per item, the newest message whose handler returned here
 	// lately: an older one delivered after it (a redelivery already on
 	// its way when it was acknowledged) is checked before it runs.
-	done        map[string]doneMark
-	begun       bool
-	stopping    bool
-	left        bool
-	effects     []Effect
+	done     map[string]doneMark
+	begun    bool
+	stopping bool
+	left     bool
+	effects  []Effect
 	// membersV counts changes of the live member set; mineV and mineN
 	// say which set and layout mineC was computed for.
 	membersV, mineV uint64
