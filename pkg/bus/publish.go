@@ -42,6 +42,9 @@ type Publisher struct {
 // PublishWork enqueues a work item. queued is false when the parent was
 // already queued (error 10077), which is success.
 func (p Publisher) PublishWork(ctx context.Context, item WorkItem) (queued bool, err error) {
+	if err := LeaseValid(ctx); err != nil {
+		return false, err // a handler whose partition moved on: the new owner publishes
+	}
 	token, err := parentToken(item.Parent.UID, item.MapKey)
 	if err != nil {
 		return false, fmt.Errorf("publish work item for %s: %w", item.Controller.ID(), err)
@@ -102,6 +105,9 @@ func desiredDedupID(id string, body []byte) string {
 // PublishDesired publishes a desired state. Call it before acking the work
 // item that produced it.
 func (p Publisher) PublishDesired(ctx context.Context, ds DesiredState) error {
+	if err := LeaseValid(ctx); err != nil {
+		return err // a handler whose partition moved on: the new owner publishes
+	}
 	token, err := parentToken(ds.Parent.UID, ds.MapKey)
 	if err != nil {
 		return fmt.Errorf("publish desired state for %s: %w", ds.Controller.ID(), err)
@@ -132,6 +138,9 @@ func (p Publisher) PublishDesired(ctx context.Context, ds DesiredState) error {
 // A later one is replaced. Schedules have second granularity; earlier
 // deadlines fire as soon as the server sees them.
 func (p Publisher) Schedule(ctx context.Context, item WorkItem, at time.Time) error {
+	if err := LeaseValid(ctx); err != nil {
+		return err
+	}
 	ctrlID := item.Controller.ID()
 	// A keyed item has its own schedule: a key's retry never replaces
 	// another key's, nor the per-parent resync.

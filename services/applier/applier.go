@@ -145,11 +145,15 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	if cfg.Strategy == apply.ServerSideApply {
 		log.Info("children are written with server-side apply", zap.String("fieldManager", cfg.FieldManager))
 	}
-	raw, err := newRawClient(deps.REST)
+	// Every write of a desired state is checked against the partition
+	// lease of the handler making it, right before it is sent.
+	writes := rest.CopyConfig(deps.REST)
+	writes.Wrap(bus.LeaseGuard)
+	raw, err := newRawClient(writes)
 	if err != nil {
 		return nil, err
 	}
-	dyn, err := dynamic.NewForConfig(deps.REST)
+	dyn, err := dynamic.NewForConfig(writes)
 	if err != nil {
 		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
