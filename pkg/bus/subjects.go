@@ -134,6 +134,10 @@ func StoredWorkSubject(ctrlID, parentUID string) string {
 	return storedSubject(workRoot, ctrlID, parentUID)
 }
 
+// StoredWorkFilter is a subject filter matching every work item of a
+// controller stored in MC_WORK, whatever its parent and slot.
+func StoredWorkFilter(ctrlID string) string { return workRoot + ".*.*." + ctrlID + ".*" }
+
 func storedSubject(root, ctrlID, parentUID string) string {
 	slot := Slot(ctrlID, parentUID)
 	return fmt.Sprintf("%s.%d.%d.%s.%s", root, slot%groups, slot, ctrlID, parentUID)

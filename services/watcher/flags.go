@@ -15,7 +15,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.CacheFlushInterval, "cache-flush-interval", 30*time.Minute, "how often every parent is resynced (repairs anything the bus lost)")
 	fs.StringVar(&c.TargetLabelSelector, "target-label-selector", "", "only serve controllers whose labels match this selector")
 	fs.IntVar(&c.PublishWorkers, "publish-workers", 8, "goroutines publishing work items to NATS")
-	fs.IntVar(&c.ResyncBacklog, "resync-backlog", 0, "resync items are published only while MC_WORK holds fewer messages than this, so real changes never wait behind a resync wave (0: 32, negative: unpaced)")
+	fs.IntVar(&c.ResyncBacklog, "resync-backlog", 0, "resync items of one controller are published only while fewer than this many of them are in MC_WORK, so real changes never wait behind a resync wave and no controller's backlog holds another's resyncs back (0: 32, negative: unpaced)")
 	fs.DurationVar(&c.SnapshotWait, "snapshot-freshness-wait", 2*time.Second, "how long a snapshot request waits for the cache to catch up before answering retry")
 	fs.BoolVar(&c.ServeSnapshots, "serve-snapshots", true, "serve the observed-state snapshot service on NATS")
 	fs.BoolVar(&c.LeaderElect, "leader-election", false, "publish work items only while holding a Lease (run several replicas for HA)")

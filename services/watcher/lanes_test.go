@@ -1,13 +1,16 @@
 package watcher
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
 
-// TestResyncLanes: the order in which the resync pacer gets waiting keys.
+// TestResyncLanes: the order in which the resync pacer gets waiting keys
+// of one controller (keys are "<ctrl>/..."; the cases name them without
+// the controller).
 func TestResyncLanes(t *testing.T) {
 	type add struct {
 		key, parent string
@@ -50,7 +53,7 @@ func TestResyncLanes(t *testing.T) {
 		t.Run(tc.reason, func(t *testing.T) {
 			q := newResyncLanes()
 			for _, a := range tc.adds {
-				q.add(a.key, a.parent, a.prompt)
+				q.add("c/"+a.key, "c/"+a.parent, a.prompt)
 			}
 			if got := q.len(); got != len(tc.want) {
 				t.Errorf("len = %d, want %d", got, len(tc.want))
@@ -61,12 +64,45 @@ func TestResyncLanes(t *testing.T) {
 				if shutdown {
 					t.Fatal("shut down while keys wait")
 				}
-				got = append(got, key)
+				got = append(got, strings.TrimPrefix(key, "c/"))
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("order (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestResyncLanesPerController: controllers take turns, and a controller
+// the pacer holds back (at its resync backlog) holds no other back.
+func TestResyncLanesPerController(t *testing.T) {
+	q := newResyncLanes()
+	for _, k := range []string{"a/1", "a/2", "a/3", "b/1", "b/2", "c/1"} {
+		q.add(k, k, false)
+	}
+	cases := []struct {
+		reason  string
+		blocked string
+		want    string
+	}{
+		{"the first controller's first key", "", "a/1"},
+		{"then the next controller's", "", "b/1"},
+		{"a controller held back is passed over", "c", "a/2"},
+		{"its turn comes when it is no longer held back", "a", "c/1"},
+		{"the others' turns go on", "", "b/2"},
+		{"the last controller with keys", "", "a/3"},
+	}
+	for _, c := range cases {
+		t.Run(c.reason, func(t *testing.T) {
+			got, ok := q.take(func(ctrl string) bool { return ctrl != c.blocked })
+			if !ok || got != c.want {
+				t.Errorf("take = %q, %v; want %q", got, ok, c.want)
+			}
+		})
+	}
+	q.add("a/4", "a/4", false)
+	if got, ok := q.take(func(string) bool { return false }); ok {
+		t.Errorf("take = %q with every controller held back, want nothing", got)
 	}
 }
 

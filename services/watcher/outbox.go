@@ -21,8 +21,9 @@ import (
 // outbox holds the work items waiting to be published, merged per unit of
 // work (a parent, or one map key of a keyed kind's parent: bus.ItemKey),
 // and publishes them: real changes through the paced publish queue,
-// resyncs through their own lanes, fed in only while MC_WORK's backlog is
-// low. Informer handlers only ever add to it; they never wait on NATS.
+// resyncs through their own lanes, fed in only while their controller has
+// few resyncs in MC_WORK. Informer handlers only ever add to it; they
+// never wait on NATS.
 type outbox struct {
 	log     *zap.Logger
 	pub     workPublisher
@@ -32,12 +33,12 @@ type outbox struct {
 	// publish): an update event that is a controller's own latest write is
 	// not published for it.
 	echoes *echo.Book
-	// resyncBacklog bounds MC_WORK's backlog while resyncs are fed in
+	// resyncBacklog bounds each controller's resync items in MC_WORK
 	// (Config.ResyncBacklog).
 	resyncBacklog int
 
 	// queue publishes real changes (and retries of failed publishes);
-	// resyncs publishes resyncs, paced by MC_WORK's backlog.
+	// resyncs publishes resyncs, paced per controller.
 	queue   workqueue.TypedRateLimitingInterface[string]
 	resyncs *resyncLanes
 
@@ -274,67 +275,163 @@ func (o *outbox) runPublisher(ctx context.Context) {
 			continue
 		}
 		o.pace.published(key, time.Now())
-		o.publish(ctx, key, item)
+		_ = o.publish(ctx, key, item)
 		o.queue.Done(key)
 	}
 }
 
-// runResyncPacer publishes resync items only while MC_WORK's backlog is
-// below the resync backlog, in the order the resync lanes give them.
+// Resync pacing defaults: a controller may have defaultResyncBacklog
+// resync items in MC_WORK at once, and all controllers together
+// resyncTotal (a cache flush of many controllers must not fill the
+// partitions' MaxAckPending, behind which real changes would wait on the
+// server). While every waiting resync is held back, the pacer looks at
+// MC_WORK again after resyncPollMin, doubling up to resyncPollMax; while
+// nothing waits, or something can go, it does not look at all.
+const (
+	defaultResyncBacklog = 32
+	resyncTotal          = 1024
+	resyncPollMin        = 50 * time.Millisecond
+	resyncPollMax        = time.Second
+)
+
+// resyncPacing counts, per controller, the resync items the pacer has put
+// in MC_WORK that may still be there (by stored subject).
+type resyncPacing struct {
+	perCtrl, total int
+	inflight       map[string]map[string]bool
+	n              int
+}
+
+// ready reports whether a controller's next resync may go.
+func (p *resyncPacing) ready(ctrl string) bool {
+	return p.n < p.total && len(p.inflight[ctrl]) < p.perCtrl
+}
+
+func (p *resyncPacing) sent(ctrl, subject string) {
+	set := p.inflight[ctrl]
+	if set == nil {
+		set = map[string]bool{}
+		p.inflight[ctrl] = set
+	}
+	if !set[subject] {
+		set[subject] = true
+		p.n++
+	}
+}
+
+// refresh forgets the resync items of ctrls that MC_WORK no longer holds
+// (a dispatcher took them: one stream info request per controller, listing
+// its subjects); it reports whether any went.
+func (p *resyncPacing) refresh(ctx context.Context, stream jetstream.Stream, ctrls []string) bool {
+	gone := false
+	for _, ctrl := range ctrls {
+		set := p.inflight[ctrl]
+		if len(set) == 0 {
+			continue
+		}
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(bus.StoredWorkFilter(ctrl)))
+		if err != nil {
+			continue
+		}
+		for subject := range set {
+			if info.State.Subjects[subject] == 0 {
+				delete(set, subject)
+				p.n--
+				gone = true
+			}
+		}
+		if len(set) == 0 {
+			delete(p.inflight, ctrl)
+		}
+	}
+	return gone
+}
+
+// runResyncPacer publishes resync items, in the order the resync lanes
+// give them, while their controller has fewer than the resync backlog of
+// them in MC_WORK (and all controllers fewer than resyncTotal): one
+// controller's backlog, even a hook hanging over thousands of parents,
+// never holds another controller's resyncs, first syncs or fan-outs back.
 func (o *outbox) runResyncPacer(ctx context.Context) {
 	limit := o.resyncBacklog
 	if limit == 0 {
-		limit = bus.DefaultPartitions / 2
+		limit = defaultResyncBacklog
+	}
+	pace := &resyncPacing{perCtrl: limit, total: max(limit, resyncTotal), inflight: map[string]map[string]bool{}}
+	ready := pace.ready
+	if limit < 0 {
+		ready = nil // unpaced
 	}
 	var stream jetstream.Stream
-	budget := 0
+	backoff := time.Duration(0)
 	for {
-		key, shutdown := o.resyncs.get()
-		if shutdown {
+		if key, ok := o.resyncs.take(ready); ok {
+			if item := o.takeResync(key); item != nil && o.publish(ctx, key, item) && ready != nil {
+				pace.sent(item.Controller.ID(), bus.StoredWorkSubjectKey(item.Controller.ID(), item.Parent.UID, item.MapKey))
+			}
+			continue
+		}
+		if o.resyncs.isClosed() || ctx.Err() != nil {
 			return
 		}
-		for limit > 0 && budget <= 0 && ctx.Err() == nil {
+		var poll <-chan time.Time
+		var t *time.Timer
+		if o.resyncs.len() > 0 {
+			// Everything waiting is held back: look again later.
+			backoff = min(max(2*backoff, resyncPollMin), resyncPollMax)
+			t = time.NewTimer(backoff)
+			poll = t.C
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-o.resyncs.notify:
+			if t != nil {
+				t.Stop()
+			}
+		case <-poll:
 			if stream == nil {
 				s, err := o.js.Stream(ctx, bus.WorkStream)
 				if err != nil {
-					time.Sleep(100 * time.Millisecond)
 					continue
 				}
 				stream = s
 			}
-			info, err := stream.Info(ctx)
-			if err != nil {
-				time.Sleep(100 * time.Millisecond)
-				continue
+			ctrls := o.resyncs.waiting()
+			if pace.n >= pace.total {
+				ctrls = ctrls[:0]
+				for ctrl := range pace.inflight {
+					ctrls = append(ctrls, ctrl)
+				}
 			}
-			if budget = limit - int(info.State.Msgs); budget <= 0 {
-				time.Sleep(20 * time.Millisecond)
+			if pace.refresh(ctx, stream, ctrls) {
+				backoff = 0
 			}
-		}
-		o.mu.Lock()
-		item := o.pending[key]
-		if item != nil && item.Reason == bus.ReasonResync {
-			delete(o.pending, key)
-			delete(o.suspects, key)
-		} else {
-			// Gone, or upgraded to a real change that the main queue
-			// publishes.
-			item = nil
-		}
-		o.mu.Unlock()
-		if item != nil {
-			o.publish(ctx, key, item)
-			budget--
 		}
 	}
+}
+
+// takeResync removes and returns the pending resync item of key (nil if it
+// went, or was upgraded to a real change that the main queue publishes).
+func (o *outbox) takeResync(key string) *bus.WorkItem {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	item := o.pending[key]
+	if item == nil || item.Reason != bus.ReasonResync {
+		return nil
+	}
+	delete(o.pending, key)
+	delete(o.suspects, key)
+	return item
 }
 
 // errReleaseRefused: a finalizer release found its parent's queue full.
 var errReleaseRefused = errors.New("finalizer release refused: parent already queued")
 
 // publish sends one work item; on failure it is put back (merged with
-// anything newer) and retried with backoff through the main queue.
-func (o *outbox) publish(ctx context.Context, key string, item *bus.WorkItem) {
+// anything newer) and retried with backoff through the main queue. It
+// reports whether the item is in MC_WORK (queued, or already queued).
+func (o *outbox) publish(ctx context.Context, key string, item *bus.WorkItem) bool {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	queued, err := o.pub.PublishWork(pctx, *item)
 	cancel()
@@ -352,6 +449,7 @@ func (o *outbox) publish(ctx context.Context, key string, item *bus.WorkItem) {
 		}
 		o.putBack(key, item)
 		o.queue.AddRateLimited(key)
+		return false
 	case queued:
 		o.metrics.published.WithLabelValues(item.Reason, "queued").Inc()
 		o.queue.Forget(key)
@@ -359,6 +457,7 @@ func (o *outbox) publish(ctx context.Context, key string, item *bus.WorkItem) {
 		o.metrics.published.WithLabelValues(item.Reason, "already_queued").Inc()
 		o.queue.Forget(key)
 	}
+	return true
 }
 
 // putBack returns an item whose publish failed to the pending items,

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/metabus/metabus/pkg/bus"
@@ -74,5 +76,83 @@ func TestResyncsNotHeldByAnotherControllersBacklog(t *testing.T) {
 	}
 	if n := pub.count("fresh"); n < 20 {
 		t.Errorf("%d of the new controller's 20 first syncs published beside another controller's backlog of 200", n)
+	}
+}
+
+// countingJS counts the stream information requests made through it.
+type countingJS struct {
+	jetstream.JetStream
+	infos *atomic.Int64
+}
+
+func (c countingJS) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	s, err := c.JetStream.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return countingStream{s, c.infos}, nil
+}
+
+type countingStream struct {
+	jetstream.Stream
+	infos *atomic.Int64
+}
+
+func (c countingStream) Info(ctx context.Context, opts ...jetstream.StreamInfoOpt) (*jetstream.StreamInfo, error) {
+	c.infos.Add(1)
+	return c.Stream.Info(ctx, opts...)
+}
+
+// TestResyncsPacedPerController (issue 24, defect 4): a controller's
+// resyncs go into MC_WORK up to its resync backlog, whatever else is
+// there, and wait for its own items to be taken; while they wait, the
+// pacer looks at the stream less and less often (it used to ask every
+// 20 ms), and not at all once nothing waits.
+func TestResyncsPacedPerController(t *testing.T) {
+	_, js := natstest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := bus.Ensure(ctx, js, bus.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	pub := &countingPublisher{pub: bus.Publisher{JS: js}, n: map[string]int{}}
+	var infos atomic.Int64
+	o := newOutbox(zap.NewNop(), pub, countingJS{js, &infos}, 0)
+	o.metrics = newMetrics(nil, nil)
+	defer o.shutDown()
+	go o.runResyncPacer(ctx)
+	busy := bus.ControllerRef{Kind: "CompositeController", Name: "busy"}
+	for i := 0; i < 50; i++ { // nobody consumes them
+		o.add(entry{ref: busy, parentRes: thingsRes, reason: bus.ReasonResync,
+			parent: testObject("example.com/v1", "Thing", "ns", fmt.Sprint(i), fmt.Sprintf("b-%04d", i), "1")})
+	}
+	time.Sleep(3 * time.Second)
+	if n := pub.count("busy"); n != defaultResyncBacklog {
+		t.Errorf("%d of the controller's 50 resyncs published with nothing consumed, want its backlog of %d", n, defaultResyncBacklog)
+	}
+	// 50 ms, then doubling to 1 s: about 6 looks in 3 s.
+	if n := infos.Load(); n > 10 {
+		t.Errorf("%d stream information requests in 3 s while the resyncs waited", n)
+	}
+	t.Logf("%d stream information requests in 3 s while 18 resyncs waited", infos.Load())
+	// A dispatcher takes the controller's items: the rest go.
+	st, err := js.Stream(ctx, bus.WorkStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for pub.count("busy") < 50 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := pub.count("busy"); n != 50 {
+		t.Errorf("%d of 50 resyncs published once the controller's items were taken", n)
+	}
+	before := infos.Load()
+	time.Sleep(1500 * time.Millisecond)
+	if n := infos.Load() - before; n != 0 {
+		t.Errorf("%d stream information requests while no resync waited", n)
 	}
 }

@@ -65,14 +65,16 @@ type Config struct {
 	TargetLabelSelector string
 	// PublishWorkers publish work items to NATS concurrently.
 	PublishWorkers int
-	// ResyncBacklog bounds how many work items may sit in MC_WORK while
-	// resync items are being published (0: 32; <0: unpaced).
-	// Real changes bypass it: a resync wave (cache flush, resyncPeriod,
-	// a new leader) is fed in as the dispatchers drain it, so a real
-	// change waits behind at most about one resync item in its partition
-	// instead of behind the whole wave (upstream #78). A keyed parent's
-	// change fanned out to its map keys is paced the same way, ahead of
-	// resync waves (resyncLanes).
+	// ResyncBacklog bounds how many resync items of one controller may
+	// sit in MC_WORK at once (0: 32; <0: unpaced). Real changes bypass
+	// it: a resync wave (cache flush, resyncPeriod, a new leader, a new
+	// controller's first sync) is fed in as the dispatchers drain it, so a
+	// real change waits behind at most about one resync item in its
+	// partition instead of behind the whole wave (upstream #78), and one
+	// controller's backlog (a hook that hangs) never holds another's
+	// resyncs back. A keyed parent's change fanned out to its map keys is
+	// paced the same way, ahead of its controller's resync waves
+	// (resyncLanes).
 	ResyncBacklog int
 	// SnapshotWait bounds how long a snapshot request waits for the cache to
 	// reach the requested resourceVersions before answering "retry".
