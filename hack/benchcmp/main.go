@@ -44,7 +44,12 @@
 //	    --workers), B's 100 updates again: p50/p99 ("beside hanging A",
 //	    an update not converged counts as >30000) and how many did not
 //	    reach their ConfigMap within 30s (so B6 takes up to 50 minutes when
-//	    every update stalls). The raw contender has no B6.
+//	    every update stalls); then, A still hanging, a DecoratorController
+//	    created for 20 existing labelled ConfigMaps (hook answering at
+//	    once, resyncPeriodSeconds 2): the time until all 20 are decorated
+//	    (its first full convergence) and the intervals between its hook
+//	    calls per ConfigMap over the next 12s (its resyncs), p50/p99. The
+//	    raw contender has no B6.
 //	B7  dispatcher replicas (issue #12, metabus only): a CompositeController
 //	    on a third CRD (Slow) whose sync hook answers after 200ms; for 1, 2
 //	    and 4 dispatchers (the all-in-one's own, plus bin/dispatcher
@@ -346,6 +351,8 @@ func allRows(cfg *config) []row {
 		row{key: "b6.hanging", label: "B6: A hook calls hanging at once", prec: 0},
 		row{key: "b6.beside.p50", pair: "b6.beside.p99", label: "B6: B beside hanging A p50/p99 ms", prec: 1},
 		row{key: "b6.stuck", label: fmt.Sprintf("B6: B updates not converged in %s", b6Cap), prec: 0},
+		row{key: "b6.new", label: fmt.Sprintf("B6: new DecoratorController beside hanging A: %d ConfigMaps decorated ms", b6Decorated), prec: 0},
+		row{key: "b6.resync.p50", pair: "b6.resync.p99", label: fmt.Sprintf("B6: its resync (%ds) beside hanging A: interval p50/p99 ms", b6Resync), prec: 0},
 	)
 	rows = append(rows, dispatcherRows("B7", "")...)
 	rows = append(rows, dispatcherRows("B8", fmt.Sprintf(", %d controllers", cfg.b8Controllers))...)

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -37,6 +38,15 @@ const (
 	// b6HookTimeout is A's webhook timeout (upstream's default, spelled
 	// out so both contenders use the same).
 	b6HookTimeout = "10s"
+	// b6Decorated are the existing labelled ConfigMaps a DecoratorController
+	// created beside the hanging A must annotate (issue 24).
+	b6Decorated = 20
+	// b6Resync is that controller's resyncPeriodSeconds, and b6ResyncFor
+	// how long its resyncs are watched.
+	b6Resync    = 2
+	b6ResyncFor = 12 * time.Second
+	// b6DecoratedCap bounds the wait for its first full convergence.
+	b6DecoratedCap = 3 * time.Minute
 )
 
 var stallGVR = schema.GroupVersionResource{Group: "bench.metabus.dev", Version: "v1", Resource: "stalls"}
@@ -224,7 +234,164 @@ func (r *run) b6(ctx context.Context) error {
 	r.logf("%s B6: B beside hanging A: p50 %.1f ms p99 %.1f ms, %d of %d not converged in %s; A: %d calls in flight, %d calls in all",
 		r.name, r.fig["b6.beside.p50"], r.fig["b6.beside.p99"], stuck, b6Updates, b6Cap, hang.inflight.Load(), hang.calls.Load())
 
+	if err := r.b6NewController(ctx); err != nil {
+		return err
+	}
+
 	// A stops hanging and goes away, so the controller stops promptly.
 	hang.unblock()
 	return r.cl.harness.Resource(ccGVR).Delete(ctx, "hang", metav1.DeleteOptions{})
+}
+
+// decoHook is the sync hook of B6's DecoratorController: it annotates the
+// ConfigMap at once and records when each ConfigMap's calls came.
+type decoHook struct {
+	srv *http.Server
+	url string
+	mu  sync.Mutex
+	at  map[string][]time.Time
+}
+
+func startDecoHook() (*decoHook, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	h := &decoHook{at: map[string][]time.Time{}}
+	h.url = "http://" + l.Addr().String() + "/sync"
+	h.srv = &http.Server{Handler: h}
+	go func() { _ = h.srv.Serve(l) }()
+	return h, nil
+}
+
+func (h *decoHook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var req hookRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	h.mu.Lock()
+	h.at[req.Object.Metadata.Name] = append(h.at[req.Object.Metadata.Name], time.Now())
+	h.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"annotations": map[string]any{b6DecoratedAnnotation: "yes"}})
+}
+
+const (
+	b6DecoratedLabel      = "bench.metabus.dev/b6-decorate"
+	b6DecoratedAnnotation = "bench.metabus.dev/decorated"
+)
+
+// b6NewController (issue 24) runs beside the hanging A: 20 existing
+// ConfigMaps labelled for a DecoratorController that is then created, with
+// a hook that annotates them at once and resyncPeriodSeconds 2. Figures:
+// the time from its creation until all 20 carry the annotation (its first
+// full convergence: the initial sync of a new controller, which metabus
+// paces as resyncs), and the intervals between successive hook calls per
+// ConfigMap over the next 12s (its resyncs).
+func (r *run) b6NewController(ctx context.Context) error {
+	cms := names("deco", b6Decorated)
+	for _, name := range cms {
+		cm := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": name, "labels": map[string]any{b6DecoratedLabel: "yes"}},
+		}}
+		if _, err := r.cl.harness.Resource(configMapGVR).Namespace(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create ConfigMap %s: %w", name, err)
+		}
+	}
+	hook, err := startDecoHook()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = hook.srv.Close() }()
+	dc := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "metacontroller.k8s.io/v1alpha1",
+		"kind":       "DecoratorController",
+		"metadata":   map[string]any{"name": "b6-decorate"},
+		"spec": map[string]any{
+			"resources": []any{map[string]any{
+				"apiVersion":    "v1",
+				"resource":      "configmaps",
+				"labelSelector": map[string]any{"matchLabels": map[string]any{b6DecoratedLabel: "yes"}},
+			}},
+			"resyncPeriodSeconds": b6Resync,
+			"hooks":               map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": hook.url}}},
+		},
+	}}
+	t0 := time.Now()
+	if _, err := r.cl.harness.Resource(dcGVR).Create(ctx, dc, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	defer func() {
+		_ = r.cl.harness.Resource(dcGVR).Delete(context.Background(), "b6-decorate", metav1.DeleteOptions{})
+	}()
+	decorated := 0
+	for time.Since(t0) < b6DecoratedCap {
+		list, err := r.cl.harness.Resource(configMapGVR).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: b6DecoratedLabel + "=yes"})
+		if err != nil {
+			return err
+		}
+		decorated = 0
+		for _, cm := range list.Items {
+			if cm.GetAnnotations()[b6DecoratedAnnotation] == "yes" {
+				decorated++
+			}
+		}
+		if decorated == b6Decorated {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	r.fig["b6.new"] = math.Inf(1)
+	if decorated == b6Decorated {
+		r.fig["b6.new"] = ms(time.Since(t0))
+	}
+	r.logf("%s B6: new DecoratorController beside hanging A: %d of %d ConfigMaps decorated after %s", r.name,
+		decorated, b6Decorated, time.Since(t0).Round(time.Millisecond))
+
+	// Its resyncs, every b6Resync seconds, while A still hangs.
+	from := time.Now()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(b6ResyncFor):
+	}
+	hook.mu.Lock()
+	var gaps []float64
+	resynced := 0
+	for _, name := range cms {
+		var prev time.Time
+		n := 0
+		for _, at := range hook.at[name] {
+			if at.Before(from) {
+				prev = at
+				continue
+			}
+			if !prev.IsZero() {
+				gaps = append(gaps, ms(at.Sub(prev)))
+			}
+			prev = at
+			n++
+		}
+		if n > 0 {
+			resynced++
+		}
+	}
+	hook.mu.Unlock()
+	// A ConfigMap never synced again counts as one gap of the whole span.
+	for range b6Decorated - resynced {
+		gaps = append(gaps, ms(b6ResyncFor))
+	}
+	r.fig["b6.resync.p50"], r.fig["b6.resync.p99"] = percentile(gaps, 50), percentile(gaps, 99)
+	r.logf("%s B6: its resyncPeriodSeconds=%d beside hanging A: %d of %d ConfigMaps synced again in %s, interval p50 %.0f ms p99 %.0f ms",
+		r.name, b6Resync, resynced, b6Decorated, b6ResyncFor, r.fig["b6.resync.p50"], r.fig["b6.resync.p99"])
+	for _, name := range cms {
+		_ = r.cl.harness.Resource(configMapGVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
+	}
+	return nil
 }
