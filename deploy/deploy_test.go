@@ -1626,7 +1626,16 @@ func TestNATSConfig(t *testing.T) {
 		{"APPLIER_NKEY", "publish", "mc.desired.cc-hello.4f1c", false},
 		{"APPLIER_NKEY", "publish", "mc.dlq.desired.cc-hello.4f1c", false},
 		{"APPLIER_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_WORK.work-64-p00", false},
-		{"APPLIER_NKEY", "publish", "$JS.API.STREAM.MSG.DELETE.MC_DESIRED", false},
+		// The oldest desired state of a parent, and older ones deleted as
+		// superseded after a takeover (issue 24).
+		{"APPLIER_NKEY", "publish", "$JS.API.STREAM.MSG.GET.MC_DESIRED", true},
+		{"APPLIER_NKEY", "publish", "$JS.API.STREAM.MSG.DELETE.MC_DESIRED", true},
+		{"APPLIER_NKEY", "publish", "$JS.API.STREAM.MSG.DELETE.MC_WORK", false},
+		// Handing a partition back resets its consumer (issue 24).
+		{"APPLIER_NKEY", "publish", "$JS.API.CONSUMER.RESET.MC_DESIRED.desired-64-p17", true},
+		{"APPLIER_NKEY", "publish", "$JS.API.CONSUMER.RESET.MC_WORK.work-64-p17", false},
+		{"DISPATCHER_NKEY", "publish", "$JS.API.CONSUMER.RESET.MC_WORK.work-64-p00", true},
+		{"DISPATCHER_NKEY", "publish", "$JS.API.CONSUMER.RESET.MC_DESIRED.desired-64-p00", false},
 		// revisions: the micro service (its subject, $SRV discovery and
 		// replies); callers request it, nobody else serves it.
 		{"REVISIONS_NKEY", "subscribe", "mc.svc.revisions", true},

@@ -977,9 +977,13 @@ func (o *owner) handle(j job) {
 		if hm.retry == 0 && !hm.settled {
 			o.h(ctx, hm)
 			if !hm.settled && hm.retry == 0 {
-				// A handler that returned without settling: try again
-				// in place, as after a failure.
-				hm.retry = time.Second
+				// A handler that returned without settling: the server
+				// redelivers it, as after a crash, counting the delivery
+				// (the core checks what follows in an ordered stage).
+				if hm.lease.valid() == nil {
+					_ = hm.Msg.Nak()
+				}
+				break
 			}
 		}
 		if hm.settled {
@@ -997,7 +1001,7 @@ func (o *owner) handle(j job) {
 	}
 	o.update(func(c *ownership.Core, now time.Time) {
 		delete(o.msgs, hm.id)
-		c.Done(hm.id, now)
+		c.Done(hm.id, hm.settled, now)
 	})
 }
 

@@ -251,6 +251,7 @@ type part struct {
 	// reopen: after the reset, consume again (a recovery still assigned).
 	reopen      bool
 	resetFailed bool
+	resetSince  time.Time // when resetting began
 }
 
 type msg struct {
@@ -620,7 +621,7 @@ func (c *Core) ClaimDone(id Partition, rev uint64, out Outcome, sent, now time.T
 	if out == Regained && !c.q.noRecover {
 		// What the forgotten ownership left pending is this one's to give
 		// back at no cost.
-		p.phase, p.reopen, p.consumed = resetting, true, true
+		p.phase, p.reopen, p.consumed, p.resetSince = resetting, true, true, now
 		c.emit(Effect{Kind: Reset, Part: id})
 		return
 	}
@@ -763,7 +764,7 @@ func (c *Core) drained(p *part) {
 		c.releaseLease(p)
 		return
 	}
-	p.phase = resetting
+	p.phase, p.resetSince = resetting, c.now
 	c.emit(Effect{Kind: Reset, Part: p.id})
 }
 
@@ -775,8 +776,14 @@ func (c *Core) ResetDone(id Partition, err error, now time.Time) {
 		return
 	}
 	if err != nil {
-		p.resetFailed = true // retried on the next tick while the lease holds
-		return
+		if now.Sub(p.resetSince) < c.cfg.AckWait {
+			p.resetFailed = true // retried on the next tick while the lease holds
+			return
+		}
+		// It cannot be reset (a server before 2.14, a user without the
+		// permission): go on without, after AckWait, the bound of a
+		// handover. What it left pending comes back after AckWait,
+		// counted, as before issue 24.
 	}
 	p.consumed = false
 	p.tainted, p.horizon = false, 0
@@ -901,7 +908,7 @@ func (c *Core) RecoverDone(id Partition, rev uint64, out Outcome, sent, now time
 	p.lost, p.cancelled = false, false
 	if p.consumed {
 		p.reopen = true
-		p.phase = resetting
+		p.phase, p.resetSince = resetting, now
 		c.emit(Effect{Kind: Reset, Part: id})
 		return
 	}
@@ -976,8 +983,13 @@ func (c *Core) dispatch() {
 	}
 }
 
-// Done reports that the handler of message id returned.
-func (c *Core) Done(id uint64, now time.Time) {
+// Done reports that the handler of message id returned; settled is false
+// when it returned without settling the message, which the driver then
+// gives back to the server (a handler's way of failing, counted against
+// MaxDeliver). The message then comes back after the item's next ones may
+// have run, so in an ordered stage the partition is checked from then on,
+// until the ack floor has passed it.
+func (c *Core) Done(id uint64, settled bool, now time.Time) {
 	c.now = now
 	m := c.msgs[id]
 	if m == nil {
@@ -985,10 +997,13 @@ func (c *Core) Done(id uint64, now time.Time) {
 	}
 	delete(c.msgs, id)
 	c.fq.Done(m.Key)
-	if m.Seq > c.done[m.Key].seq {
+	if settled && m.Seq > c.done[m.Key].seq {
 		c.done[m.Key] = doneMark{m.Seq, now}
 	}
 	p := m.p
+	if !settled && c.cfg.Ordered && !c.q.noOrderCheck && p.phase == active {
+		p.tainted, p.horizon = true, 0
+	}
 	p.running--
 	c.dispatch()
 	switch p.phase {

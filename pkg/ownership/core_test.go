@@ -152,7 +152,7 @@ func TestCoreTransitions(t *testing.T) {
 		{
 			reason: "a handler's return runs the item's next message",
 			before: steps(toActive, []step{deliver(1, 12, 1, "a"), deliver(2, 13, 2, "a")}),
-			last:   func(c *Core) { c.Done(1, t0) },
+			last:   func(c *Core) { c.Done(1, true, t0) },
 			want:   []string{"Run 2"},
 		},
 		{
@@ -187,8 +187,15 @@ func TestCoreTransitions(t *testing.T) {
 		{
 			reason:  "an older message of an item delivered after a newer one ran here is checked",
 			ordered: true,
-			before:  steps(toActive, []step{deliver(1, 5, 1, "a"), func(c *Core) { c.Done(1, t0) }}),
+			before:  steps(toActive, []step{deliver(1, 5, 1, "a"), func(c *Core) { c.Done(1, true, t0) }}),
 			last:    deliver(2, 4, 2, "a"),
+			want:    []string{"Run 2 checked"},
+		},
+		{
+			reason:  "a message given back unsettled (a handler's failure) makes an ordered partition check what follows",
+			ordered: true,
+			before:  steps(toActive, []step{deliver(1, 5, 1, "a"), deliver(2, 6, 2, "a")}),
+			last:    func(c *Core) { c.Done(1, false, t0) },
 			want:    []string{"Run 2 checked"},
 		},
 		{
@@ -200,7 +207,7 @@ func TestCoreTransitions(t *testing.T) {
 		{
 			reason: "once its handlers are done, it resets the consumer (what it dropped is delivered again at once, uncounted)",
 			before: steps(toActive, []step{deliver(1, 5, 1, "a"), deliver(2, 6, 2, "a"), func(c *Core) { c.MemberSeen(winner(), t0) }}),
-			last:   func(c *Core) { c.Done(1, t0) },
+			last:   func(c *Core) { c.Done(1, true, t0) },
 			want:   []string{"Reset 1-p00"},
 		},
 		{
@@ -216,9 +223,21 @@ func TestCoreTransitions(t *testing.T) {
 			want:   []string{"Deadline 1-p00 revoked", "StopConsume 1-p00", "Drop [2]", "Cancel 1-p00", "RenewMember", "ReadLayout"},
 		},
 		{
+			reason: "a reset that fails is tried again",
+			before: steps(toActive, []step{func(c *Core) { c.MemberSeen(winner(), t0) }, func(c *Core) { c.ResetDone(p0, errAPI, t0) }}),
+			last:   func(c *Core) { c.Tick(at(2 * time.Second)) },
+			want:   []string{"RenewMember", "Renew 1-p00@1", "Reset 1-p00", "ReadLayout"},
+		},
+		{
+			reason: "a consumer that cannot be reset (an old server, a missing permission) is handed back anyway after AckWait",
+			before: steps(toActive, []step{func(c *Core) { c.MemberSeen(winner(), t0) }}),
+			last:   func(c *Core) { c.ResetDone(p0, errAPI, at(ackW)) },
+			want:   []string{"Deadline 1-p00 revoked", "DeleteLease 1-p00 rev 1"},
+		},
+		{
 			reason: "a fenced partition whose handlers are done tries to get its lease back",
 			before: steps(toActive, []step{deliver(1, 5, 1, "a"), func(c *Core) { c.Tick(at(6 * time.Second)) }}),
-			last:   func(c *Core) { c.Done(1, at(6*time.Second)) },
+			last:   func(c *Core) { c.Done(1, true, at(6*time.Second)) },
 			want:   []string{"Recover 1-p00 rev 1"},
 		},
 		{

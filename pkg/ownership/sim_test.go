@@ -841,11 +841,12 @@ func (r *replica) receive(sub *simSub, seq, dseq uint64, dc int) {
 func (r *replica) run(h *handler, check bool) {
 	s, srv := r.s, r.s.srv
 	m := r.msgs[h.id]
+	settled := false
 	end := func() {
 		s.finish(h)
 		delete(r.handlers, h.id)
 		delete(r.msgs, h.id)
-		r.core.Done(h.id, s.now)
+		r.core.Done(h.id, settled, s.now)
 		r.flush()
 	}
 	mayWrite := func() bool {
@@ -861,6 +862,20 @@ func (r *replica) run(h *handler, check bool) {
 		}
 		r.after(d, func() {
 			if !mayWrite() {
+				end()
+				return
+			}
+			if s.rng.IntN(50) == 0 {
+				// The handler fails and returns without settling: the
+				// driver gives the message back to the server, a
+				// redelivery the handler asked for.
+				s.logf("%s gives seq %d back unsettled", r.id, h.seq)
+				s.justified[h.seq]++
+				r.api(func() {
+					if c := srv.cons[h.part]; c != nil && m.sub.c == c {
+						srv.nak(c, h.seq)
+					}
+				}, func(bool) {})
 				end()
 				return
 			}
@@ -884,6 +899,7 @@ func (r *replica) run(h *handler, check bool) {
 						r.after(100*time.Millisecond, ack)
 						return
 					}
+					settled = true
 					end()
 				})
 			}
@@ -920,6 +936,7 @@ func (r *replica) run(h *handler, check bool) {
 				r.after(time.Second, attempt) // retried in place
 			case gone:
 				s.superseded[h.seq] = true
+				settled = true
 				end()
 			case run:
 				work()
