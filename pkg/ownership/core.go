@@ -372,7 +372,7 @@ func (c *Core) Left() bool { return c.left }
 // learned the members already there (MemberSeen), so that a replica
 // joining a running stage claims only its share.
 func (c *Core) Begin(now time.Time) {
-	c.now = now
+	c.advance(now)
 	c.begun = true
 	c.balance()
 }
@@ -387,15 +387,25 @@ func (c *Core) holds(p *part) bool {
 	return false
 }
 
-// Tick advances the clock: the fence, the drain bound, periodic renewals,
-// layout reads and the balance.
-func (c *Core) Tick(now time.Time) {
+// advance moves the clock to now and fences every partition whose
+// deadline has passed. Every event does it first: the handlers check the
+// same deadline at the point of writing, so a partition whose deadline
+// passed must be fenced before anything else happens to it, even if a
+// renewal sent in time answers only now.
+func (c *Core) advance(now time.Time) {
 	c.now = now
 	for _, p := range c.sorted() {
 		if c.holds(p) && !now.Before(p.deadline) {
 			c.fence(p, false)
-			continue
 		}
+	}
+}
+
+// Tick advances the clock: the fence, the drain bound, periodic renewals,
+// layout reads and the balance.
+func (c *Core) Tick(now time.Time) {
+	c.advance(now)
+	for _, p := range c.sorted() {
 		if p.phase == draining && p.running > 0 && !now.Before(p.drainAt.Add(c.cfg.AckWait)) {
 			if !p.cancelled {
 				// Handlers that outlive a handover are cancelled; if
@@ -506,7 +516,7 @@ func (c *Core) renew() {
 
 // MemberSeen records a write of member id's key.
 func (c *Core) MemberSeen(id string, now time.Time) {
-	c.now = now
+	c.advance(now)
 	_, known := c.members[id]
 	c.members[id] = now
 	if !known {
@@ -517,7 +527,7 @@ func (c *Core) MemberSeen(id string, now time.Time) {
 
 // MemberGone records the deletion of member id's key (it left).
 func (c *Core) MemberGone(id string, now time.Time) {
-	c.now = now
+	c.advance(now)
 	if _, known := c.members[id]; known {
 		delete(c.members, id)
 		c.membersV++
@@ -596,7 +606,7 @@ func (c *Core) balance() {
 
 // ClaimDone is the outcome of Claim, sent at sent.
 func (c *Core) ClaimDone(id Partition, rev uint64, out Outcome, sent, now time.Time) {
-	c.now = now
+	c.advance(now)
 	p := c.parts[id]
 	if p == nil || p.phase != claiming {
 		if out == OK {
@@ -618,6 +628,13 @@ func (c *Core) ClaimDone(id Partition, rev uint64, out Outcome, sent, now time.T
 	// that began before it must not find this lease unused yet consumed.
 	p.claimRead = c.reads
 	c.readLayout()
+	if !now.Before(p.deadline) {
+		// The answer came after the deadline it sets: as after a fence,
+		// get the lease back first.
+		p.phase = opening
+		c.fence(p, false)
+		return
+	}
 	if out == Regained && !c.q.noRecover {
 		// What the forgotten ownership left pending is this one's to give
 		// back at no cost.
@@ -635,7 +652,7 @@ func (c *Core) ClaimDone(id Partition, rev uint64, out Outcome, sent, now time.T
 
 // LayoutRead is the outcome of ReadLayout number read.
 func (c *Core) LayoutRead(read uint64, n int, err error, now time.Time) {
-	c.now = now
+	c.advance(now)
 	c.readBusy = false
 	if err == nil && n > 0 {
 		c.n = n
@@ -664,7 +681,7 @@ func (c *Core) LayoutRead(read uint64, n int, err error, now time.Time) {
 
 // OpenDone is the outcome of Open.
 func (c *Core) OpenDone(id Partition, st ConsumerState, err error, now time.Time) {
-	c.now = now
+	c.advance(now)
 	p := c.parts[id]
 	if p == nil {
 		return
@@ -701,7 +718,7 @@ func (c *Core) maybeStart(p *part) {
 // ConsumeFailed reports that consumption epoch of id stopped on its own
 // (the consumer was deleted, or could not be started): it is opened again.
 func (c *Core) ConsumeFailed(id Partition, epoch uint64, now time.Time) {
-	c.now = now
+	c.advance(now)
 	p := c.parts[id]
 	if p == nil || p.phase != active || p.epoch != epoch {
 		return
@@ -770,7 +787,7 @@ func (c *Core) drained(p *part) {
 
 // ResetDone is the outcome of Reset.
 func (c *Core) ResetDone(id Partition, err error, now time.Time) {
-	c.now = now
+	c.advance(now)
 	p := c.parts[id]
 	if p == nil || p.phase != resetting {
 		return
@@ -811,7 +828,7 @@ func (c *Core) releaseLease(p *part) {
 // ReleaseDone reports that DeleteLease was answered (either way: a lease
 // not deleted expires on its own).
 func (c *Core) ReleaseDone(id Partition, now time.Time) {
-	c.now = now
+	c.advance(now)
 	if p := c.parts[id]; p != nil && p.phase == releasing && !p.deleteAfterRenew {
 		c.delPart(id)
 	}
@@ -820,7 +837,7 @@ func (c *Core) ReleaseDone(id Partition, now time.Time) {
 
 // RenewDone is the outcome of Renew sent at sent.
 func (c *Core) RenewDone(rs []Renewal, sent, now time.Time) {
-	c.now = now
+	c.advance(now)
 	sentRevs := c.renewing
 	c.renewing = nil
 	for _, r := range rs {
@@ -892,7 +909,7 @@ func (c *Core) afterFence(p *part) {
 
 // RecoverDone is the outcome of Recover sent at sent.
 func (c *Core) RecoverDone(id Partition, rev uint64, out Outcome, sent, now time.Time) {
-	c.now = now
+	c.advance(now)
 	p := c.parts[id]
 	if p == nil || p.phase != recovering {
 		return
@@ -904,6 +921,11 @@ func (c *Core) RecoverDone(id Partition, rev uint64, out Outcome, sent, now time
 	}
 	p.rev = rev
 	p.deadline = sent.Add(c.validFor())
+	if !now.Before(p.deadline) {
+		p.phase = fenced // answered too late to use: try again
+		c.afterFence(p)
+		return
+	}
 	c.emit(Effect{Kind: Deadline, Part: id, Until: p.deadline})
 	p.lost, p.cancelled = false, false
 	if p.consumed {
@@ -922,7 +944,7 @@ func (c *Core) RecoverDone(id Partition, rev uint64, out Outcome, sent, now time
 
 // FloorRead is the outcome of ReadFloor.
 func (c *Core) FloorRead(id Partition, st ConsumerState, err error, now time.Time) {
-	c.now = now
+	c.advance(now)
 	p := c.parts[id]
 	if p == nil {
 		return
@@ -941,7 +963,7 @@ func (c *Core) FloorRead(id Partition, st ConsumerState, err error, now time.Tim
 
 // Deliver takes a message in, or drops it if its consumption is over.
 func (c *Core) Deliver(m Msg, now time.Time) {
-	c.now = now
+	c.advance(now)
 	p := c.parts[m.Part]
 	if p == nil || m.Epoch != p.epoch || p.phase != active {
 		kind := Drop
@@ -990,7 +1012,7 @@ func (c *Core) dispatch() {
 // have run, so in an ordered stage the partition is checked from then on,
 // until the ack floor has passed it.
 func (c *Core) Done(id uint64, settled bool, now time.Time) {
-	c.now = now
+	c.advance(now)
 	m := c.msgs[id]
 	if m == nil {
 		return
@@ -1018,7 +1040,7 @@ func (c *Core) Done(id uint64, settled bool, now time.Time) {
 // member key goes at once, so that the others claim each partition as
 // soon as it is handed back.
 func (c *Core) Stop(now time.Time) {
-	c.now = now
+	c.advance(now)
 	if c.stopping {
 		return
 	}

@@ -230,9 +230,15 @@ func TestCoreTransitions(t *testing.T) {
 		},
 		{
 			reason: "a consumer that cannot be reset (an old server, a missing permission) is handed back anyway after AckWait",
-			before: steps(toActive, []step{func(c *Core) { c.MemberSeen(winner(), t0) }}),
+			before: steps(toActive, []step{func(c *Core) { c.MemberSeen(winner(), t0) }}, renewedUntil(ackW)),
 			last:   func(c *Core) { c.ResetDone(p0, errAPI, at(ackW)) },
-			want:   []string{"Deadline 1-p00 revoked", "DeleteLease 1-p00 rev 1"},
+			want:   []string{"Deadline 1-p00 revoked", "DeleteLease 1-p00 rev 2"},
+		},
+		{
+			reason: "a renewal sent in time but answered after the deadline does not undo the fence (handlers saw the lease end)",
+			before: steps(toActive, []step{func(c *Core) { c.Tick(at(2 * time.Second)) }}),
+			last:   func(c *Core) { c.RenewDone([]Renewal{{Part: p0, Rev: 2}}, at(2*time.Second), at(6*time.Second)) },
+			want:   []string{"Deadline 1-p00 revoked", "StopConsume 1-p00", "Recover 1-p00 rev 2"},
 		},
 		{
 			reason: "a fenced partition whose handlers are done tries to get its lease back",
@@ -289,6 +295,17 @@ func TestCoreTransitions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// renewedUntil ticks and renews the lease (rev 2, answered at once) every
+// 2s until d.
+func renewedUntil(d time.Duration) []step {
+	var out []step
+	for x := 2 * time.Second; x < d; x += 2 * time.Second {
+		x := x
+		out = append(out, func(c *Core) { c.Tick(at(x)) }, func(c *Core) { c.RenewDone([]Renewal{{Part: p0, Rev: 2}}, at(x), at(x)) })
+	}
+	return out
 }
 
 // winner is a member that takes the only partition from "me".

@@ -890,12 +890,13 @@ func (r *replica) run(h *handler, check bool) {
 					end()
 					return
 				}
+				answered := false
 				r.api(func() {
 					if c := srv.cons[h.part]; c != nil && m.sub.c == c {
-						srv.ack(c, h.seq)
+						answered = srv.ack(c, h.seq)
 					}
 				}, func(lost bool) {
-					if lost {
+					if lost || !answered {
 						r.after(100*time.Millisecond, ack)
 						return
 					}

@@ -282,13 +282,16 @@ func (srv *simServer) processAck(c *simConsumer, seq uint64) {
 }
 
 // ack settles a delivery of c: a WorkQueue stream then drops the message.
-func (srv *simServer) ack(c *simConsumer, seq uint64) {
+// It reports whether the server answers (an ack above the delivery
+// pointer, after a reset, is ignored without an answer).
+func (srv *simServer) ack(c *simConsumer, seq uint64) bool {
 	if c.deleted || seq >= c.sseq {
-		return // above the delivery pointer: ignored
+		return false
 	}
 	srv.processAck(c, seq)
 	srv.removeMsg(seq)
 	srv.deliver(c)
+	return true
 }
 
 func (srv *simServer) nak(c *simConsumer, seq uint64) {
