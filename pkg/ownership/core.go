@@ -170,6 +170,11 @@ const (
 	// Nak gives messages IDs back to the server (the old protocol's
 	// handover, kept for the simulation's comparison).
 	Nak
+	// Owned and Disowned report that this replica took Part's lease, and
+	// that it no longer holds it: handed back (Lost false) or lost for
+	// good (Lost true). For metrics.
+	Owned
+	Disowned
 )
 
 // Lease is a lease and its revision.
@@ -181,6 +186,7 @@ type Lease struct {
 // Effect is something the driver must do.
 type Effect struct {
 	Kind   Kind
+	Lost   bool
 	Part   Partition
 	Rev    uint64
 	Epoch  uint64
@@ -623,6 +629,7 @@ func (c *Core) ClaimDone(id Partition, rev uint64, out Outcome, sent, now time.T
 	p.rev = rev
 	p.deadline = sent.Add(c.validFor())
 	p.claimedAt = now
+	c.emit(Effect{Kind: Owned, Part: id})
 	c.emit(Effect{Kind: Deadline, Part: id, Until: p.deadline})
 	// The partition count must be read again after the claim: a cut-over
 	// that began before it must not find this lease unused yet consumed.
@@ -831,6 +838,7 @@ func (c *Core) ReleaseDone(id Partition, now time.Time) {
 	c.advance(now)
 	if p := c.parts[id]; p != nil && p.phase == releasing && !p.deleteAfterRenew {
 		c.delPart(id)
+		c.emit(Effect{Kind: Disowned, Part: id})
 	}
 	c.maybeLeave()
 }
@@ -900,6 +908,7 @@ func (c *Core) afterFence(p *part) {
 	}
 	if p.lost || p.rev == 0 || c.q.noRecover {
 		c.delPart(p.id)
+		c.emit(Effect{Kind: Disowned, Part: p.id, Lost: true})
 		c.maybeLeave()
 		return
 	}
@@ -916,6 +925,7 @@ func (c *Core) RecoverDone(id Partition, rev uint64, out Outcome, sent, now time
 	}
 	if out != OK {
 		c.delPart(id)
+		c.emit(Effect{Kind: Disowned, Part: id, Lost: true})
 		c.maybeLeave()
 		return
 	}

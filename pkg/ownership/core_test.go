@@ -24,13 +24,19 @@ var (
 func show(effs []Effect) []string {
 	names := map[Kind]string{ReadLayout: "ReadLayout", RenewMember: "RenewMember", Claim: "Claim", Renew: "Renew", Open: "Open",
 		Consume: "Consume", StopConsume: "StopConsume", Deadline: "Deadline", Cancel: "Cancel", Run: "Run", Drop: "Drop",
-		Reset: "Reset", DeleteLease: "DeleteLease", Recover: "Recover", ReadFloor: "ReadFloor", Leave: "Leave", Nak: "Nak"}
+		Reset: "Reset", DeleteLease: "DeleteLease", Recover: "Recover", ReadFloor: "ReadFloor", Leave: "Leave", Nak: "Nak",
+		Owned: "Owned", Disowned: "Disowned"}
 	var out []string
 	for _, e := range effs {
 		s := names[e.Kind]
 		switch e.Kind {
-		case Claim, Open, Consume, StopConsume, Cancel, Reset, ReadFloor:
+		case Claim, Open, Consume, StopConsume, Cancel, Reset, ReadFloor, Owned:
 			s += " " + e.Part.String()
+		case Disowned:
+			s += " " + e.Part.String()
+			if e.Lost {
+				s += " lost"
+			}
 		case Deadline:
 			if e.Until.IsZero() {
 				s += " " + e.Part.String() + " revoked"
@@ -113,7 +119,7 @@ func TestCoreTransitions(t *testing.T) {
 			reason: "a claim sets the deadline at 3/5 of the lease after it was sent, reads the layout again and the consumer's state",
 			before: toActive[:1],
 			last:   func(c *Core) { c.ClaimDone(p0, 1, OK, t0, at(time.Second)) },
-			want:   []string{"Deadline 1-p00 +6s", "ReadLayout", "Open 1-p00"},
+			want:   []string{"Owned 1-p00", "Deadline 1-p00 +6s", "ReadLayout", "Open 1-p00"},
 		},
 		{
 			reason: "the consumer's state alone does not start consumption: the layout must be read after the claim (defect 6)",
@@ -253,21 +259,28 @@ func TestCoreTransitions(t *testing.T) {
 			want:   []string{"Deadline 1-p00 +13s", "Reset 1-p00"},
 		},
 		{
-			reason: "a lease another replica holds now is not got back",
+			reason: "a lease another replica holds now is not got back: lost",
 			before: steps(toActive, []step{func(c *Core) { c.Tick(at(6 * time.Second)) }}),
 			last:   func(c *Core) { c.RecoverDone(p0, 0, Taken, at(7*time.Second), at(7*time.Second)) },
+			want:   []string{"Disowned 1-p00 lost"},
+		},
+		{
+			reason: "a lease deleted after a handover is no longer owned",
+			before: steps(toActive, []step{func(c *Core) { c.MemberSeen(winner(), t0) }, func(c *Core) { c.ResetDone(p0, nil, t0) }}),
+			last:   func(c *Core) { c.ReleaseDone(p0, t0) },
+			want:   []string{"Disowned 1-p00"},
 		},
 		{
 			reason: "a claim that finds its own forgotten lease resets the consumer before it consumes",
 			before: toActive[:1],
 			last:   func(c *Core) { c.ClaimDone(p0, 4, Regained, t0, t0) },
-			want:   []string{"Deadline 1-p00 +6s", "ReadLayout", "Reset 1-p00"},
+			want:   []string{"Owned 1-p00", "Deadline 1-p00 +6s", "ReadLayout", "Reset 1-p00"},
 		},
 		{
 			reason: "a renewal that finds the lease taken fences at once",
 			before: steps(toActive, []step{func(c *Core) { c.Tick(at(2 * time.Second)) }}),
 			last:   func(c *Core) { c.RenewDone([]Renewal{{Part: p0, Out: Taken}}, at(2*time.Second), at(2*time.Second)) },
-			want:   []string{"Deadline 1-p00 revoked", "StopConsume 1-p00"},
+			want:   []string{"Deadline 1-p00 revoked", "StopConsume 1-p00", "Disowned 1-p00 lost"},
 		},
 		{
 			reason: "a renewal's answer that is not about the lease renewed is ignored",
