@@ -894,10 +894,29 @@ func (r *replica) run(h *handler, check bool) {
 				return
 			}
 			s.wrote(h)
+			if !s.cfg.ordered {
+				// A work item's ack is not waited for: one lost in
+				// transit redelivers the item (the server doing its job,
+				// not a lease lost).
+				lost := true
+				r.api(func() {
+					lost = false
+					if c := srv.cons[h.part]; c != nil && m.sub.c == c {
+						srv.ack(c, h.seq)
+					}
+				}, func(bool) {})
+				r.s.at(r.s.now.Add(simTimeout), func() {
+					if lost {
+						s.justified[h.seq]++
+					}
+				})
+				settled = true
+				end()
+				return
+			}
 			// The ack is confirmed (AckSync), retried while the lease
-			// holds: a lost ack must neither let the item's next
-			// message run while this one is still in the stream, nor
-			// cost a delivery.
+			// holds: a lost ack must not let the item's next message run
+			// while this one is still in the stream.
 			var ack func()
 			ack = func() {
 				if !mayWrite() {
