@@ -10,18 +10,18 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ownership counts what an OwnershipObserver is told.
-type ownership struct {
+// observed counts what an OwnershipObserver is told.
+type observed struct {
 	mu                    sync.Mutex
 	claimed, handed, lost map[string]int
 	heldNow, heldAtLeast  map[string]int
 }
 
-func newOwnership() *ownership {
-	return &ownership{claimed: map[string]int{}, handed: map[string]int{}, lost: map[string]int{}, heldNow: map[string]int{}, heldAtLeast: map[string]int{}}
+func newOwnership() *observed {
+	return &observed{claimed: map[string]int{}, handed: map[string]int{}, lost: map[string]int{}, heldNow: map[string]int{}, heldAtLeast: map[string]int{}}
 }
 
-func (o *ownership) PartitionClaimed(stage string) {
+func (o *observed) PartitionClaimed(stage string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.claimed[stage]++
@@ -29,7 +29,7 @@ func (o *ownership) PartitionClaimed(stage string) {
 	o.heldAtLeast[stage] = max(o.heldAtLeast[stage], o.heldNow[stage])
 }
 
-func (o *ownership) PartitionReleased(stage string, lost bool) {
+func (o *observed) PartitionReleased(stage string, lost bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if lost {
@@ -45,7 +45,7 @@ func (o *ownership) PartitionReleased(stage string, lost bool) {
 // rebalance: the first hands them back, the second claims them).
 func TestOwnershipObserved(t *testing.T) {
 	connect := replicas(t, Options{Partitions: 8})
-	run := func(obs *ownership) (stop func()) {
+	run := func(obs *observed) (stop func()) {
 		_, js := connect()
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -56,7 +56,7 @@ func TestOwnershipObserved(t *testing.T) {
 		}()
 		return func() { cancel(); <-done }
 	}
-	held := func(obs *ownership) int {
+	held := func(obs *observed) int {
 		obs.mu.Lock()
 		defer obs.mu.Unlock()
 		return obs.heldNow[WorkStage]
@@ -84,7 +84,7 @@ func TestOwnershipObserved(t *testing.T) {
 	}
 	stopB()
 	stopA()
-	for name, o := range map[string]*ownership{"first": a, "second": b} {
+	for name, o := range map[string]*observed{"first": a, "second": b} {
 		o.mu.Lock()
 		if diff := cmp.Diff(map[string]int{WorkStage: 0}, o.heldNow); diff != "" {
 			t.Errorf("%s replica: partitions still held after it stopped (-want +got):\n%s", name, diff)

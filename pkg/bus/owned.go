@@ -308,13 +308,22 @@ func (m *held) Ack() error {
 	if !m.o.c.Ordered {
 		return m.settle(m.Msg.Ack)
 	}
+	return m.DoubleAck(context.Background())
+}
+
+// DoubleAck acknowledges the message and waits for the server to confirm
+// it, trying again while the lease holds (and ctx lasts).
+func (m *held) DoubleAck(ctx context.Context) error {
 	wait := 50 * time.Millisecond
 	for {
 		if err := m.lease.valid(); err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), min(apiTimeout, m.o.c.Lease/5))
-		err := m.Msg.DoubleAck(ctx)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		actx, cancel := context.WithTimeout(ctx, min(apiTimeout, m.o.c.Lease/5))
+		err := m.Msg.DoubleAck(actx)
 		cancel()
 		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
 			m.settled = true
@@ -324,8 +333,6 @@ func (m *held) Ack() error {
 		wait = min(2*wait, time.Second)
 	}
 }
-
-func (m *held) DoubleAck(context.Context) error { return m.Ack() }
 
 func (m *held) settle(f func() error) error {
 	if err := m.lease.valid(); err != nil {
@@ -500,6 +507,10 @@ func (o *owner) effect(e ownership.Effect) {
 		go o.deleteLease(e.Part, e.Rev)
 	case ownership.Recover:
 		go o.recover(e.Part, e.Rev)
+	case ownership.Owned:
+		o.c.claimed()
+	case ownership.Disowned:
+		o.c.released(e.Lost)
 	}
 }
 

@@ -62,7 +62,7 @@ func TestResyncsNotHeldByAnotherControllersBacklog(t *testing.T) {
 		}
 	}
 	o := newOutbox(zap.NewNop(), pub, js, 0)
-	o.metrics = newMetrics(nil, nil)
+	o.metrics = newMetrics(nil, &Watcher{})
 	defer o.shutDown()
 	go o.runResyncPacer(ctx)
 	fresh := bus.ControllerRef{Kind: "DecoratorController", Name: "fresh"}
@@ -118,7 +118,7 @@ func TestResyncsPacedPerController(t *testing.T) {
 	pub := &countingPublisher{pub: bus.Publisher{JS: js}, n: map[string]int{}}
 	var infos atomic.Int64
 	o := newOutbox(zap.NewNop(), pub, countingJS{js, &infos}, 0)
-	o.metrics = newMetrics(nil, nil)
+	o.metrics = newMetrics(nil, &Watcher{})
 	defer o.shutDown()
 	go o.runResyncPacer(ctx)
 	busy := bus.ControllerRef{Kind: "CompositeController", Name: "busy"}
