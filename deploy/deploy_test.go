@@ -1573,7 +1573,7 @@ func TestNATSConfig(t *testing.T) {
 		{"WATCHER_NKEY", "publish", "$JS.API.STREAM.CREATE.MC_WORK", true},
 		{"WATCHER_NKEY", "publish", "$JS.API.STREAM.UPDATE.MC_SCHED", true},
 		{"WATCHER_NKEY", "publish", "$JS.API.CONSUMER.CREATE.MC_WORK.work-64-p00", true},
-		// Partition-count cut-over (pkg/bus/layout.go).
+		// Partition-count cut-over (pkg/bus/layout.go, pkg/jsbus/layout.go).
 		{"WATCHER_NKEY", "publish", "$JS.API.CONSUMER.NAMES.MC_WORK", true},
 		{"WATCHER_NKEY", "publish", "$JS.API.CONSUMER.DELETE.MC_DESIRED.desired-64-p00", true},
 		{"WATCHER_NKEY", "publish", "$JS.API.DIRECT.GET.KV_MC_OWNERS.$KV.MC_OWNERS.lease.work.64-p00", true},

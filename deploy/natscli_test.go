@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/opscli"
 	"github.com/metabus/metabus/pkg/testnats"
@@ -35,7 +36,7 @@ func TestNATSCLIAsOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	if err := bus.Ensure(ctx, js, bus.Options{Partitions: 2}); err != nil {
+	if err := jsbus.Ensure(ctx, js, bus.Options{Partitions: 2}); err != nil {
 		t.Fatal(err)
 	}
 	// A DLQ entry and a lease, as the dispatcher writes them.

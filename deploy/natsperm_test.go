@@ -19,6 +19,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/echo"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/revstore"
 	"github.com/metabus/metabus/pkg/snapshot"
@@ -88,7 +89,7 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 		}
 	})
 	revisionsProbe := func(who *permConn, uid string) {
-		resp, err := revstore.Client{NC: who.nc, Timeout: 5 * time.Second}.Revisions(ctx,
+		resp, err := jsbus.RevisionsClient{NC: who.nc, Timeout: 5 * time.Second}.Revisions(ctx,
 			revstore.Request{Op: "permission-probe", Controller: ctrl, Parent: revstore.Parent{UID: uid, Name: uid}})
 		if err != nil {
 			who.busError(fmt.Errorf("revisions request: %w", err))
@@ -105,11 +106,11 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 	// keeper, the core NATS subscriptions and the snapshot micro service
 	// (registered as services/watcher's serveSnapshots does; its answers
 	// come from informer caches, so here a fixed one).
-	if err := bus.Ensure(step(), watcher.js, bus.Options{}); err != nil {
-		t.Fatalf("watcher: bus.Ensure: %v\n%s", err, watcher.report())
+	if err := jsbus.Ensure(step(), watcher.js, bus.Options{}); err != nil {
+		t.Fatalf("watcher: jsbus.Ensure: %v\n%s", err, watcher.report())
 	}
 	goBG(func() {
-		bus.KeepConsumers(runCtx, watcher.js, bus.Options{}, 300*time.Millisecond, func(err error) {
+		jsbus.KeepConsumers(runCtx, watcher.js, bus.Options{}, 300*time.Millisecond, func(err error) {
 			if !errors.Is(err, bus.ErrCutOverPending) { // the cut-over below, waiting for handovers
 				watcher.busError(err)
 			}
@@ -134,7 +135,7 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 		Endpoint: &micro.EndpointConfig{
 			Subject: bus.SnapshotSubject,
 			Handler: micro.HandlerFunc(func(r micro.Request) {
-				if err := bus.RespondJSON(r, "snapshot", func(req snapshot.Request) any {
+				if err := jsbus.RespondJSON(r, "snapshot", func(req snapshot.Request) any {
 					ev.add("watcher snapshot " + req.ParentUID)
 					return &snapshot.Response{Result: snapshot.NotFound}
 				}); err != nil {
@@ -148,7 +149,7 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 	}
 	defer func() { _ = snapSvc.Stop() }()
 	snapshotProbe := func(who *permConn, uid string) {
-		resp, err := snapshot.Client{NC: who.nc, Timeout: 5 * time.Second}.Snapshot(ctx, snapshot.Request{Controller: ctrl, ParentUID: uid})
+		resp, err := jsbus.SnapshotClient{NC: who.nc, Timeout: 5 * time.Second}.Snapshot(ctx, snapshot.Request{Controller: ctrl, ParentUID: uid})
 		if err != nil {
 			who.busError(err)
 			return
@@ -169,15 +170,15 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 	if _, err := dispatcherBook.Subscribe(dispatcher.nc); err != nil {
 		t.Fatal(err)
 	}
-	if err := bus.WaitReady(step(), dispatcher.js); err != nil {
+	if err := jsbus.WaitReady(step(), dispatcher.js); err != nil {
 		t.Fatalf("dispatcher: WaitReady: %v\n%s", err, dispatcher.report())
 	}
 	var deadMu sync.Mutex
-	var dead []bus.DeadLetter
+	var dead []jsbus.DeadLetter
 	for name, run := range map[string]func(context.Context) error{
-		"schedule relay": func(ctx context.Context) error { return bus.RunRelay(ctx, dispatcher.js, dispatcher.busError) },
+		"schedule relay": func(ctx context.Context) error { return jsbus.RunRelay(ctx, dispatcher.js, dispatcher.busError) },
 		"dead-letter worker": func(ctx context.Context) error {
-			return bus.RunDLQ(ctx, dispatcher.js, func(dl bus.DeadLetter) {
+			return jsbus.RunDLQ(ctx, dispatcher.js, func(dl jsbus.DeadLetter) {
 				deadMu.Lock()
 				dead = append(dead, dl)
 				deadMu.Unlock()
@@ -185,26 +186,26 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 		},
 	} {
 		goBG(func() {
-			bus.Supervise(runCtx, bus.SuperviseOptions{}, run, func(err error) {
+			jsbus.Supervise(runCtx, jsbus.SuperviseOptions{}, run, func(err error) {
 				if err != nil {
 					dispatcher.busError(fmt.Errorf("%s down: %w", name, err))
 				}
 			})
 		})
 	}
-	dpub := bus.Publisher{JS: dispatcher.js}
+	dpub := jsbus.Publisher{JS: dispatcher.js}
 	goBG(func() {
-		err := bus.Consume(runCtx, dispatcher.js, bus.ConsumeConfig{
+		err := jsbus.Consume(runCtx, dispatcher.js, jsbus.ConsumeConfig{
 			Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
 			Member: "dispatcher-0", OnError: dispatcher.busError,
 		}, func(ctx context.Context, m jetstream.Msg) {
 			var item bus.WorkItem
-			if err := bus.Decode(m, bus.TypeSyncRequested, &item); err != nil {
+			if err := jsbus.Decode(m, bus.TypeSyncRequested, &item); err != nil {
 				dispatcher.busError(err)
 				_ = m.Term()
 				return
 			}
-			seq, _, err := bus.Meta(m)
+			seq, _, err := jsbus.Meta(m)
 			if err != nil {
 				dispatcher.busError(err)
 				_ = m.NakWithDelay(time.Second)
@@ -251,18 +252,18 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 
 	// --- applier: the desired-state consumer (ordered, as
 	// services/applier), its superseded check, requeue, schedule and note.
-	if err := bus.WaitReady(step(), applier.js); err != nil {
+	if err := jsbus.WaitReady(step(), applier.js); err != nil {
 		t.Fatalf("applier: WaitReady: %v\n%s", err, applier.report())
 	}
-	apub := bus.Publisher{JS: applier.js}
+	apub := jsbus.Publisher{JS: applier.js}
 	var requeueOnce sync.Once
 	goBG(func() {
-		err := bus.Consume(runCtx, applier.js, bus.ConsumeConfig{
+		err := jsbus.Consume(runCtx, applier.js, jsbus.ConsumeConfig{
 			Stream: bus.DesiredStream, Prefix: bus.DesiredConsumerPrefix, Stage: bus.DesiredStage,
 			AckWait: bus.DesiredAckWait, Ordered: true, Member: "applier-0", OnError: applier.busError,
 		}, func(ctx context.Context, m jetstream.Msg) {
 			var ds bus.DesiredState
-			if err := bus.Decode(m, bus.TypeDesired, &ds); err != nil {
+			if err := jsbus.Decode(m, bus.TypeDesired, &ds); err != nil {
 				applier.busError(err)
 				_ = m.Term()
 				return
@@ -320,7 +321,7 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 	})
 
 	// --- the watcher publishes work items.
-	wpub := bus.Publisher{JS: watcher.js}
+	wpub := jsbus.Publisher{JS: watcher.js}
 	for _, uid := range []string{uidA, poisonW, poisonD} {
 		queued, err := wpub.PublishWork(step(), bus.WorkItem{Controller: ctrl, Parent: parent(uid), Reason: bus.ReasonEvent})
 		if err != nil || !queued {
@@ -358,7 +359,7 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 		deadMu.Lock()
 		defer deadMu.Unlock()
 		for _, want := range []struct{ stream, uid string }{{bus.WorkStream, poisonW}, {bus.DesiredStream, poisonD}} {
-			if !slices.ContainsFunc(dead, func(dl bus.DeadLetter) bool { return dl.Stream == want.stream && dl.Parent.UID == want.uid }) {
+			if !slices.ContainsFunc(dead, func(dl jsbus.DeadLetter) bool { return dl.Stream == want.stream && dl.Parent.UID == want.uid }) {
 				missing = append(missing, fmt.Sprintf("%s dead-lettered from %s", want.uid, want.stream))
 			}
 		}
@@ -423,7 +424,7 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 	// these expected violations do not count against the services.
 	denials := []denial{
 		{user: "applier", what: "publish a desired state", subject: "mc.desired.cc-x.y", do: func(ctx context.Context, c *permConn) error {
-			return bus.Publisher{JS: c.js}.PublishDesired(ctx, bus.DesiredState{
+			return jsbus.Publisher{JS: c.js}.PublishDesired(ctx, bus.DesiredState{
 				Controller: bus.ControllerRef{Kind: "CompositeController", Name: "x"}, Parent: parent("y"), WorkSeq: 1})
 		}},
 		{user: "watcher", what: "write a partition lease", subject: "$KV.MC_OWNERS.lease.work.p00", do: func(ctx context.Context, c *permConn) error {
@@ -439,7 +440,7 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 			return err
 		}},
 		{user: "revisions", what: "publish a work item", subject: "mc.work.cc-hello.z", do: func(ctx context.Context, c *permConn) error {
-			_, err := bus.Publisher{JS: c.js}.PublishWork(ctx, bus.WorkItem{Controller: ctrl, Parent: parent("z"), Reason: bus.ReasonEvent})
+			_, err := jsbus.Publisher{JS: c.js}.PublishWork(ctx, bus.WorkItem{Controller: ctrl, Parent: parent("z"), Reason: bus.ReasonEvent})
 			return err
 		}},
 		{user: "applier", what: "delete stream MC_WORK", subject: "$JS.API.STREAM.DELETE.MC_WORK", do: func(ctx context.Context, c *permConn) error {
@@ -500,8 +501,8 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 	// watcher's keeper (started without a count: it follows the stream's)
 	// replaces the consumers, and work flows again.
 	cut := bus.Options{Partitions: 16}
-	if err := bus.Ensure(step(), watcher.js, cut); err != nil {
-		t.Fatalf("watcher: bus.Ensure with 16 partitions: %v\n%s", err, watcher.report())
+	if err := jsbus.Ensure(step(), watcher.js, cut); err != nil {
+		t.Fatalf("watcher: jsbus.Ensure with 16 partitions: %v\n%s", err, watcher.report())
 	}
 	for _, user := range []string{"dispatcher", "applier"} {
 		c := env.connect(t, user)

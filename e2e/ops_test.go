@@ -32,6 +32,7 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/hooks"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kubeapi"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/opscli"
@@ -195,12 +196,12 @@ func TestOps(t *testing.T) {
 	// user) takes the item of "poison" and never settles it; the real DLQ
 	// worker parks it after MaxDeliver.
 	nc, djs := s.serviceConn(t, "dispatcher")
-	if err := bus.WaitReady(ctx, djs); err != nil {
+	if err := jsbus.WaitReady(ctx, djs); err != nil {
 		t.Fatal(err)
 	}
-	dead := make(chan bus.DeadLetter, 4)
+	dead := make(chan jsbus.DeadLetter, 4)
 	stopDLQ := s.run(t, "dead-letter worker", func(ctx context.Context) error {
-		return bus.RunDLQ(ctx, djs, func(dl bus.DeadLetter) { dead <- dl }, func(err error) { t.Logf("dlq: %v", err) })
+		return jsbus.RunDLQ(ctx, djs, func(dl jsbus.DeadLetter) { dead <- dl }, func(err error) { t.Logf("dlq: %v", err) })
 	})
 	poison := createHello(t, ns, "poison", "Poison")
 	cons, err := djs.Consumer(ctx, bus.WorkStream, bus.PartitionConsumerName(bus.WorkConsumerPrefix, opsPartitions,

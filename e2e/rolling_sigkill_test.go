@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx"
 )
 
@@ -123,7 +124,7 @@ func TestRollingSurvivesSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	if err := bus.Ensure(ctx, js, bus.Options{DesiredAckWait: 6 * time.Second}); err != nil {
+	if err := jsbus.Ensure(ctx, js, bus.Options{DesiredAckWait: 6 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -4,7 +4,7 @@ package main
 // dispatcher replicas are added, each a separate bin/dispatcher process
 // joining the all-in-one's embedded JetStream over TCP. The all-in-one's
 // own dispatcher is the first replica; the partitions of MC_WORK are
-// shared out between the replicas by lease (pkg/bus/owned.go), each
+// shared out between the replicas by lease (pkg/jsbus/owned.go), each
 // running up to --workers (16) syncs per controller, so hook concurrency
 // should grow 16 per replica. hack/busbench measures the same without
 // Kubernetes.
@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kubeenv"
 	"github.com/metabus/metabus/pkg/natsx"
 )
@@ -422,9 +423,9 @@ func waitWorkBalanced(ctx context.Context, js jetstream.JetStream, n int, timeou
 				members = append(members, strings.TrimPrefix(k, prefix))
 			}
 		}
-		parts, perr := bus.StreamPartitions(ctx, js, bus.WorkStream)
+		parts, perr := jsbus.StreamPartitions(ctx, js, bus.WorkStream)
 		if len(members) == n && perr == nil {
-			want := bus.Assign(members, parts)
+			want := jsbus.Assign(members, parts)
 			ok := true
 			count := map[string]int{}
 			for p := range parts {

@@ -2,21 +2,21 @@
 // consumer topology of MC_WORK and MC_DESIRED (64 partitions by default, -partitions; each consumed
 // by the one replica holding its lease in MC_OWNERS, parents serialized in
 // the owner, --workers per controller and --max-in-flight per replica;
-// pkg/bus/owned.go) scales with replicas, workers and controllers, and what
+// pkg/jsbus/owned.go) scales with replicas, workers and controllers, and what
 // it costs the NATS server (issue #12).
 //
 // A real nats-server runs as a separate process (built from the module
 // cache, JetStream on file, a fresh store for every run), so its CPU and
 // RSS come from /proc/<pid>. The bench process runs R "dispatcher" replicas
 // and R "applier" replicas, each on its own NATS connection running
-// bus.Consume as the services do. A dispatcher decodes the work item,
+// jsbus.Consume as the services do. A dispatcher decodes the work item,
 // simulates a hook of latency -hook, publishes a desired state with
-// bus.Publisher.PublishDesired (as services/dispatcher does) and acks; an
+// jsbus.Publisher.PublishDesired (as services/dispatcher does) and acks; an
 // applier decodes the desired state, makes the real applier's superseded
 // check (a direct get of the parent's last desired state when the consumer
 // has messages pending; -superseded-check=false to skip it) and acks. A
 // publisher (32 goroutines, one connection) publishes one work item per
-// (controller, parent) with bus.Publisher.PublishWork.
+// (controller, parent) with jsbus.Publisher.PublishWork.
 //
 // Figures (it asserts nothing about speed):
 //
@@ -63,6 +63,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx"
 )
 
@@ -100,7 +101,7 @@ func main() {
 	flag.IntVar(&c.manyCtrls, "many-controllers", 1000, "controllers of the many-controller concurrency run (0: none)")
 	flag.IntVar(&c.manyParents, "many-parents", 5, "parents per controller of the many-controller concurrency run")
 	flag.IntVar(&c.workers, "workers", 16, "per-controller concurrency of a replica (--workers)")
-	flag.IntVar(&c.maxInFlight, "max-in-flight", bus.DefaultMaxInFlight, "concurrency of a replica in all (--max-in-flight)")
+	flag.IntVar(&c.maxInFlight, "max-in-flight", jsbus.DefaultMaxInFlight, "concurrency of a replica in all (--max-in-flight)")
 	flag.BoolVar(&c.superseded, "superseded-check", true, "applier makes the real applier's superseded lookup (direct get) when messages are pending")
 	flag.DurationVar(&c.runTimeout, "run-timeout", 90*time.Second, "give up on a run after this long")
 	flag.IntVar(&c.partitions, "partitions", bus.DefaultPartitions, "partition count of MC_WORK and MC_DESIRED (bus.Options.Partitions)")
@@ -337,7 +338,7 @@ func (b *bench) start(ctx context.Context, replicas int, hook time.Duration) (*e
 	}
 	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := bus.Ensure(ectx, e.js, bus.Options{MemoryQueues: b.c.memory, Partitions: b.c.partitions}); err != nil {
+	if err := jsbus.Ensure(ectx, e.js, bus.Options{MemoryQueues: b.c.memory, Partitions: b.c.partitions}); err != nil {
 		return nil, fmt.Errorf("ensure: %w", err)
 	}
 	rctx, rcancel := context.WithCancel(context.Background())
@@ -350,9 +351,9 @@ func (b *bench) start(ctx context.Context, replicas int, hook time.Duration) (*e
 				return nil, err
 			}
 			e.conns = append(e.conns, nc)
-			member := bus.NewMemberID()
+			member := jsbus.NewMemberID()
 			members[stage] = append(members[stage], member)
-			cc := bus.ConsumeConfig{
+			cc := jsbus.ConsumeConfig{
 				Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
 				PerController: b.c.workers, Total: b.c.maxInFlight, Member: member,
 				OnError: e.onError,
@@ -364,7 +365,7 @@ func (b *bench) start(ctx context.Context, replicas int, hook time.Duration) (*e
 			}
 			done := make(chan error, 1)
 			e.done = append(e.done, done)
-			go func() { done <- bus.Consume(rctx, js, cc, h) }()
+			go func() { done <- jsbus.Consume(rctx, js, cc, h) }()
 		}
 	}
 	t0 := time.Now()
@@ -374,7 +375,7 @@ func (b *bench) start(ctx context.Context, replicas int, hook time.Duration) (*e
 	}
 	progress("%d replicas per stage own the partitions as assigned (%s) %s after starting", replicas, spread, time.Since(t0).Round(10*time.Millisecond))
 	e.spread = spread
-	e.workOwner = bus.Assign(members[bus.WorkStage], b.c.partitions)
+	e.workOwner = jsbus.Assign(members[bus.WorkStage], b.c.partitions)
 	ok = true
 	return e, nil
 }
@@ -423,7 +424,7 @@ func (e *env) waitBalanced(ctx context.Context, members map[string][]string) (st
 		var spread []string
 		balanced := true
 		for _, stage := range []string{bus.WorkStage, bus.DesiredStage} {
-			want := bus.Assign(members[stage], e.c.partitions)
+			want := jsbus.Assign(members[stage], e.c.partitions)
 			count := map[string]int{}
 			for p := 0; p < e.c.partitions; p++ {
 				ent, err := kv.Get(ctx, bus.LeaseKey(stage, e.c.partitions, p))
@@ -452,20 +453,20 @@ func (e *env) waitBalanced(ctx context.Context, members map[string][]string) (st
 	}
 }
 
-func (e *env) dispatcher(js jetstream.JetStream) bus.Handler {
-	pub := bus.Publisher{JS: js}
+func (e *env) dispatcher(js jetstream.JetStream) jsbus.Handler {
+	pub := jsbus.Publisher{JS: js}
 	return func(ctx context.Context, m jetstream.Msg) {
 		n := e.running.Add(1)
 		defer e.running.Add(-1)
 		for cur := e.maxRunning.Load(); n > cur && !e.maxRunning.CompareAndSwap(cur, n); cur = e.maxRunning.Load() {
 		}
 		var item bus.WorkItem
-		if err := bus.Decode(m, bus.TypeSyncRequested, &item); err != nil {
+		if err := jsbus.Decode(m, bus.TypeSyncRequested, &item); err != nil {
 			e.onError(err)
 			_ = m.TermWithReason("malformed work item")
 			return
 		}
-		seq, _, err := bus.Meta(m)
+		seq, _, err := jsbus.Meta(m)
 		if err != nil {
 			_ = m.NakWithDelay(time.Second)
 			return
@@ -496,12 +497,12 @@ func (e *env) dispatcher(js jetstream.JetStream) bus.Handler {
 	}
 }
 
-func (e *env) applier(js jetstream.JetStream) bus.Handler {
+func (e *env) applier(js jetstream.JetStream) jsbus.Handler {
 	var stream jetstream.Stream
 	var once sync.Once
 	return func(ctx context.Context, m jetstream.Msg) {
 		var ds bus.DesiredState
-		if err := bus.Decode(m, bus.TypeDesired, &ds); err != nil {
+		if err := jsbus.Decode(m, bus.TypeDesired, &ds); err != nil {
 			e.onError(err)
 			_ = m.TermWithReason("malformed desired state")
 			return
@@ -511,7 +512,7 @@ func (e *env) applier(js jetstream.JetStream) bus.Handler {
 			_ = m.NakWithDelay(time.Second)
 			return
 		}
-		if e.c.superseded && !bus.NewerQueued(ctx) && md.NumPending > 0 {
+		if e.c.superseded && !jsbus.NewerQueued(ctx) && md.NumPending > 0 {
 			once.Do(func() { stream, _ = js.Stream(ctx, bus.DesiredStream) })
 			if stream != nil {
 				_, _ = stream.GetLastMsgForSubject(ctx, bus.StoredDesiredSubject(ds.Controller.ID(), ds.Parent.UID))
@@ -581,7 +582,7 @@ func (e *env) run(ctx context.Context, items []bus.WorkItem, timeout time.Durati
 	var pubFail, already atomic.Int64
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	pub := bus.Publisher{JS: e.js}
+	pub := jsbus.Publisher{JS: e.js}
 	for w := 0; w < 32; w++ {
 		wg.Add(1)
 		go func() {
@@ -778,8 +779,8 @@ func commit() string {
 	}
 	s := strings.TrimSpace(string(out))
 	// Only what the figures depend on: other work in the tree is not.
-	if st, err := exec.Command("git", "status", "--porcelain", "--", "pkg/bus", "pkg/fairq", "pkg/natsx", "hack/busbench").Output(); err == nil && len(st) > 0 {
-		s += " (+ uncommitted changes in pkg/bus, pkg/fairq, pkg/natsx or hack/busbench)"
+	if st, err := exec.Command("git", "status", "--porcelain", "--", "pkg/bus", "pkg/jsbus", "pkg/ownership", "pkg/fairq", "pkg/natsx", "hack/busbench").Output(); err == nil && len(st) > 0 {
+		s += " (+ uncommitted changes in pkg/bus, pkg/jsbus, pkg/ownership, pkg/fairq, pkg/natsx or hack/busbench)"
 	}
 	return s
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/echo"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
 	"github.com/metabus/metabus/pkg/revstore"
@@ -206,7 +207,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	var store revstore.Store = revs
 	// Create the streams before anyone consumes them, waiting for a
 	// server that cannot create them yet.
-	err = natsx.Retry(ctx, natsx.DefaultBackoff, func(ctx context.Context) error { return bus.Ensure(ctx, js, wcfg.Bus) },
+	err = natsx.Retry(ctx, natsx.DefaultBackoff, func(ctx context.Context) error { return jsbus.Ensure(ctx, js, wcfg.Bus) },
 		func(err error, next time.Duration) {
 			log.Warn("streams and consumers not ready yet; retrying", zap.Error(err), zap.Duration("retryIn", next))
 			deps.Health.Pending(ReadyCheck, "creating the streams and consumers: "+err.Error())

@@ -1,20 +1,13 @@
 package bus
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
-	cejs "github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2"
-	cloudevents "github.com/cloudevents/sdk-go/v2"
-	"github.com/cloudevents/sdk-go/v2/binding"
-	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // ControllerSource is the CloudEvent source of a controller: its object path.
@@ -48,15 +41,42 @@ func ObjectPath(o ObjectRef) string {
 // Integer sequence type would be 32-bit).
 func WorkSeqString(seq uint64) string { return fmt.Sprintf("%020d", seq) }
 
-// NewMsg builds a NATS message carrying a CloudEvent in binary mode: the
-// attributes and extensions as ce-* headers, the JSON body untouched, as
-// the CloudEvents NATS binding writes them (TestNewMsgMatchesSDK holds it
-// to the sdk's encoding). The headers are written directly: going through
-// the sdk's event and binding cost about half of this function and 3-4%
-// of an all-in-one process's CPU. The attributes are printable ASCII by
+// Header is a bus message's headers: NATS headers, whose keys are
+// case-sensitive.
+type Header map[string][]string
+
+// Get returns the first value of key ("" if none).
+func (h Header) Get(key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// Event is a bus message as it is published: a CloudEvent in binary mode,
+// its attributes and extensions as ce-* headers and its JSON body
+// untouched, as the CloudEvents NATS binding writes them (package jsbus's
+// TestNewMsgMatchesSDK holds it to the sdk's encoding).
+type Event struct {
+	Subject string
+	Header  Header
+	Data    []byte
+}
+
+// CloudEvents attribute values metabus writes.
+const (
+	ceSpecVersion = "1.0"
+	ceJSON        = "application/json"
+)
+
+// NewEvent encodes a CloudEvent of type ceType about parent, from ctrl,
+// with body as its data and the extensions ext, for subject. An empty id
+// gets a fresh UUID. The headers are written directly: going through the
+// sdk's event and binding cost about half of this function and 3-4% of an
+// all-in-one process's CPU. The attributes are printable ASCII by
 // construction (UIDs, paths of DNS names, fixed types), which NATS headers
 // require.
-func NewMsg(_ context.Context, subject, ceType, id string, ctrl ControllerRef, parent ObjectRef, body any, ext map[string]string) (*nats.Msg, error) {
+func NewEvent(subject, ceType, id string, ctrl ControllerRef, parent ObjectRef, body any, ext map[string]string) (*Event, error) {
 	data, err := json.Marshal(body)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s body: %w", ceType, err)
@@ -67,14 +87,14 @@ func NewMsg(_ context.Context, subject, ceType, id string, ctrl ControllerRef, p
 	if ceType == "" {
 		return nil, fmt.Errorf("invalid event on %s: no type", subject)
 	}
-	h := make(nats.Header, 11+len(ext))
-	h["ce-specversion"] = []string{event.CloudEventsVersionV1}
+	h := make(Header, 11+len(ext))
+	h["ce-specversion"] = []string{ceSpecVersion}
 	h["ce-id"] = []string{id}
 	h["ce-type"] = []string{ceType}
 	h["ce-source"] = []string{ControllerSource(ctrl)}
 	h["ce-subject"] = []string{ObjectPath(parent)}
 	h["ce-time"] = []string{time.Now().UTC().Format(time.RFC3339Nano)}
-	h["ce-datacontenttype"] = []string{cloudevents.ApplicationJSON}
+	h["ce-datacontenttype"] = []string{ceJSON}
 	h["ce-"+ExtPartitionKey] = []string{ParentKey(ctrl.ID(), parent.UID)}
 	h["ce-"+ExtParentUID] = []string{parent.UID}
 	if parent.ResourceVersion != "" {
@@ -89,7 +109,7 @@ func NewMsg(_ context.Context, subject, ceType, id string, ctrl ControllerRef, p
 		}
 		h["ce-"+k] = []string{v}
 	}
-	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
+	return &Event{Subject: subject, Header: h, Data: data}, nil
 }
 
 // validExtensionName: CloudEvents attribute names are lower-case ASCII
@@ -106,20 +126,14 @@ func validExtensionName(n string) bool {
 	return true
 }
 
-// ToEvent decodes any bus message (binary or structured mode) with the
-// CloudEvents sdk. Services use the cheaper Decode; this is for tools and
-// for consumers outside metabus.
-func ToEvent(ctx context.Context, m jetstream.Msg) (*event.Event, error) {
-	return binding.ToEvent(ctx, cejs.NewMessage(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}))
-}
-
-// Decode checks a binary-mode message's ce-type and decodes its JSON body.
-func Decode(m jetstream.Msg, wantType string, into any) error {
-	if got := m.Headers().Get("ce-type"); got != wantType {
-		return fmt.Errorf("message on %s has type %q, want %q", m.Subject(), got, wantType)
+// DecodeEvent checks a binary-mode event's ce-type and decodes its JSON
+// body (subject names the message in errors).
+func DecodeEvent(subject string, h Header, data []byte, wantType string, into any) error {
+	if got := h.Get("ce-type"); got != wantType {
+		return fmt.Errorf("message on %s has type %q, want %q", subject, got, wantType)
 	}
-	if err := json.Unmarshal(m.Data(), into); err != nil {
-		return fmt.Errorf("decode %s on %s: %w", wantType, m.Subject(), err)
+	if err := json.Unmarshal(data, into); err != nil {
+		return fmt.Errorf("decode %s on %s: %w", wantType, subject, err)
 	}
 	return nil
 }

@@ -1,13 +1,10 @@
 package bus
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Partition layout: MC_WORK and MC_DESIRED store every message under one of
@@ -24,8 +21,8 @@ import (
 //
 //  1. The watcher writes the new N into the stream metadata (Ensure).
 //  2. Every replica reads N on each lease tick, hands back the partitions
-//     of the old layout it holds (graceful: waiting messages naked,
-//     running ones finished) and deletes their leases.
+//     of the old layout it holds (graceful: running handlers finished,
+//     waiting messages left to the stream) and deletes their leases.
 //  3. The watcher deletes the old layout's consumers only once none of
 //     their leases exists (ReconcileLayout), then creates the new ones.
 //     WorkQueue streams refuse overlapping consumers, so the new ones
@@ -33,9 +30,11 @@ import (
 //  4. Replicas claim the new partitions and consume them.
 //
 // A replica that claims an old-layout lease concurrently with step 3 reads
-// N again after its claim and gives the lease back unused if N changed:
-// either its claim came first and the watcher saw it and waited, or it
-// came after the metadata write and its read sees the new N. Unacked
+// N again after its claim, consumes only once a read made after the claim
+// confirms N (a failed read confirms nothing), and gives the lease back
+// unused if N changed: either its claim came first and the watcher saw it
+// and waited, or it came after the metadata write and its read sees the
+// new N. Unacked
 // messages of the old consumers stay in the stream (WorkQueue retention
 // deletes only acked ones) and the new consumers deliver them in stream
 // order, so nothing is lost and a parent's desired states keep their order.
@@ -89,17 +88,18 @@ func PartitionConsumerName(prefix string, n, p int) string {
 
 // LeaseKey is the lease of partition p of n in a stage.
 func LeaseKey(stage string, n, p int) string {
-	return leaseKeyOf(stage, PartitionConsumerName("", n, p))
+	return LeaseKeyOf(stage, PartitionConsumerName("", n, p))
 }
 
-// leaseKeyOf is the lease key of a partition consumer's name without its
+// LeaseKeyOf is the lease key of a partition consumer's name without its
 // prefix (legacy consumers pNN had leases lease.<stage>.pNN).
-func leaseKeyOf(stage, suffix string) string { return "lease." + stage + "." + suffix }
+func LeaseKeyOf(stage, suffix string) string { return "lease." + stage + "." + suffix }
 
-// partitionFilters are the filter subjects of partition p of n (a power of
-// two): with n up to 64, the groups (first slot token) g ≡ p mod n, any
-// slot; above 64, the slots s ≡ p mod n, in their group.
-func partitionFilters(root string, n, p int) []string {
+// PartitionFilters are the filter subjects of partition p of n (a power of
+// two) of the stream rooted at root: with n up to 64, the groups (first
+// slot token) g ≡ p mod n, any slot; above 64, the slots s ≡ p mod n, in
+// their group.
+func PartitionFilters(root string, n, p int) []string {
 	if n <= groups {
 		out := make([]string, 0, groups/n)
 		for g := p; g < groups; g += n {
@@ -114,10 +114,10 @@ func partitionFilters(root string, n, p int) []string {
 	return out
 }
 
-// parsePartitionConsumer recognizes a partition consumer's name, current
+// ParsePartitionConsumer recognizes a partition consumer's name, current
 // (<prefix><n>-pNN) or legacy (<prefix>pNN), and returns the name without
 // its prefix, which is also its lease's last token.
-func parsePartitionConsumer(prefix, name string) (suffix string, n int, ok bool) {
+func ParsePartitionConsumer(prefix, name string) (suffix string, n int, ok bool) {
 	rest, found := strings.CutPrefix(name, prefix)
 	if !found {
 		return "", 0, false
@@ -142,9 +142,9 @@ func parsePartitionConsumer(prefix, name string) (suffix string, n int, ok bool)
 	return rest, n, true
 }
 
-// partitionsOf reads the partition count from stream metadata; a stream
+// PartitionsOf reads the partition count from stream metadata; a stream
 // without it predates the setting and has the default.
-func partitionsOf(md map[string]string) (int, error) {
+func PartitionsOf(md map[string]string) (int, error) {
 	v, ok := md[PartitionsMetadata]
 	if !ok {
 		return DefaultPartitions, nil
@@ -159,95 +159,7 @@ func partitionsOf(md map[string]string) (int, error) {
 	return n, nil
 }
 
-// StreamPartitions reads a stream's current partition count (one stream
-// info request, answered by the stream leader).
-func StreamPartitions(ctx context.Context, js jetstream.JetStream, stream string) (int, error) {
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		return 0, fmt.Errorf("read partitions of %s: %w", stream, err)
-	}
-	return partitionsOf(s.CachedInfo().Config.Metadata)
-}
-
-// partitioned describes one partitioned stream for the layout reconciler.
-type partitioned struct {
-	stream, prefix, stage string
-	consumer              func(o Options, n, p int) jetstream.ConsumerConfig
-}
-
-func partitionedStreams() []partitioned {
-	return []partitioned{
-		{WorkStream, WorkConsumerPrefix, WorkStage, WorkConsumerConfig},
-		{DesiredStream, DesiredConsumerPrefix, DesiredStage, DesiredConsumerConfig},
-	}
-}
-
 // ErrCutOverPending reports that a stream's partition count changed and
-// replicas still hold leases of the old layout: ReconcileLayout deleted
-// nothing and must run again (KeepConsumers does, every interval).
+// replicas still hold leases of the old layout: the old consumers cannot be
+// deleted yet, and the reconciler must run again.
 var ErrCutOverPending = errors.New("partition cut-over pending: old partitions still leased")
-
-// ReconcileLayout brings one partitioned stream's consumers to its current
-// layout: it deletes the consumers of any other layout once none of their
-// leases is held (step 3 of the cut-over), then creates or updates the
-// layout's consumers. It is idempotent and safe to run from several
-// watchers at once.
-func ReconcileLayout(ctx context.Context, js jetstream.JetStream, o Options, ps partitioned) error {
-	s, err := js.Stream(ctx, ps.stream)
-	if err != nil {
-		return fmt.Errorf("open stream %s: %w", ps.stream, err)
-	}
-	n, err := partitionsOf(s.CachedInfo().Config.Metadata)
-	if err != nil {
-		return err
-	}
-	current := make(map[string]bool, n)
-	for p := range n {
-		current[PartitionConsumerName(ps.prefix, n, p)] = true
-	}
-	var stale []string // names of other layouts' consumers
-	names := s.ConsumerNames(ctx)
-	for name := range names.Name() {
-		if _, _, ok := parsePartitionConsumer(ps.prefix, name); ok && !current[name] {
-			stale = append(stale, name)
-		}
-	}
-	if err := names.Err(); err != nil {
-		return fmt.Errorf("list consumers of %s: %w", ps.stream, err)
-	}
-	if len(stale) > 0 {
-		kv, err := js.KeyValue(ctx, OwnersBucket)
-		if err != nil {
-			return fmt.Errorf("open lease bucket %s: %w", OwnersBucket, err)
-		}
-		held := 0
-		for _, name := range stale {
-			suffix, _, _ := parsePartitionConsumer(ps.prefix, name)
-			_, err := kv.Get(ctx, leaseKeyOf(ps.stage, suffix))
-			switch {
-			case err == nil:
-				held++
-			case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
-			default:
-				return fmt.Errorf("check lease of %s/%s: %w", ps.stream, name, err)
-			}
-		}
-		if held > 0 {
-			return fmt.Errorf("%s to %d partitions: %d old partitions still leased: %w", ps.stream, n, held, ErrCutOverPending)
-		}
-		for _, name := range stale {
-			if err := js.DeleteConsumer(ctx, ps.stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-				return fmt.Errorf("delete old partition consumer %s/%s: %w", ps.stream, name, err)
-			}
-		}
-	}
-	// Partition 0 last: KeepConsumers takes its presence to mean the
-	// whole layout exists.
-	for p := n - 1; p >= 0; p-- {
-		cfg := ps.consumer(o, n, p)
-		if err := ensureConsumer(ctx, js, ps.stream, cfg); err != nil {
-			return fmt.Errorf("ensure consumer %s/%s: %w", ps.stream, cfg.Durable, err)
-		}
-	}
-	return nil
-}

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -177,8 +175,9 @@ func ParseWeight(v string) (int, error) {
 	return w, nil
 }
 
-// WeightOf reads the weight a consumer schedules a message with.
-func WeightOf(h nats.Header) int {
+// WeightOf reads the weight a consumer schedules a message with, from its
+// headers.
+func WeightOf(h Header) int {
 	w, err := strconv.Atoi(h.Get("ce-" + ExtWeight))
 	if err != nil || w < 1 {
 		return 1

@@ -2,10 +2,6 @@ package bus
 
 import (
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/metabus/metabus/pkg/ownership"
 )
 
 // OwnersBucket (KV_MC_OWNERS) holds the leases that give one replica of a
@@ -54,22 +50,16 @@ func (o Options) ownerLease() time.Duration {
 // whose server (the all-in-one's embedded one) never restarts without its
 // owners restarting too. Renewals are nearly all an idle process does (64
 // partitions per stage, every Lease/5), and on file each one is a write.
-func OwnersConfig(o Options) jetstream.KeyValueConfig {
-	storage := jetstream.FileStorage
-	if o.MemoryQueues {
-		storage = jetstream.MemoryStorage
-	}
-	return jetstream.KeyValueConfig{
+func OwnersConfig(o Options) BucketConfig {
+	return BucketConfig{
 		Bucket:      OwnersBucket,
 		Description: "metabus partition leases and stage members",
 		History:     1,
 		TTL:         o.ownerLease(),
-		Storage:     storage,
+		Memory:      o.MemoryQueues,
 		Replicas:    o.replicas(),
 	}
 }
 
-func memberKey(stage, id string) string { return "member." + stage + "." + id }
-
-// Assign maps each of n partitions to one of members (ownership.Assign).
-func Assign(members []string, n int) []string { return ownership.Assign(members, n) }
+// MemberKey is the member key of replica id of a stage.
+func MemberKey(stage, id string) string { return "member." + stage + "." + id }

@@ -1,16 +1,66 @@
 package bus
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
+
+// The stream, consumer and bucket configurations are wire contracts too:
+// every process that creates or checks them (the watcher's Ensure, tests,
+// tools) must agree. They are described here as plain data, without the
+// NATS client; package jsbus turns them into JetStream's.
+
+// StreamConfig is what metabus sets on a stream.
+type StreamConfig struct {
+	Name, Description string
+	Subjects          []string
+	// WorkQueue retention (else limits).
+	WorkQueue bool
+	// Memory storage (else file).
+	Memory   bool
+	Replicas int
+	// MaxMsgsPerSubject (0: unlimited); DiscardNew refuses new messages at
+	// the limit (else the oldest go), per subject with
+	// DiscardNewPerSubject.
+	MaxMsgsPerSubject    int64
+	DiscardNew           bool
+	DiscardNewPerSubject bool
+	Duplicates, MaxAge   time.Duration
+	AllowDirect          bool
+	// Compressed with S2.
+	Compressed                     bool
+	AllowMsgSchedules, AllowMsgTTL bool
+	// Transform stores the messages of TransformSource under
+	// TransformDestination ("" for none).
+	TransformSource, TransformDestination string
+	Metadata                              map[string]string
+}
+
+// ConsumerConfig is what metabus sets on a durable pull consumer: explicit
+// acks, delivering everything from the start.
+type ConsumerConfig struct {
+	Durable, Description string
+	// FilterSubject, or FilterSubjects, select what it delivers.
+	FilterSubject  string
+	FilterSubjects []string
+	MaxAckPending  int
+	AckWait        time.Duration
+	// MaxDeliver (0: unlimited) and the redelivery BackOff.
+	MaxDeliver int
+	BackOff    []time.Duration
+	Replicas   int
+	// MemoryState keeps the consumer's state in memory.
+	MemoryState bool
+}
+
+// BucketConfig is a key-value bucket.
+type BucketConfig struct {
+	Bucket, Description string
+	History             uint8
+	TTL                 time.Duration
+	Memory              bool
+	Replicas            int
+}
 
 // Stream names.
 const (
@@ -90,14 +140,6 @@ func (o Options) replicas() int {
 	return o.Replicas
 }
 
-// queueStorage is the storage of MC_WORK and MC_DESIRED.
-func (o Options) queueStorage() jetstream.StorageType {
-	if o.MemoryQueues {
-		return jetstream.MemoryStorage
-	}
-	return jetstream.FileStorage
-}
-
 func (o Options) workAckWait() time.Duration {
 	if o.WorkAckWait > 0 {
 		return o.WorkAckWait
@@ -116,22 +158,20 @@ func (o Options) desiredAckWait() time.Duration {
 // DiscardNew on a WorkQueue stream those lose messages silently
 // (nats-server #4771); the per-subject cap already bounds the stream to two
 // messages per (controller, parent).
-func WorkStreamConfig(o Options) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
+func WorkStreamConfig(o Options) StreamConfig {
+	return StreamConfig{
 		Name:                 WorkStream,
 		Description:          "metabus work items: one in flight and one pending per parent",
 		Subjects:             []string{workRoot + ".*.*"},
-		Retention:            jetstream.WorkQueuePolicy,
-		Storage:              o.queueStorage(),
+		WorkQueue:            true,
+		Memory:               o.MemoryQueues,
 		Replicas:             o.replicas(),
 		MaxMsgsPerSubject:    2,
-		Discard:              jetstream.DiscardNew,
+		DiscardNew:           true,
 		DiscardNewPerSubject: true,
 		Duplicates:           2 * time.Minute,
-		SubjectTransform: &jetstream.SubjectTransformConfig{
-			Source:      workRoot + ".*.*",
-			Destination: fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", workRoot, groups, Slots),
-		},
+		TransformSource:      workRoot + ".*.*",
+		TransformDestination: fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", workRoot, groups, Slots),
 	}
 }
 
@@ -149,23 +189,20 @@ const DesiredMaxAge = 24 * time.Hour
 // per-subject limit (every desired state is kept until applied or
 // superseded), direct gets for the superseded check, bounded by
 // DesiredMaxAge.
-func DesiredStreamConfig(o Options) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
-		Name:        DesiredStream,
-		Description: "metabus desired states (CloudEvents), ordered per parent",
-		Subjects:    []string{desiredRoot + ".*.*"},
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     o.queueStorage(),
-		Replicas:    o.replicas(),
-		Discard:     jetstream.DiscardOld,
-		MaxAge:      DesiredMaxAge,
-		Duplicates:  2 * time.Minute,
-		AllowDirect: true,
-		Compression: jetstream.S2Compression,
-		SubjectTransform: &jetstream.SubjectTransformConfig{
-			Source:      desiredRoot + ".*.*",
-			Destination: fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", desiredRoot, groups, Slots),
-		},
+func DesiredStreamConfig(o Options) StreamConfig {
+	return StreamConfig{
+		Name:                 DesiredStream,
+		Description:          "metabus desired states (CloudEvents), ordered per parent",
+		Subjects:             []string{desiredRoot + ".*.*"},
+		WorkQueue:            true,
+		Memory:               o.MemoryQueues,
+		Replicas:             o.replicas(),
+		MaxAge:               DesiredMaxAge,
+		Duplicates:           2 * time.Minute,
+		AllowDirect:          true,
+		Compressed:           true,
+		TransformSource:      desiredRoot + ".*.*",
+		TransformDestination: fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", desiredRoot, groups, Slots),
 	}
 }
 
@@ -174,16 +211,13 @@ func DesiredStreamConfig(o Options) jetstream.StreamConfig {
 // mc.due.<ctrl>.<uid>, which the relay moves to MC_WORK and then deletes.
 // No MaxAge: a schedule must stay until it fires, however far ahead; the
 // server purges a one-shot schedule when it fires.
-func SchedStreamConfig(o Options) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
+func SchedStreamConfig(o Options) StreamConfig {
+	return StreamConfig{
 		Name:              SchedStream,
 		Description:       "metabus per-parent schedules: retry backoff and resyncs",
 		Subjects:          []string{schedRoot + ".*.*", dueRoot + ".*.*"},
-		Retention:         jetstream.LimitsPolicy,
-		Storage:           jetstream.FileStorage,
 		Replicas:          o.replicas(),
 		MaxMsgsPerSubject: 1,
-		Discard:           jetstream.DiscardOld,
 		AllowMsgSchedules: true,
 		AllowMsgTTL:       true,
 	}
@@ -191,29 +225,26 @@ func SchedStreamConfig(o Options) jetstream.StreamConfig {
 
 // AdvisoryStreamConfig is MC_ADV: max-deliveries advisories of the work and
 // desired consumers, kept for a day.
-func AdvisoryStreamConfig(o Options) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
+func AdvisoryStreamConfig(o Options) StreamConfig {
+	return StreamConfig{
 		Name:        AdvisoryStream,
 		Description: "metabus consumer advisories feeding the DLQ worker",
 		Subjects: []string{
 			"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + WorkStream + ".>",
 			"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + DesiredStream + ".>",
 		},
-		Retention: jetstream.WorkQueuePolicy,
-		Storage:   jetstream.FileStorage,
+		WorkQueue: true,
 		Replicas:  o.replicas(),
 		MaxAge:    24 * time.Hour,
 	}
 }
 
 // DLQStreamConfig is MC_DLQ: poison messages, kept for a week.
-func DLQStreamConfig(o Options) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
+func DLQStreamConfig(o Options) StreamConfig {
+	return StreamConfig{
 		Name:        DLQStream,
 		Description: "metabus poison messages (max deliveries exceeded)",
 		Subjects:    []string{dlqRoot + ".>"},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.FileStorage,
 		Replicas:    o.replicas(),
 		MaxAge:      7 * 24 * time.Hour,
 	}
@@ -227,14 +258,12 @@ func partitionBackoff(ackWait time.Duration) []time.Duration {
 	return []time.Duration{ackWait, 2 * ackWait, 4 * ackWait, 8 * ackWait}
 }
 
-func partitionConsumer(prefix, root string, n, p int, ackWait time.Duration, maxAckPending, replicas int) jetstream.ConsumerConfig {
+func partitionConsumer(prefix, root string, n, p int, ackWait time.Duration, maxAckPending, replicas int) ConsumerConfig {
 	backoff := partitionBackoff(ackWait)
-	return jetstream.ConsumerConfig{
+	return ConsumerConfig{
 		Durable:        PartitionConsumerName(prefix, n, p),
 		Description:    fmt.Sprintf("partition %d of %d of %s", p, n, root),
-		FilterSubjects: partitionFilters(root, n, p),
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		FilterSubjects: PartitionFilters(root, n, p),
 		// The partition's owner (one replica, by lease) holds up to this
 		// many messages and runs each parent's one at a time itself, so a
 		// slow parent never holds the partition's other parents.
@@ -251,28 +280,27 @@ func partitionConsumer(prefix, root string, n, p int, ackWait time.Duration, max
 		// WorkQueue retention deletes acked messages, so a consumer that
 		// a server restart lost is recreated (EnsureConsumers) and
 		// redelivers only what was in flight.
-		MemoryStorage: true,
+		MemoryState: true,
 	}
 }
 
 // WorkConsumerConfig is the consumer of MC_WORK partition p of n.
-func WorkConsumerConfig(o Options, n, p int) jetstream.ConsumerConfig {
+func WorkConsumerConfig(o Options, n, p int) ConsumerConfig {
 	return partitionConsumer(WorkConsumerPrefix, workRoot, n, p, o.workAckWait(), WorkMaxAckPending, o.replicas())
 }
 
 // DesiredConsumerConfig is the consumer of MC_DESIRED partition p of n.
-func DesiredConsumerConfig(o Options, n, p int) jetstream.ConsumerConfig {
+func DesiredConsumerConfig(o Options, n, p int) ConsumerConfig {
 	return partitionConsumer(DesiredConsumerPrefix, desiredRoot, n, p, o.desiredAckWait(), DesiredMaxAckPending, o.replicas())
 }
 
 // DueConsumerConfig relays fired schedules. Any number of relays may pull
 // from it; relaying is idempotent because MC_WORK collapses duplicates.
-func DueConsumerConfig(o Options) jetstream.ConsumerConfig {
-	return jetstream.ConsumerConfig{
+func DueConsumerConfig(o Options) ConsumerConfig {
+	return ConsumerConfig{
 		Durable:       DueConsumer,
 		Description:   "moves fired schedules into MC_WORK",
 		FilterSubject: dueRoot + ".>",
-		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       10 * time.Second,
 		MaxAckPending: 1024,
 		Replicas:      o.replicas(),
@@ -280,234 +308,26 @@ func DueConsumerConfig(o Options) jetstream.ConsumerConfig {
 }
 
 // DLQConsumerConfig reads MC_ADV.
-func DLQConsumerConfig(o Options) jetstream.ConsumerConfig {
-	return jetstream.ConsumerConfig{
+func DLQConsumerConfig(o Options) ConsumerConfig {
+	return ConsumerConfig{
 		Durable:       DLQConsumer,
 		Description:   "moves poison messages to MC_DLQ",
-		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       30 * time.Second,
 		MaxAckPending: 64,
 		Replicas:      o.replicas(),
 	}
 }
 
-// Ensure creates or updates every stream and consumer. It is idempotent and
-// safe to run from every replica at start. A changed partition count
-// (Options.Partitions) is written to the streams' metadata and its
-// cut-over left to KeepConsumers when replicas still hold old partitions.
-func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
-	if o.Partitions != 0 {
-		if err := ValidPartitions(o.Partitions); err != nil {
-			return err
-		}
-	}
-	streams := []jetstream.StreamConfig{
-		WorkStreamConfig(o), DesiredStreamConfig(o), SchedStreamConfig(o),
-		AdvisoryStreamConfig(o), DLQStreamConfig(o),
-	}
-	for _, cfg := range streams {
-		if cfg.Storage == jetstream.MemoryStorage {
-			cfg.Compression = jetstream.NoCompression // file storage only
-		}
-		if cfg.Name == WorkStream || cfg.Name == DesiredStream {
-			n, err := partitionsToSet(ctx, js, cfg.Name, o)
-			if err != nil {
-				return err
-			}
-			cfg.Metadata = map[string]string{PartitionsMetadata: strconv.Itoa(n)}
-		}
-		if err := ensureStream(ctx, js, cfg); err != nil {
-			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
-		}
-	}
-	if err := ensureOwners(ctx, js, o); err != nil {
-		return fmt.Errorf("ensure bucket %s: %w", OwnersBucket, err)
-	}
-	for _, ps := range partitionedStreams() {
-		if err := ReconcileLayout(ctx, js, o, ps); err != nil && !errors.Is(err, ErrCutOverPending) {
-			return err
-		}
-	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, SchedStream, DueConsumerConfig(o)); err != nil {
-		return fmt.Errorf("ensure consumer %s: %w", DueConsumer, err)
-	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, AdvisoryStream, DLQConsumerConfig(o)); err != nil {
-		return fmt.Errorf("ensure consumer %s: %w", DLQConsumer, err)
-	}
-	return nil
+// Partitioned describes one partitioned stream for the layout reconciler.
+type Partitioned struct {
+	Stream, Prefix, Stage string
+	Consumer              func(o Options, n, p int) ConsumerConfig
 }
 
-// partitionsToSet is the partition count Ensure writes into a stream's
-// metadata: the one asked for, else the stream's own, else the default.
-func partitionsToSet(ctx context.Context, js jetstream.JetStream, stream string, o Options) (int, error) {
-	if o.Partitions != 0 {
-		return o.Partitions, nil
+// PartitionedStreams are MC_WORK and MC_DESIRED.
+func PartitionedStreams() []Partitioned {
+	return []Partitioned{
+		{WorkStream, WorkConsumerPrefix, WorkStage, WorkConsumerConfig},
+		{DesiredStream, DesiredConsumerPrefix, DesiredStage, DesiredConsumerConfig},
 	}
-	n, err := StreamPartitions(ctx, js, stream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return DefaultPartitions, nil
-	}
-	return n, err
-}
-
-// ensureStream creates or updates a stream. A file-stored work queue that
-// should be in memory (an embedded server's store from before MemoryQueues)
-// is replaced: JetStream cannot change a stream's storage, and what it held
-// is rederived by the resync of the starting watcher. The other way round is
-// refused: a process asking for file-stored queues on a server that holds
-// them in memory belongs to another installation's configuration.
-func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
-	_, err := js.CreateOrUpdateStream(ctx, cfg)
-	if err == nil || cfg.Storage != jetstream.MemoryStorage || (cfg.Name != WorkStream && cfg.Name != DesiredStream) {
-		return err
-	}
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) || !strings.Contains(apiErr.Description, "can not change storage type") {
-		return err
-	}
-	if err := js.DeleteStream(ctx, cfg.Name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("replace stream stored differently: %w", err)
-	}
-	_, err = js.CreateOrUpdateStream(ctx, cfg)
-	return err
-}
-
-// ensureOwners creates or updates the lease bucket. A file-stored bucket
-// that should be in memory (an embedded server's store from before
-// MemoryQueues covered it) is replaced, as ensureStream replaces the
-// queues: Ensure runs before any owner starts, and an owner that finds
-// its lease gone fences the partition and claims it again.
-func ensureOwners(ctx context.Context, js jetstream.JetStream, o Options) error {
-	cfg := OwnersConfig(o)
-	_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
-	if err == nil || cfg.Storage != jetstream.MemoryStorage {
-		return err
-	}
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) || !strings.Contains(apiErr.Description, "can not change storage type") {
-		return err
-	}
-	if err := js.DeleteKeyValue(ctx, OwnersBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return fmt.Errorf("replace bucket stored differently: %w", err)
-	}
-	_, err = js.CreateOrUpdateKeyValue(ctx, cfg)
-	return err
-}
-
-func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) error {
-	_, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
-	if err == nil {
-		return nil
-	}
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) || !strings.Contains(apiErr.Description, "storage type can not be updated") {
-		return err
-	}
-	if err := js.DeleteConsumer(ctx, stream, cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("replace consumer stored differently: %w", err)
-	}
-	_, err = js.CreateOrUpdateConsumer(ctx, stream, cfg)
-	return err
-}
-
-// KeepConsumers keeps the partition consumers in their current layout
-// until ctx is done: every interval it checks that partition 0 of each
-// partitioned stream exists and otherwise runs ReconcileLayout, which
-// recreates consumers a server restart lost (their state lives in memory)
-// and finishes a partition-count cut-over once the old partitions are
-// handed back. A stream that is gone is created again (Ensure).
-//
-// onRecreated (optional) is called when a partitioned stream is found
-// created anew since the previous check, by this process or another:
-// whatever the bus held was lost (a NATS cluster that lost its data), and
-// only a resync derives it again. Cost: a stream info and a consumer info
-// per stream per check.
-func KeepConsumers(ctx context.Context, js jetstream.JetStream, o Options, interval time.Duration, onError func(error), onRecreated func(stream string)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	// The streams as they are now (the caller has just ensured them), so
-	// that a loss before the first check is noticed too.
-	created := map[string]time.Time{}
-	for _, ps := range partitionedStreams() {
-		if s, err := js.Stream(ctx, ps.stream); err == nil {
-			created[ps.stream] = s.CachedInfo().Created
-		}
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for _, ps := range partitionedStreams() {
-			s, err := js.Stream(ctx, ps.stream)
-			var n int
-			if err == nil {
-				info := s.CachedInfo()
-				if seen, ok := created[ps.stream]; ok && !seen.Equal(info.Created) && onRecreated != nil {
-					onRecreated(ps.stream)
-				}
-				created[ps.stream] = info.Created
-				n, err = partitionsOf(info.Config.Metadata)
-			}
-			if err == nil {
-				_, err = js.Consumer(ctx, ps.stream, PartitionConsumerName(ps.prefix, n, 0))
-			}
-			switch {
-			case err == nil:
-				continue
-			case errors.Is(err, jetstream.ErrStreamNotFound):
-				err = Ensure(ctx, js, o)
-			case errors.Is(err, jetstream.ErrConsumerNotFound):
-				err = ReconcileLayout(ctx, js, o, ps)
-			}
-			if err != nil && ctx.Err() == nil && onError != nil {
-				onError(fmt.Errorf("keep partition consumers of %s: %w", ps.stream, err))
-			}
-		}
-	}
-}
-
-// WaitReady waits until Ensure (run by the watcher) has finished: the DLQ
-// consumer is the last thing it creates. Services without stream-management
-// permissions start this way. A server that does not answer yet (restarting,
-// JetStream still starting) is waited for too: a fault run saw a
-// dispatcher started during a NATS restart exit on the lookup's timeout.
-func WaitReady(ctx context.Context, js jetstream.JetStream) error {
-	for {
-		_, err := js.Consumer(ctx, AdvisoryStream, DLQConsumer)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrConsumerNotFound) && !notAnsweringYet(ctx, err) {
-			return fmt.Errorf("look up %s/%s: %w", AdvisoryStream, DLQConsumer, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-// notAnsweringYet reports an error that means the server has not answered
-// (yet), not that it refused: the request timed out (its own deadline, not
-// the caller's), nobody serves the JetStream API, JetStream is not enabled
-// yet, the connection is being re-established, or the JetStream API
-// answered 503 (in a cluster: "JetStream system temporarily unavailable"
-// while the node has no meta leader, e.g. cut from the other nodes, or
-// during an election; a clustered fault run saw an applier started then
-// exit on it).
-func notAnsweringYet(ctx context.Context, err error) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.Code == 503 {
-		return true
-	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
-		errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) ||
-		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
 }

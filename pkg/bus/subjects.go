@@ -1,19 +1,21 @@
 // Package bus is the single home of metabus' wire contracts on NATS
-// JetStream: stream and consumer configurations, subjects, CloudEvent types
-// and the message schemas exchanged by the watcher, dispatcher, applier and
-// revisions services, plus the small publish/consume helpers that implement
-// the delivery rules every stage relies on.
+// JetStream: subjects, CloudEvent types and their encoding, the message
+// schemas exchanged by the watcher, dispatcher, applier and revisions
+// services, and the stream, consumer and bucket configurations, all as
+// plain data. It links no NATS client (TestContractsLinkNoNATSClient), so
+// that the pure cores and the kind cores can import it; package jsbus runs
+// the bus on JetStream from these contracts.
 //
 // Delivery model (see design.md §2 and §4): Kubernetes is the system of
 // record, every message can be derived again, delivery is at least once and
 // every consumer is idempotent. Per-parent serialization comes from
-// partitioning each stream 64 ways with a subject transform, giving each
+// partitioning each stream (layout.go) with a subject transform, giving each
 // partition's durable consumer one owner at a time by lease (owners.go), and
-// running each parent's messages one at a time inside the owner (owned.go,
-// package fairq). A MapController's unit of work is (parent, map key)
-// instead: a keyed item is serialized, deduplicated and ordered per
-// (parent, key) by carrying the key in its parent's subject token
-// (MapKeySep), and its per-parent item is one more such unit.
+// running each parent's messages one at a time inside the owner (package
+// jsbus, package ownership, package fairq). A MapController's unit of work
+// is (parent, map key) instead: a keyed item is serialized, deduplicated and
+// ordered per (parent, key) by carrying the key in its parent's subject
+// token (MapKeySep), and its per-parent item is one more such unit.
 package bus
 
 import (
@@ -186,10 +188,11 @@ func SplitParentToken(token string) (parentUID, mapKey string) {
 	return token, ""
 }
 
-// parentToken is ParentToken for a subject being built: it refuses a key
-// or a keyed UID that would not split back, or would not be one subject
-// token, so that no input can address another parent's or key's subject.
-func parentToken(parentUID, mapKey string) (string, error) {
+// CheckedParentToken is ParentToken for a subject being built: it refuses
+// a key or a keyed UID that would not split back, or would not be one
+// subject token, so that no input can address another parent's or key's
+// subject.
+func CheckedParentToken(parentUID, mapKey string) (string, error) {
 	if mapKey == "" {
 		return parentUID, nil // unchanged for keyless items
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/jsbus"
 )
 
 // DefaultMaxSubjects bounds the per-subject listing a Read asks a stream
@@ -243,7 +244,7 @@ func (st *Stats) owners(ctx context.Context, js jetstream.JetStream, max int) er
 		if _, ok := st.Streams[p.stream]; !ok {
 			continue
 		}
-		n, err := bus.StreamPartitions(ctx, js, p.stream)
+		n, err := jsbus.StreamPartitions(ctx, js, p.stream)
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx"
 )
 
@@ -36,7 +37,7 @@ func TestCollectorReadsTheBus(t *testing.T) {
 	t.Cleanup(nc.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := bus.Ensure(ctx, js, bus.Options{Partitions: 4}); err != nil {
+	if err := jsbus.Ensure(ctx, js, bus.Options{Partitions: 4}); err != nil {
 		t.Fatal(err)
 	}
 	composite := bus.ControllerRef{Kind: "CompositeController", Name: "hello.world", UID: "c1"}
@@ -45,7 +46,7 @@ func TestCollectorReadsTheBus(t *testing.T) {
 	parent := func(uid string) bus.ObjectRef {
 		return bus.ObjectRef{APIVersion: "v1", Kind: "ConfigMap", Resource: "configmaps", Namespace: "ns", Name: uid, UID: uid}
 	}
-	pub := bus.Publisher{JS: js}
+	pub := jsbus.Publisher{JS: js}
 	for i := range 3 {
 		if _, err := pub.PublishWork(ctx, bus.WorkItem{Controller: composite, Parent: parent(fmt.Sprint("p", i)), Reason: bus.ReasonEvent}); err != nil {
 			t.Fatal(err)
@@ -113,7 +114,7 @@ func TestCollectorReadsTheBus(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = bus.Consume(cctx, js, bus.ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage},
+		_ = jsbus.Consume(cctx, js, jsbus.ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage},
 			func(_ context.Context, m jetstream.Msg) { <-release; _ = m.Ack() })
 	}()
 	defer func() { close(release); stop(); <-done }()
@@ -216,10 +217,10 @@ func benchmarkRead(b *testing.B, items int) {
 	}
 	defer nc.Close()
 	ctx := context.Background()
-	if err := bus.Ensure(ctx, js, bus.Options{Partitions: 64}); err != nil {
+	if err := jsbus.Ensure(ctx, js, bus.Options{Partitions: 64}); err != nil {
 		b.Fatal(err)
 	}
-	pub := bus.Publisher{JS: js}
+	pub := jsbus.Publisher{JS: js}
 	for i := range items {
 		ctrl := bus.ControllerRef{Kind: "CompositeController", Name: fmt.Sprint("c", i%10)}
 		p := bus.ObjectRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: fmt.Sprint("p", i), UID: fmt.Sprint("uid-", i)}

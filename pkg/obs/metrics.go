@@ -121,7 +121,7 @@ func RegisterNATSConnected(reg prometheus.Registerer, service string, connected 
 // PartitionMetrics count this replica's partition ownership (the bus's
 // lease-based assignment of partition consumers to replicas): how many
 // partitions it consumes, and every claim, hand-back and loss. They
-// implement bus.OwnershipObserver.
+// implement jsbus.OwnershipObserver.
 type PartitionMetrics struct {
 	held     *prometheus.GaugeVec
 	claims   *prometheus.CounterVec
@@ -152,7 +152,7 @@ func NewPartitionMetrics(reg prometheus.Registerer) (*PartitionMetrics, error) {
 	return m, errors.Join(errs...)
 }
 
-// PartitionClaimed implements bus.OwnershipObserver.
+// PartitionClaimed implements jsbus.OwnershipObserver.
 func (m *PartitionMetrics) PartitionClaimed(stage string) {
 	if m == nil {
 		return
@@ -161,7 +161,7 @@ func (m *PartitionMetrics) PartitionClaimed(stage string) {
 	m.claims.WithLabelValues(stage).Inc()
 }
 
-// PartitionReleased implements bus.OwnershipObserver.
+// PartitionReleased implements jsbus.OwnershipObserver.
 func (m *PartitionMetrics) PartitionReleased(stage string, lost bool) {
 	if m == nil {
 		return

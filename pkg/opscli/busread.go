@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/jsbus"
 )
 
 // ownership is what the lease bucket says about a stage.
@@ -86,7 +87,7 @@ func partitionConsumers(ctx context.Context, js jetstream.JetStream, stream, pre
 	if err != nil {
 		return 0, nil, fmt.Errorf("open stream %s: %w", stream, err)
 	}
-	n, err = bus.StreamPartitions(ctx, js, stream)
+	n, err = jsbus.StreamPartitions(ctx, js, stream)
 	if err != nil {
 		return 0, nil, err
 	}

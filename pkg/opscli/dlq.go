@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kindtable"
 )
 
@@ -258,7 +259,7 @@ type ReplayResult struct {
 // entry is removed unless keep. An entry whose parent (same UID) or
 // controller is gone has nothing to replay and is left for purge.
 func (b *Bus) DLQReplay(ctx context.Context, entries []DLQEntry, keep bool) ([]ReplayResult, error) {
-	pub := bus.Publisher{JS: b.JS}
+	pub := jsbus.Publisher{JS: b.JS}
 	stream, err := b.JS.Stream(ctx, bus.DLQStream)
 	if err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", bus.DLQStream, err)

@@ -1,7 +1,7 @@
 // Package ownership is the partition-ownership protocol of a stage's
 // replicas (dispatchers on MC_WORK, appliers on MC_DESIRED) as a pure state
 // machine: events and the clock in, effects out, no goroutines, timers or
-// I/O, in the way of etcd raft's Ready/Advance. A thin driver (package bus,
+// I/O, in the way of etcd raft's Ready/Advance. A thin driver (package jsbus,
 // owned.go) performs the effects (lease writes, consumer calls, handler
 // runs) and feeds their outcomes back; a simulation (sim_test.go) drives the
 // same core through randomized schedules against a model of nats-server.

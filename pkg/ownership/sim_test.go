@@ -17,7 +17,7 @@ import (
 )
 
 // The simulation: replicas (each a Core and a model of the driver of
-// package bus) against the server model of simserver_test.go, in virtual
+// package jsbus) against the server model of simserver_test.go, in virtual
 // time, through randomized schedules that a seed reproduces: replicas
 // joining, leaving, crashing and pausing past their lease; slow, lost and
 // delayed API replies; redeliveries in every order the server's BackOff

@@ -15,10 +15,6 @@ package revstore
 
 import (
 	"context"
-	"fmt"
-	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
@@ -106,19 +102,4 @@ type Response struct {
 // Store serves revision requests.
 type Store interface {
 	Revisions(ctx context.Context, req Request) (*Response, error)
-}
-
-// Client is a Store over NATS request/reply.
-type Client struct {
-	NC      *nats.Conn
-	Timeout time.Duration
-}
-
-// Revisions sends req to the revisions service.
-func (c Client) Revisions(ctx context.Context, req Request) (*Response, error) {
-	var resp Response
-	if err := bus.RequestJSON(ctx, c.NC, bus.RevisionsSubject, "revisions", c.Timeout, req, &resp); err != nil {
-		return nil, fmt.Errorf("revisions %s request for %s/%s: %w", req.Op, req.Controller.ID(), req.Parent.UID, err)
-	}
-	return &resp, nil
 }

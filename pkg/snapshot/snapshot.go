@@ -8,11 +8,8 @@ package snapshot
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/metabus/metabus/pkg/bus"
@@ -108,24 +105,6 @@ type Response struct {
 // Source answers snapshot requests.
 type Source interface {
 	Snapshot(ctx context.Context, req Request) (*Response, error)
-}
-
-// Client is a Source over NATS request/reply.
-type Client struct {
-	NC      *nats.Conn
-	Timeout time.Duration
-}
-
-// Snapshot sends req to the snapshot service.
-func (c Client) Snapshot(ctx context.Context, req Request) (*Response, error) {
-	var resp Response
-	if err := bus.RequestJSON(ctx, c.NC, bus.SnapshotSubject, "snapshot", c.Timeout, req, &resp); err != nil {
-		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, fmt.Errorf("snapshot request for %s/%s (is the watcher up?): %w", req.Controller.ID(), req.ParentUID, err)
-		}
-		return nil, fmt.Errorf("snapshot request for %s/%s: %w", req.Controller.ID(), req.ParentUID, err)
-	}
-	return &resp, nil
 }
 
 // Fetch asks src until it answers something other than Retry, waiting

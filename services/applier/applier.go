@@ -29,6 +29,7 @@ import (
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/inspect"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kubeapi"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
@@ -148,7 +149,7 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	// Every write of a desired state is checked against the partition
 	// lease of the handler making it, right before it is sent.
 	writes := rest.CopyConfig(deps.REST)
-	writes.Wrap(bus.LeaseGuard)
+	writes.Wrap(jsbus.LeaseGuard)
 	raw, err := newRawClient(writes)
 	if err != nil {
 		return nil, err
@@ -163,11 +164,11 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	}
 	snaps := deps.Snapshots
 	if snaps == nil {
-		snaps = snapshot.Client{NC: deps.NC}
+		snaps = jsbus.SnapshotClient{NC: deps.NC}
 	}
 	revs := deps.Revisions
 	if revs == nil {
-		revs = revstore.Client{NC: deps.NC}
+		revs = jsbus.RevisionsClient{NC: deps.NC}
 	}
 	health := deps.Health
 	if health == nil {
@@ -175,14 +176,14 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	}
 	// Not ready until Run has found the streams and consumes.
 	health.Pending(readyCheck, "starting")
-	member := bus.NewMemberID()
+	member := jsbus.NewMemberID()
 	a := &Applier{
 		member:  member,
 		book:    inspect.New(bus.DesiredStage, member, 0),
 		cfg:     cfg,
 		log:     log.Named("applier"),
 		js:      deps.JS,
-		sched:   bus.Publisher{JS: deps.JS},
+		sched:   jsbus.Publisher{JS: deps.JS},
 		dyn:     dyn,
 		raw:     raw,
 		disc:    discovery.New(discovery.APIServer{API: kube}),
@@ -210,7 +211,7 @@ const readyCheck = "applier"
 func (a *Applier) Run(ctx context.Context) error {
 	defer a.rec.Shutdown(ctx)
 	a.health.Pending(readyCheck, "waiting for the streams and consumers")
-	if err := bus.WaitReady(ctx, a.js); err != nil {
+	if err := jsbus.WaitReady(ctx, a.js); err != nil {
 		return err
 	}
 	if err := a.disc.Refresh(ctx); err != nil {
@@ -243,8 +244,8 @@ func (a *Applier) Run(ctx context.Context) error {
 		return down
 	})
 	a.log.Info("applier started", zap.Int("workers", a.cfg.Workers))
-	bus.Supervise(ctx, bus.SuperviseOptions{}, func(ctx context.Context) error {
-		return bus.Consume(ctx, a.js, bus.ConsumeConfig{
+	jsbus.Supervise(ctx, jsbus.SuperviseOptions{}, func(ctx context.Context) error {
+		return jsbus.Consume(ctx, a.js, jsbus.ConsumeConfig{
 			Stream: bus.DesiredStream, Prefix: bus.DesiredConsumerPrefix, Stage: bus.DesiredStage,
 			PerController: a.cfg.Workers, Total: a.cfg.MaxInFlight, AckWait: ackWait, Ordered: true, Member: a.member,
 			KeepOlder: isRelease,
@@ -297,7 +298,7 @@ func (a *Applier) superseded(ctx context.Context, ds *bus.DesiredState, seq uint
 
 func (a *Applier) handle(ctx context.Context, m jetstream.Msg) {
 	var ds bus.DesiredState
-	if err := bus.Decode(m, bus.TypeDesired, &ds); err != nil {
+	if err := jsbus.Decode(m, bus.TypeDesired, &ds); err != nil {
 		a.log.Error("dropping malformed desired state", zap.Error(err))
 		_ = m.TermWithReason("malformed desired state")
 		return
@@ -315,7 +316,7 @@ func (a *Applier) handle(ctx context.Context, m jetstream.Msg) {
 	// A finalizer release is never skipped: a newer desired state of the
 	// same parent need not release it (a stale sync from before the
 	// finalize hook was removed), and the release is idempotent.
-	if ds.Hook != bus.HookRelease && (bus.NewerQueued(ctx) || (md.NumPending > 0 && a.superseded(ctx, &ds, seq))) {
+	if ds.Hook != bus.HookRelease && (jsbus.NewerQueued(ctx) || (md.NumPending > 0 && a.superseded(ctx, &ds, seq))) {
 		a.settle(ctx, m, &ds, nil, time.Time{}, done(resultSuperseded))
 		return
 	}
@@ -385,7 +386,7 @@ func (e *requeueError) Error() string { return "the parent changed under the app
 func requeue(ds *bus.DesiredState) error { return &requeueError{attempt: ds.Attempt} }
 
 // scheduler is where settle schedules a parent's next sync (MC_SCHED
-// through bus.Publisher).
+// through jsbus.Publisher).
 type scheduler interface {
 	Schedule(ctx context.Context, item bus.WorkItem, at time.Time) error
 }

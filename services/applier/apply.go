@@ -14,6 +14,7 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/children"
 	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/kindtable"
 	"github.com/metabus/metabus/pkg/rollout"
@@ -47,7 +48,7 @@ func (a *Applier) observe(ctx context.Context, ds *bus.DesiredState) (*snapshot.
 	}, a.cfg.SnapshotWait)
 	if err != nil {
 		reason := ""
-		if errors.Is(err, bus.ErrTooLarge) {
+		if errors.Is(err, jsbus.ErrTooLarge) {
 			reason = events.ReasonApplyError // cannot heal by itself: say so on the parent
 		}
 		return nil, retryAfter(reason, fmt.Errorf("observed state unavailable: %w", err))

@@ -23,6 +23,7 @@ import (
 	"github.com/metabus/metabus/pkg/composite"
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/kindtable"
 	"github.com/metabus/metabus/pkg/natsx/natstest"
@@ -231,11 +232,11 @@ func TestSupersededPerItem(t *testing.T) {
 	_, js := natstest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := bus.Ensure(ctx, js, bus.Options{}); err != nil {
+	if err := jsbus.Ensure(ctx, js, bus.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	a := &Applier{js: js}
-	pub := bus.Publisher{JS: js}
+	pub := jsbus.Publisher{JS: js}
 	state := func(key string, seq uint64) bus.DesiredState {
 		return bus.DesiredState{
 			Controller: bus.ControllerRef{Kind: v1alpha1.MapControllerKind, Name: "m"},

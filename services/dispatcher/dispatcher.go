@@ -31,6 +31,7 @@ import (
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/hooks"
 	"github.com/metabus/metabus/pkg/inspect"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kubeapi"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
@@ -117,7 +118,7 @@ type Dispatcher struct {
 	cfg     Config
 	log     *zap.Logger
 	js      jetstream.JetStream
-	pub     bus.Publisher
+	pub     jsbus.Publisher
 	snaps   snapshot.Source
 	revs    revstore.Store
 	hooks   *hooks.Client
@@ -166,11 +167,11 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	}
 	snaps := deps.Snapshots
 	if snaps == nil {
-		snaps = snapshot.Client{NC: deps.NC}
+		snaps = jsbus.SnapshotClient{NC: deps.NC}
 	}
 	revs := deps.Revisions
 	if revs == nil {
-		revs = revstore.Client{NC: deps.NC}
+		revs = jsbus.RevisionsClient{NC: deps.NC}
 	}
 	health := deps.Health
 	if health == nil {
@@ -182,7 +183,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		cfg:       cfg,
 		log:       log.Named("dispatcher"),
 		js:        deps.JS,
-		pub:       bus.Publisher{JS: deps.JS}, // Queued: set below
+		pub:       jsbus.Publisher{JS: deps.JS}, // Queued: set below
 		snaps:     snaps,
 		revs:      revs,
 		rec:       events.New(kube, events.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-dispatcher"}),
@@ -193,7 +194,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		customize: map[string]customizeEntry{},
 		nc:        deps.NC,
 		echoes:    deps.Echoes,
-		member:    bus.NewMemberID(),
+		member:    jsbus.NewMemberID(),
 	}
 	d.pub.Queued = d.metrics.queued
 	d.metrics.watchNATS(deps.Metrics, deps.NC)
@@ -243,7 +244,7 @@ var errStarting = errors.New("starting")
 func (d *Dispatcher) Run(ctx context.Context) error {
 	defer d.rec.Shutdown(ctx)
 	d.health.Pending(readyCheck, "waiting for the streams and consumers")
-	if err := bus.WaitReady(ctx, d.js); err != nil {
+	if err := jsbus.WaitReady(ctx, d.js); err != nil {
 		return err
 	}
 	if d.echoes == nil {
@@ -276,7 +277,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			bus.Supervise(ctx, bus.SuperviseOptions{}, run, func(err error) {
+			jsbus.Supervise(ctx, jsbus.SuperviseOptions{}, run, func(err error) {
 				bgMu.Lock()
 				defer bgMu.Unlock()
 				if err == nil {
@@ -296,7 +297,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// elects its leaders) or stops is restarted, never the process.
 	bgDown["work consumer"] = errStarting
 	background("work consumer", func(ctx context.Context) error {
-		return bus.Consume(ctx, d.js, bus.ConsumeConfig{
+		return jsbus.Consume(ctx, d.js, jsbus.ConsumeConfig{
 			Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
 			PerController: d.cfg.Workers, Total: d.cfg.MaxInFlight, AckWait: ackWait, Member: d.member,
 			OnError:   func(err error) { d.log.Warn("work consumer", zap.Error(err)) },
@@ -304,11 +305,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}, d.handle)
 	})
 	if d.cfg.RunRelay {
-		background("schedule relay", func(ctx context.Context) error { return bus.RunRelayWith(ctx, d.pub, logErr) })
+		background("schedule relay", func(ctx context.Context) error { return jsbus.RunRelayWith(ctx, d.pub, logErr) })
 	}
 	if d.cfg.RunDLQ {
 		background("dead-letter worker", func(ctx context.Context) error {
-			return bus.RunDLQ(ctx, d.js, d.onDeadLetter, logErr)
+			return jsbus.RunDLQ(ctx, d.js, d.onDeadLetter, logErr)
 		})
 	}
 	connected := natsx.Check(d.nc)
@@ -330,7 +331,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 }
 
 // onDeadLetter reports a poison message on its parent.
-func (d *Dispatcher) onDeadLetter(dl bus.DeadLetter) {
+func (d *Dispatcher) onDeadLetter(dl jsbus.DeadLetter) {
 	d.log.Error("message moved to dead-letter queue", zap.String("stream", dl.Stream), zap.String("subject", dl.Subject),
 		zap.String("mapKey", dl.MapKey), zap.Uint64("deliveries", dl.Deliveries))
 	if dl.Parent.UID != "" {
@@ -341,14 +342,14 @@ func (d *Dispatcher) onDeadLetter(dl bus.DeadLetter) {
 
 func (d *Dispatcher) handle(ctx context.Context, m jetstream.Msg) {
 	var item bus.WorkItem
-	if err := bus.Decode(m, bus.TypeSyncRequested, &item); err != nil {
+	if err := jsbus.Decode(m, bus.TypeSyncRequested, &item); err != nil {
 		// Nothing can ever process it: drop it (the resync covers the
 		// parent, whichever it was).
 		d.log.Error("dropping malformed work item", zap.Error(err))
 		_ = m.TermWithReason("malformed work item")
 		return
 	}
-	seq, delivered, err := bus.Meta(m)
+	seq, delivered, err := jsbus.Meta(m)
 	if err != nil {
 		_ = m.NakWithDelay(time.Second)
 		return
@@ -454,7 +455,7 @@ func published(msg string, err error) error {
 // tracer's span (endTrace) closes before the item is acked: the ack lets
 // the partition's next message go to another replica.
 //
-// It also reports whether the item runs again in place (bus.Consume's
+// It also reports whether the item runs again in place (jsbus.Consume's
 // retry after NakWithDelay).
 func (d *Dispatcher) settle(ctx context.Context, m jetstream.Msg, item bus.WorkItem, start time.Time, err error, endTrace func()) (result string, inPlace bool) {
 	var nak bool
@@ -466,7 +467,7 @@ func (d *Dispatcher) settle(ctx context.Context, m jetstream.Msg, item bus.WorkI
 	d.metrics.syncSeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
 	switch {
 	case nak && ctx.Err() == nil && result != "cancelled":
-		// Run again in place after the delay (bus.Consume); a dispatcher
+		// Run again in place after the delay (jsbus.Consume); a dispatcher
 		// shutting down leaves the item to another replica instead.
 		inPlace = true
 		d.metrics.queues.Retried(queueOf(item.Controller))

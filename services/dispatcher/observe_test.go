@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/natsx/natstest"
 	"github.com/metabus/metabus/pkg/snapshot"
@@ -34,7 +35,7 @@ func TestUnservableCachedRelatedRules(t *testing.T) {
 	nc, js := natstest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := bus.Ensure(ctx, js, bus.Options{}); err != nil {
+	if err := jsbus.Ensure(ctx, js, bus.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	snaps := &fakeSnapshots{}

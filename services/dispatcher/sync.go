@@ -11,6 +11,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/echo"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/kindtable"
 	"github.com/metabus/metabus/pkg/snapshot"
@@ -159,7 +160,7 @@ func (d *Dispatcher) observe(ctx context.Context, item bus.WorkItem, seq uint64,
 		if ctx.Err() != nil {
 			return sreq, nil, cancelled()
 		}
-		if errors.Is(err, bus.ErrTooLarge) {
+		if errors.Is(err, jsbus.ErrTooLarge) {
 			// Retrying cannot help until the parent has fewer or smaller
 			// children: say so on the parent, with backoff.
 			return sreq, nil, failure(fmt.Errorf("observed state too large for the bus (raise the NATS server's max_payload): %w", err))

@@ -27,6 +27,7 @@ import (
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/hooks"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kindtable"
 	"github.com/metabus/metabus/pkg/natsx/natstest"
 	"github.com/metabus/metabus/pkg/related"
@@ -146,7 +147,7 @@ func testDispatcher(t *testing.T, snaps snapshot.Source, revs revstore.Store) (*
 	nc, js := natstest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := bus.Ensure(ctx, js, bus.Options{}); err != nil {
+	if err := jsbus.Ensure(ctx, js, bus.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	policy, err := related.ParsePolicy(related.DefaultPolicy)
@@ -155,7 +156,7 @@ func testDispatcher(t *testing.T, snaps snapshot.Source, revs revstore.Store) (*
 	}
 	rec := record.NewFakeRecorder(100)
 	d := &Dispatcher{
-		cfg: Config{SnapshotWait: 50 * time.Millisecond}, log: zap.NewNop(), js: js, pub: bus.Publisher{JS: js},
+		cfg: Config{SnapshotWait: 50 * time.Millisecond}, log: zap.NewNop(), js: js, pub: jsbus.Publisher{JS: js},
 		snaps: snaps, revs: revs, hooks: hooks.New(hooks.Options{}), rec: &events.Recorder{EventRecorder: rec},
 		metrics: newMetrics(nil), timers: map[string]*time.Timer{}, customize: map[string]customizeEntry{},
 		relatedPolicy: policy, echoes: echo.NewBook(0), nc: nc,

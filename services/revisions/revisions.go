@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
 	"github.com/metabus/metabus/pkg/revstore"
@@ -35,7 +36,7 @@ import (
 // Config is the revisions service's configuration (flags).
 type Config struct {
 	// Timeout bounds the API calls of one request. It should stay below the
-	// callers' request timeout (revstore.Client: 10s) so that they get an
+	// callers' request timeout (jsbus.RevisionsClient: 10s) so that they get an
 	// answer rather than a timeout.
 	Timeout time.Duration
 	// Concurrency bounds the requests one replica serves at once over NATS;
@@ -205,7 +206,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 // serve answers one NATS request.
 func (s *Service) serve(ctx context.Context, r micro.Request) {
-	err := bus.RespondJSON(r, "revisions", func(req revstore.Request) any {
+	err := jsbus.RespondJSON(r, "revisions", func(req revstore.Request) any {
 		resp, _ := s.Revisions(ctx, req)
 		return resp
 	})

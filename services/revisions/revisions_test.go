@@ -31,6 +31,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kubeenv"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
@@ -732,7 +733,7 @@ func TestOverNATS(t *testing.T) {
 		replicas = append(replicas, r)
 	}
 	nc := connect("test-client")
-	client := revstore.Client{NC: nc, Timeout: 10 * time.Second}
+	client := jsbus.RevisionsClient{NC: nc, Timeout: 10 * time.Second}
 
 	// Wait until both replicas serve (micro's $SRV.PING answers per replica).
 	deadline := time.Now().Add(10 * time.Second)
@@ -874,7 +875,7 @@ func TestOverNATSStopFinishesInFlight(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	client := revstore.Client{NC: connect("test-client")}
+	client := jsbus.RevisionsClient{NC: connect("test-client")}
 	for deadline := time.Now().Add(10 * time.Second); pingCount(t, client.NC) != 1; {
 		if time.Now().After(deadline) {
 			t.Fatal("the service does not answer pings")

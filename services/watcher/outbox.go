@@ -55,7 +55,7 @@ type outbox struct {
 	pace *pacer
 }
 
-// workPublisher publishes one work item (bus.Publisher; a fake in tests).
+// workPublisher publishes one work item (jsbus.Publisher; a fake in tests).
 type workPublisher interface {
 	PublishWork(ctx context.Context, item bus.WorkItem) (queued bool, err error)
 }

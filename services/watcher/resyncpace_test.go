@@ -12,13 +12,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx/natstest"
 )
 
 // countingPublisher publishes through the bus and counts what went out
 // per controller.
 type countingPublisher struct {
-	pub bus.Publisher
+	pub jsbus.Publisher
 	mu  sync.Mutex
 	n   map[string]int
 }
@@ -49,10 +50,10 @@ func TestResyncsNotHeldByAnotherControllersBacklog(t *testing.T) {
 	_, js := natstest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := bus.Ensure(ctx, js, bus.Options{}); err != nil {
+	if err := jsbus.Ensure(ctx, js, bus.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	pub := &countingPublisher{pub: bus.Publisher{JS: js}, n: map[string]int{}}
+	pub := &countingPublisher{pub: jsbus.Publisher{JS: js}, n: map[string]int{}}
 	hanging := bus.ControllerRef{Kind: "CompositeController", Name: "hanging"}
 	for i := 0; i < 200; i++ { // no dispatcher: the backlog stays
 		it := bus.WorkItem{Controller: hanging, Reason: bus.ReasonEvent,
@@ -112,10 +113,10 @@ func TestResyncsPacedPerController(t *testing.T) {
 	_, js := natstest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := bus.Ensure(ctx, js, bus.Options{}); err != nil {
+	if err := jsbus.Ensure(ctx, js, bus.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	pub := &countingPublisher{pub: bus.Publisher{JS: js}, n: map[string]int{}}
+	pub := &countingPublisher{pub: jsbus.Publisher{JS: js}, n: map[string]int{}}
 	var infos atomic.Int64
 	o := newOutbox(zap.NewNop(), pub, countingJS{js, &infos}, 0)
 	o.metrics = newMetrics(nil, &Watcher{})

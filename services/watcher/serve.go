@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 
@@ -62,7 +63,7 @@ func (w *Watcher) serveSnapshots(ctx context.Context) (func(), error) {
 				sem <- struct{}{}
 				go func() {
 					defer func() { <-sem }()
-					err := bus.RespondJSON(r, "snapshot", func(req snapshot.Request) any {
+					err := jsbus.RespondJSON(r, "snapshot", func(req snapshot.Request) any {
 						resp, _ := w.Snapshot(ctx, req)
 						return resp
 					})

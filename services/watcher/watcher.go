@@ -46,6 +46,7 @@ import (
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/informers"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kindtable"
 	"github.com/metabus/metabus/pkg/kubeapi"
 	"github.com/metabus/metabus/pkg/leader"
@@ -248,7 +249,7 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 	if w.metrics.err != nil {
 		w.log.Warn("some metrics are not exported", zap.Error(w.metrics.err))
 	}
-	w.out = newOutbox(w.log, bus.Publisher{JS: deps.JS, Queued: w.metrics.queued}, deps.JS, cfg.ResyncBacklog)
+	w.out = newOutbox(w.log, jsbus.Publisher{JS: deps.JS, Queued: w.metrics.queued}, deps.JS, cfg.ResyncBacklog)
 	w.out.metrics = w.metrics
 	w.out.echoes = deps.Echoes
 	if cfg.LeaderElect {
@@ -271,7 +272,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		// cluster still placing the replicas of new R3 streams (a stream
 		// read then times out). Wait for them rather than exit.
 		w.health.Pending(readyCheck, "creating the streams and consumers")
-		err := natsx.Retry(ctx, natsx.DefaultBackoff, func(ctx context.Context) error { return bus.Ensure(ctx, w.js, w.cfg.Bus) },
+		err := natsx.Retry(ctx, natsx.DefaultBackoff, func(ctx context.Context) error { return jsbus.Ensure(ctx, w.js, w.cfg.Bus) },
 			func(err error, next time.Duration) {
 				w.log.Warn("streams and consumers not ready yet; retrying", zap.Error(err), zap.Duration("retryIn", next))
 				w.health.Pending(readyCheck, "creating the streams and consumers: "+err.Error())
@@ -282,7 +283,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		// Partition consumers keep their state in memory: a restarted
 		// NATS server has lost them until they are recreated.
 		// It also finishes a partition-count cut-over (--partitions).
-		go bus.KeepConsumers(ctx, w.js, w.cfg.Bus, 5*time.Second, func(err error) {
+		go jsbus.KeepConsumers(ctx, w.js, w.cfg.Bus, 5*time.Second, func(err error) {
 			if errors.Is(err, bus.ErrCutOverPending) {
 				w.log.Info("partition cut-over waits for the stages to hand back the old partitions", zap.Error(err))
 				return
@@ -291,7 +292,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}, w.busRecreated)
 	} else {
 		w.health.Pending(readyCheck, "waiting for the streams and consumers")
-		if err := bus.WaitReady(ctx, w.js); err != nil {
+		if err := jsbus.WaitReady(ctx, w.js); err != nil {
 			return err
 		}
 	}

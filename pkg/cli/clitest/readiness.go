@@ -21,6 +21,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/cli"
+	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kubeenv"
 	"github.com/metabus/metabus/pkg/natsx"
 )
@@ -167,7 +168,7 @@ func ensureStreams(ctx context.Context, t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	if err := bus.Ensure(ctx, js, bus.Options{}); err != nil {
+	if err := jsbus.Ensure(ctx, js, bus.Options{}); err != nil {
 		t.Fatalf("ensure streams: %v", err)
 	}
 }

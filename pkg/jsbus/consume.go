@@ -1,0 +1,221 @@
+package jsbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/metabus/metabus/pkg/bus"
+)
+
+// Handler processes one message. It must settle the message (Ack, Nak or
+// Term); the context is cancelled when the replica loses the message's
+// partition.
+type Handler func(ctx context.Context, m jetstream.Msg)
+
+// Meta returns the stream sequence and delivery count of a message.
+func Meta(m jetstream.Msg) (streamSeq uint64, delivered uint64, err error) {
+	md, err := m.Metadata()
+	if err != nil {
+		return 0, 0, fmt.Errorf("message metadata: %w", err)
+	}
+	return md.Sequence.Stream, md.NumDelivered, nil
+}
+
+// RunRelay moves fired schedules (mc.due.*) into MC_WORK until ctx is done.
+// Any number of replicas may run it: a relayed item that was already queued
+// collapses into the pending one.
+//
+// MC_SCHED is a limits stream, so the relay deletes each due message it has
+// relayed (or can never relay): otherwise the stream keeps one fired due
+// message per parent ever scheduled. A due message is deleted by its own
+// sequence, so a newer one for the same parent, fired meanwhile, stays. The
+// schedule itself (mc.sched.*) is purged by the server when it fires.
+// Deletes run beside the relay, not in its path: a slow or refused delete
+// (a NATS user without $JS.API.STREAM.MSG.DELETE.MC_SCHED) never delays
+// relaying; a due message left behind is only space, and the next due
+// message of the same parent replaces it (MaxMsgsPerSubject=1).
+func RunRelay(ctx context.Context, js jetstream.JetStream, onError func(error)) error {
+	return RunRelayWith(ctx, Publisher{JS: js}, onError)
+}
+
+// RunRelayWith is RunRelay publishing through pub (its Queued hook counts
+// the relayed items).
+func RunRelayWith(ctx context.Context, pub Publisher, onError func(error)) error {
+	js := pub.JS
+	cons, err := js.Consumer(ctx, bus.SchedStream, bus.DueConsumer)
+	if err != nil {
+		return fmt.Errorf("open relay consumer: %w", err)
+	}
+	sched, err := js.Stream(ctx, bus.SchedStream)
+	if err != nil {
+		return fmt.Errorf("open stream %s: %w", bus.SchedStream, err)
+	}
+	deletes := make(chan uint64, 1024)
+	go func() {
+		for {
+			var seq uint64
+			select {
+			case <-ctx.Done():
+				return
+			case seq = <-deletes:
+			}
+			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := sched.DeleteMsg(dctx, seq)
+			cancel()
+			if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) && ctx.Err() == nil {
+				onError(fmt.Errorf("delete relayed due message %s seq %d: %w", bus.SchedStream, seq, err))
+			}
+		}
+	}()
+	remove := func(m jetstream.Msg) {
+		seq, _, err := Meta(m)
+		if err != nil {
+			onError(err)
+			return
+		}
+		select {
+		case deletes <- seq:
+		default: // backlog full: left for the parent's next due message to replace
+		}
+	}
+	lost := newConsumeWatch()
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		var item bus.WorkItem
+		if err := Decode(m, bus.TypeSyncRequested, &item); err != nil {
+			onError(err)
+			_ = m.Term()
+			remove(m)
+			return
+		}
+		if _, err := pub.PublishWork(ctx, item); err != nil {
+			onError(err)
+			_ = m.NakWithDelay(time.Second)
+			return
+		}
+		_ = m.Ack()
+		remove(m)
+	}, jetstream.ConsumeErrHandler(lost.handler(onError)))
+	if err != nil {
+		return fmt.Errorf("consume due schedules: %w", err)
+	}
+	return lost.wait(ctx, cc, "schedule relay")
+}
+
+// consumeWatch notices that a Consume has stopped for good (its consumer
+// or stream deleted), so a background worker returns an error to be
+// restarted and reported instead of idling on a dead subscription.
+type consumeWatch struct {
+	once sync.Once
+	dead chan error
+}
+
+func newConsumeWatch() *consumeWatch { return &consumeWatch{dead: make(chan error, 1)} }
+
+// handler is a ConsumeErrHandler: it passes errors on (not missed
+// heartbeats, which the client recovers from) and stops the consume on a
+// terminal one.
+func (w *consumeWatch) handler(onError func(error)) jetstream.ConsumeErrHandler {
+	return func(cc jetstream.ConsumeContext, err error) {
+		if errors.Is(err, jetstream.ErrNoHeartbeat) {
+			return
+		}
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+			errors.Is(err, jetstream.ErrStreamNotFound) {
+			w.once.Do(func() { w.dead <- err })
+			cc.Stop()
+			return
+		}
+		onError(err)
+	}
+}
+
+// wait blocks until ctx is done (drains and returns nil) or the consume
+// stopped on its own (returns why).
+func (w *consumeWatch) wait(ctx context.Context, cc jetstream.ConsumeContext, what string) error {
+	select {
+	case <-ctx.Done():
+		cc.Drain()
+		return nil
+	case err := <-w.dead:
+		cc.Stop()
+		return fmt.Errorf("%s stopped: %w", what, err)
+	case <-cc.Closed():
+		select {
+		case err := <-w.dead:
+			return fmt.Errorf("%s stopped: %w", what, err)
+		default:
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("%s stopped: subscription closed", what)
+	}
+}
+
+// SuperviseOptions tune Supervise. Zero values are production defaults.
+type SuperviseOptions struct {
+	// Base is the first restart delay, doubled after each failed run up to
+	// Max (defaults 1 s and 30 s).
+	Base, Max time.Duration
+	// Settle is how long a run must last to count as up (default 2 s): a
+	// worker that fails at start is never reported ready in between.
+	Settle time.Duration
+}
+
+// Supervise runs a background worker (RunRelay, RunDLQ) until ctx is done,
+// restarting it with exponential backoff whenever it returns. state gets
+// the reason whenever the worker is down and nil once a run has lasted
+// Settle; readiness checks report it. The backoff resets after a run that
+// lasted a minute.
+func Supervise(ctx context.Context, o SuperviseOptions, run func(context.Context) error, state func(error)) {
+	if o.Base <= 0 {
+		o.Base = time.Second
+	}
+	if o.Max <= 0 {
+		o.Max = 30 * time.Second
+	}
+	if o.Settle <= 0 {
+		o.Settle = 2 * time.Second
+	}
+	delay := o.Base
+	for ctx.Err() == nil {
+		start := time.Now()
+		var mu sync.Mutex
+		running := true
+		up := time.AfterFunc(o.Settle, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if running { // never report up after the run has returned
+				state(nil)
+			}
+		})
+		err := run(ctx)
+		mu.Lock()
+		running = false
+		mu.Unlock()
+		settled := !up.Stop()
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			err = errors.New("stopped")
+		}
+		state(err)
+		if settled && time.Since(start) > time.Minute {
+			delay = o.Base
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		delay = min(2*delay, o.Max)
+	}
+}

@@ -1,0 +1,1056 @@
+package jsbus
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/fairq"
+	"github.com/metabus/metabus/pkg/ownership"
+)
+
+// DefaultMaxInFlight is the default Total of a replica.
+const DefaultMaxInFlight = 256
+
+// ConsumeConfig tunes Consume. Stream, Prefix and Stage are required.
+type ConsumeConfig struct {
+	// Stream and Prefix name the partition consumers <Prefix>pNN of Stream.
+	Stream, Prefix string
+	// Stage names the lease namespace (WorkStage, DesiredStage).
+	Stage string
+	// PerController bounds the messages of one controller running at once
+	// in this replica (upstream's --workers, which is per controller).
+	PerController int
+	// Total bounds the messages running at once in this replica; when it
+	// is reached, controllers share it by Weight.
+	Total int
+	// Weight (optional) is a controller's share of Total when saturated;
+	// by default each message's weight extension (ExtWeight) says it.
+	Weight func(ctrlID string) int
+	// AckWait is the partition consumers' AckWait: held messages are kept
+	// alive every AckWait/3.
+	AckWait time.Duration
+	// Lease is the owner lease; the lease bucket's TTL overrides it.
+	Lease time.Duration
+	// Ordered: a parent's messages must run in stream order even across a
+	// takeover (MC_DESIRED needs it; MC_WORK does not: a work item means
+	// "sync now", whatever its age). After a takeover that found messages
+	// pending elsewhere, and whenever a delivery went to another
+	// subscriber, a message runs only when it is the oldest of its item
+	// left in the stream (order.go): older ones are deleted as superseded,
+	// and a message no longer in the stream is not run.
+	Ordered bool
+	// KeepOlder (ordered stages, optional) says, of an older message found
+	// in the stream, that it must not be deleted as superseded: it runs
+	// whenever it comes back (its effect does not depend on order).
+	KeepOlder func(h nats.Header, data []byte) bool
+	// Member is this replica's member id (default: host, pid and a random
+	// suffix).
+	Member string
+	// OnError (optional) receives consumer and lease errors.
+	OnError func(error)
+	// Ownership (optional) is told of every partition claimed and
+	// released (metrics).
+	Ownership OwnershipObserver
+}
+
+// Consume runs h for the messages of the partitions this replica owns until
+// ctx is done, then hands its partitions back.
+//
+// Topology (design.md §2, revised): each partition consumer is consumed by
+// exactly one replica at a time, the holder of the partition's lease in
+// OwnersBucket; replicas share the partitions by rendezvous hashing over
+// the live members and hand partitions over gracefully when membership
+// changes. The owner holds many messages of a partition at once and
+// serializes them per parent itself (package fairq): one message per
+// parent at a time, in stream order; at most PerController running per
+// controller, so one controller's hanging hook holds only its own share;
+// Total shared between controllers by weight. Concurrency thus scales with
+// replicas × workers, not with the partition count, and a slow parent
+// blocks no other parent.
+//
+// The protocol (claims, renewals, handovers, the fence, cut-overs, the
+// checks after a takeover) is package ownership's pure state machine; this
+// is its driver: it performs the machine's effects (lease writes, consumer
+// calls, handler runs) and feeds their outcomes back. The machine is
+// called under one mutex that no network call ever holds, and its fence
+// runs from a timer: a slow JetStream API cannot delay it.
+//
+// A handler may write and settle only while its partition's lease holds:
+// its context is cancelled when the lease is lost (the fence), its Err
+// reads the clock against the lease (so a process resumed after a pause
+// longer than the lease sees it expired before any timer has run), and
+// LeaseValid checks it through derived contexts at the point of writing.
+// In an ordered stage, Ack is confirmed by the server (retried while the
+// lease holds), so that a parent's next message never runs while this one
+// is still in the stream. A handler's NakWithDelay retries the message in
+// place after the delay, keeping its parent's turn.
+func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Handler) error {
+	if c.Lease <= 0 {
+		c.Lease = bus.OwnerLease
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = bus.WorkAckWait
+	}
+	if c.Member == "" {
+		c.Member = NewMemberID()
+	}
+	if c.OnError == nil {
+		c.OnError = func(error) {}
+	}
+	kv, err := js.KeyValue(ctx, bus.OwnersBucket)
+	if err != nil {
+		return fmt.Errorf("open lease bucket %s: %w", bus.OwnersBucket, err)
+	}
+	// The lease is the bucket's TTL, whoever created it: fencing must
+	// happen before the server lets the lease expire.
+	if st, err := kv.Status(ctx); err == nil && st.TTL() > 0 {
+		c.Lease = st.TTL()
+	}
+	if c.PerController <= 0 {
+		c.PerController = 16
+	}
+	if c.Total <= 0 {
+		c.Total = DefaultMaxInFlight
+	}
+	n, err := StreamPartitions(ctx, js, c.Stream)
+	if err != nil {
+		return err
+	}
+	o := &owner{
+		js: js, kv: kv, c: c, h: h,
+		parts:   map[ownership.Partition]*dpart{},
+		msgs:    map[uint64]*held{},
+		weights: map[string]int{},
+		jobs:    make(chan job),
+		quit:    make(chan struct{}),
+		left:    make(chan struct{}),
+	}
+	weight := c.Weight
+	if weight == nil {
+		// Called by the queue under o.mu.
+		weight = func(ctrlID string) int { return o.weights[ctrlID] }
+	}
+	o.core = ownership.New(ownership.Config{
+		Member: c.Member, Lease: c.Lease, AckWait: c.AckWait, Ordered: c.Ordered,
+		Limits: fairq.Limits{PerGroup: c.PerController, Total: c.Total}, Weight: weight,
+	}, n, time.Now())
+	defer close(o.quit)
+	return o.run(ctx)
+}
+
+// NewMemberID returns a replica id: hostname, pid and a random suffix, as
+// a KV key token.
+func NewMemberID() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	id := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, id)
+}
+
+// owner drives one replica's ownership.Core for a stage.
+type owner struct {
+	js jetstream.JetStream
+	kv jetstream.KeyValue
+	c  ConsumeConfig
+	h  Handler
+
+	// mu serializes the core and the driver state below. It is never
+	// held across a network call.
+	mu      sync.Mutex
+	core    *ownership.Core
+	parts   map[ownership.Partition]*dpart
+	msgs    map[uint64]*held // every message in hand, by id
+	nextID  uint64
+	weights map[string]int // per controller, from the messages' weight extension
+	timer   *time.Timer
+	wake    time.Time // when timer fires
+	watchOK bool      // the member watch is running
+	wctx    context.Context
+	stopped bool // Stop was given to the core
+	left    chan struct{}
+
+	jobs    chan job      // to idle handler goroutines
+	quit    chan struct{} // closed when Consume returns: idle handlers exit
+	running sync.WaitGroup
+	// minBeat is the shortest keep-alive period of any partition (the
+	// consumers' AckWait may be shorter than this replica's setting).
+	minBeat atomic.Int64
+}
+
+// dpart is the driver's side of a partition held here.
+type dpart struct {
+	id   ownership.Partition
+	name string // <N>-pNN: the consumer's name without prefix, the lease's last token
+	// until is the lease's deadline (unix nanoseconds; 0: not held):
+	// handlers write and settle only before it.
+	until atomic.Int64
+	// cur is the lease of the current consumption (its handlers'
+	// context).
+	cur   *lease
+	cc    jetstream.ConsumeContext
+	epoch uint64
+	beat  time.Duration // keep-alive period of its held messages
+	// busy counts consumptions starting or stopping: a reset waits for
+	// them, since a subscription still there when the consumer is reset
+	// would be delivered what the reset makes deliverable again.
+	busy sync.WaitGroup
+}
+
+// lease is what the handlers of one consumption of a partition hold: a
+// context the fence cancels, and the deadline.
+type lease struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	until  *atomic.Int64
+}
+
+func newLease(until *atomic.Int64) *lease {
+	l := &lease{until: until}
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	return l
+}
+
+var (
+	errFenced       = errors.New("partition lease lost: settlement dropped, the new owner gets the message")
+	errLeaseExpired = errors.New("partition lease not renewed in time")
+)
+
+// valid reports whether the lease holds now; if its deadline has passed,
+// it ends it at once (the fence may not have run yet).
+func (l *lease) valid() error {
+	if l.ctx.Err() != nil {
+		return errFenced
+	}
+	if time.Now().UnixNano() >= l.until.Load() {
+		l.cancel(errLeaseExpired)
+		return errFenced
+	}
+	return nil
+}
+
+// leaseCtx is a handler's context: cancelled by the fence, and expired by
+// the clock as soon as the lease's deadline has passed, whether or not the
+// fence has run yet (after a process pause, handlers may run before any
+// timer). Its Err reads the clock (ending the lease, which closes Done
+// first, as the context contract wants).
+type leaseCtx struct {
+	context.Context
+	l *lease
+}
+
+type leaseKey struct{}
+
+func (c leaseCtx) Err() error {
+	_ = c.l.valid()
+	return c.Context.Err()
+}
+
+func (c leaseCtx) Value(k any) any {
+	if k == (leaseKey{}) {
+		return c.l
+	}
+	return c.Context.Value(k)
+}
+
+// LeaseValid reports whether ctx (or a context derived from it) belongs
+// to a Consume handler whose partition lease no longer holds: a handler
+// checks it right before each write, since a derived context learns of the
+// lease's end only once the fence has run. Contexts of anything else are
+// always valid.
+func LeaseValid(ctx context.Context) error {
+	if l, ok := ctx.Value(leaseKey{}).(*lease); ok {
+		return l.valid()
+	}
+	return nil
+}
+
+// held is one message in hand. Its methods settle through the real
+// message only while the partition's lease holds.
+type held struct {
+	jetstream.Msg
+	o        *owner
+	id       uint64
+	part     *dpart
+	lease    *lease
+	group    string
+	key      string
+	seq      uint64
+	lastBeat time.Time
+	retry    time.Duration // set by NakWithDelay: run again after it
+	settled  bool
+}
+
+// Ack acknowledges the message. In an ordered stage it waits for the
+// server to confirm it, trying again while the lease holds: a lost ack
+// must not let the parent's next message run while this one is still in
+// the stream (it would come back after it, and nothing newer would be
+// left to show it is stale). A work item's ack is not waited for (the
+// round trip cost the bus benchmark a third of its throughput at hook
+// 0): one lost in transit redelivers the item, one more sync.
+func (m *held) Ack() error {
+	if !m.o.c.Ordered {
+		return m.settle(m.Msg.Ack)
+	}
+	return m.DoubleAck(context.Background())
+}
+
+// DoubleAck acknowledges the message and waits for the server to confirm
+// it, trying again while the lease holds (and ctx lasts).
+func (m *held) DoubleAck(ctx context.Context) error {
+	wait := 50 * time.Millisecond
+	for {
+		if err := m.lease.valid(); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		actx, cancel := context.WithTimeout(ctx, min(apiTimeout, m.o.c.Lease/5))
+		err := m.Msg.DoubleAck(actx)
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+			m.settled = true
+			return nil
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, time.Second)
+	}
+}
+
+func (m *held) settle(f func() error) error {
+	if err := m.lease.valid(); err != nil {
+		return err
+	}
+	m.settled = true
+	return f()
+}
+
+func (m *held) Term() error { return m.settle(m.Msg.Term) }
+func (m *held) TermWithReason(r string) error {
+	return m.settle(func() error { return m.Msg.TermWithReason(r) })
+}
+
+// Nak and NakWithDelay retry in place (see Consume).
+func (m *held) Nak() error { return m.NakWithDelay(100 * time.Millisecond) }
+func (m *held) NakWithDelay(d time.Duration) error {
+	if err := m.lease.valid(); err != nil {
+		return err
+	}
+	if d <= 0 {
+		d = 100 * time.Millisecond
+	}
+	m.retry = d
+	return nil
+}
+func (m *held) InProgress() error {
+	if err := m.lease.valid(); err != nil {
+		return err
+	}
+	return m.Msg.InProgress()
+}
+
+type newerKey struct{}
+
+// NewerQueued reports whether, when a Consume handler was called, a later
+// message of the same parent was already held behind this one: for desired
+// states, this one is superseded.
+func NewerQueued(ctx context.Context) bool {
+	v, _ := ctx.Value(newerKey{}).(bool)
+	return v
+}
+
+// --- the driver ---
+
+// update runs f on the core under the lock, then performs its effects.
+func (o *owner) update(f func(c *ownership.Core, now time.Time)) {
+	o.mu.Lock()
+	f(o.core, time.Now())
+	o.flushLocked()
+	o.mu.Unlock()
+}
+
+// flushLocked performs the core's effects: local ones at once (the
+// deadline, cancellation, handler runs, dropped messages), network calls
+// in goroutines of their own. Then it arms the timer for the core's next
+// tick.
+func (o *owner) flushLocked() {
+	for {
+		effs := o.core.Ready()
+		if len(effs) == 0 {
+			break
+		}
+		for _, e := range effs {
+			o.effect(e)
+		}
+	}
+	if o.core.Left() {
+		select {
+		case <-o.left:
+		default:
+			close(o.left)
+		}
+		if o.timer != nil {
+			o.timer.Stop()
+		}
+		return
+	}
+	w := o.core.Wake()
+	if o.timer == nil {
+		o.wake = w
+		o.timer = time.AfterFunc(time.Until(w), o.tick)
+		return
+	}
+	if !w.Equal(o.wake) {
+		o.wake = w
+		o.timer.Reset(time.Until(w))
+	}
+}
+
+// tick is the timer's: the fence, renewals, the balance. It takes nothing
+// but the lock, which no network call holds.
+func (o *owner) tick() {
+	o.mu.Lock()
+	o.wake = time.Time{}
+	o.core.Tick(time.Now())
+	if !o.watchOK && !o.stopped && o.wctx != nil {
+		o.watchOK = true
+		go o.watchMembers(o.wctx, nil)
+	}
+	o.flushLocked()
+	o.mu.Unlock()
+}
+
+// part returns the driver state of p, creating it.
+func (o *owner) part(p ownership.Partition) *dpart {
+	dp := o.parts[p]
+	if dp == nil {
+		dp = &dpart{id: p, name: bus.PartitionConsumerName("", p.N, p.P)}
+		dp.cur = newLease(&dp.until)
+		dp.cur.cancel(errFenced) // not consuming yet
+		o.parts[p] = dp
+	}
+	return dp
+}
+
+func (o *owner) effect(e ownership.Effect) {
+	switch e.Kind {
+	case ownership.Deadline:
+		dp := o.part(e.Part)
+		if e.Until.IsZero() {
+			dp.until.Store(0)
+			dp.cur.cancel(errFenced)
+		} else {
+			dp.until.Store(e.Until.UnixNano())
+		}
+	case ownership.Cancel:
+		o.part(e.Part).cur.cancel(errFenced)
+	case ownership.Run:
+		hm := o.msgs[e.ID]
+		o.running.Add(1)
+		o.start(job{hm, e.Newer, e.Check})
+	case ownership.Drop, ownership.Nak:
+		for _, id := range e.IDs {
+			if hm := o.msgs[id]; hm != nil {
+				delete(o.msgs, id)
+				if e.Kind == ownership.Nak {
+					_ = hm.Msg.Nak()
+				}
+			}
+		}
+	case ownership.Consume:
+		dp := o.part(e.Part)
+		dp.epoch = e.Epoch
+		dp.cur = newLease(&dp.until)
+		dp.busy.Add(1)
+		go o.consume(dp, e.Epoch)
+	case ownership.StopConsume:
+		dp := o.part(e.Part)
+		if cc := dp.cc; cc != nil && dp.epoch == e.Epoch {
+			dp.cc = nil
+			dp.busy.Add(1)
+			go func() { defer dp.busy.Done(); stop(cc) }()
+		}
+	case ownership.ReadLayout:
+		go o.readLayout(e.Read)
+	case ownership.RenewMember:
+		go o.renewMember()
+	case ownership.Leave:
+		go o.leave()
+	case ownership.Claim:
+		go o.claim(e.Part)
+	case ownership.Renew:
+		go o.renew(e.Leases)
+	case ownership.Open:
+		go o.open(e.Part, false)
+	case ownership.ReadFloor:
+		go o.open(e.Part, true)
+	case ownership.Reset:
+		go o.reset(o.part(e.Part))
+	case ownership.DeleteLease:
+		go o.deleteLease(e.Part, e.Rev)
+	case ownership.Recover:
+		go o.recover(e.Part, e.Rev)
+	case ownership.Owned:
+		o.c.claimed()
+	case ownership.Disowned:
+		o.c.released(e.Lost)
+	}
+}
+
+func (o *owner) run(ctx context.Context) error {
+	// Join, and learn who else is there before claiming anything, so a
+	// replica joining a running stage takes only its share.
+	initial := make(chan struct{})
+	wctx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	o.mu.Lock()
+	o.watchOK, o.wctx = true, wctx
+	o.mu.Unlock()
+	go o.watchMembers(wctx, initial)
+	o.update(func(*ownership.Core, time.Time) {}) // the first member renewal
+	select {
+	case <-initial:
+	case <-time.After(2 * time.Second):
+	case <-ctx.Done():
+		o.mu.Lock()
+		o.stopped = true
+		o.mu.Unlock()
+		return nil
+	}
+	dctx, stopBeat := context.WithCancel(context.Background())
+	beatDone := make(chan struct{})
+	go func() { defer close(beatDone); o.heartbeat(dctx) }()
+	o.update(func(c *ownership.Core, now time.Time) { c.Begin(now) })
+
+	<-ctx.Done()
+	// Hand every partition back, then leave. Leases are renewed until
+	// then: handlers still running must not lose them.
+	o.update(func(c *ownership.Core, now time.Time) {
+		o.stopped = true
+		c.Stop(now)
+	})
+	<-o.left
+	o.running.Wait()
+	stopBeat()
+	<-beatDone
+	return nil
+}
+
+// watchMembers feeds member puts and deletes to the core; initial (if not
+// nil) is closed once the current members have been read.
+func (o *owner) watchMembers(ctx context.Context, initial chan struct{}) {
+	defer func() {
+		o.mu.Lock()
+		o.watchOK = false
+		o.mu.Unlock()
+	}()
+	prefix := "member." + o.c.Stage + "."
+	w, err := o.kv.Watch(ctx, prefix+"*")
+	if err != nil {
+		if ctx.Err() == nil {
+			o.c.OnError(fmt.Errorf("watch %s members: %w", o.c.Stage, err))
+		}
+		return
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e == nil {
+				if initial != nil {
+					close(initial)
+					initial = nil
+				}
+				continue
+			}
+			id := strings.TrimPrefix(e.Key(), prefix)
+			o.update(func(c *ownership.Core, now time.Time) {
+				if e.Operation() == jetstream.KeyValuePut {
+					c.MemberSeen(id, now)
+				} else {
+					c.MemberGone(id, now)
+				}
+			})
+		}
+	}
+}
+
+func (o *owner) apiCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), o.c.Lease/5)
+}
+
+func (o *owner) renewMember() {
+	ctx, cancel := o.apiCtx()
+	defer cancel()
+	if _, err := o.kv.Put(ctx, bus.MemberKey(o.c.Stage, o.c.Member), []byte(o.c.Member)); err != nil {
+		o.c.OnError(fmt.Errorf("renew %s membership: %w", o.c.Stage, err))
+	}
+}
+
+func (o *owner) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = o.kv.Delete(ctx, bus.MemberKey(o.c.Stage, o.c.Member))
+}
+
+func (o *owner) readLayout(read uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	defer cancel()
+	n, err := StreamPartitions(ctx, o.js, o.c.Stream)
+	if err != nil {
+		o.c.OnError(err)
+	}
+	o.update(func(c *ownership.Core, now time.Time) { c.LayoutRead(read, n, err, now) })
+}
+
+func (o *owner) leaseKey(p ownership.Partition) string {
+	return bus.LeaseKeyOf(o.c.Stage, bus.PartitionConsumerName("", p.N, p.P))
+}
+
+// ours rewrites key if it still names member: a refused conditional write
+// may have been member's own earlier write, applied by the server after
+// its reply was lost.
+func ours(ctx context.Context, kv jetstream.KeyValue, member, key string) (uint64, ownership.Outcome) {
+	cur, err := kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+		return 0, ownership.Taken
+	case err != nil:
+		return 0, ownership.Failed
+	case string(cur.Value()) != member:
+		return 0, ownership.Taken
+	}
+	rev, err := kv.Update(ctx, key, []byte(member), cur.Revision())
+	switch {
+	case err == nil:
+		return rev, ownership.OK
+	case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyNotFound):
+		return 0, ownership.Taken
+	default:
+		return 0, ownership.Failed
+	}
+}
+
+func (o *owner) claim(p ownership.Partition) {
+	ctx, cancel := o.apiCtx()
+	defer cancel()
+	key := o.leaseKey(p)
+	sent := time.Now()
+	rev, err := o.kv.Create(ctx, key, []byte(o.c.Member))
+	out := ownership.OK
+	switch {
+	case err == nil:
+	case errors.Is(err, jetstream.ErrKeyExists):
+		if rev, out = ours(ctx, o.kv, o.c.Member, key); out == ownership.OK {
+			out = ownership.Regained
+		}
+	default:
+		out = ownership.Failed
+		o.c.OnError(fmt.Errorf("claim %s partition %s: %w", o.c.Stage, p, err))
+	}
+	o.update(func(c *ownership.Core, now time.Time) { c.ClaimDone(p, rev, out, sent, now) })
+}
+
+func (o *owner) recover(p ownership.Partition, rev uint64) {
+	ctx, cancel := o.apiCtx()
+	defer cancel()
+	key := o.leaseKey(p)
+	sent := time.Now()
+	nrev, err := o.kv.Update(ctx, key, []byte(o.c.Member), rev)
+	out := ownership.OK
+	switch {
+	case err == nil:
+	case errors.Is(err, jetstream.ErrKeyExists):
+		nrev, out = ours(ctx, o.kv, o.c.Member, key)
+	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+		out = ownership.Taken
+	default:
+		out = ownership.Failed
+	}
+	o.update(func(c *ownership.Core, now time.Time) { c.RecoverDone(p, nrev, out, sent, now) })
+}
+
+func (o *owner) deleteLease(p ownership.Partition, rev uint64) {
+	ctx, cancel := o.apiCtx()
+	defer cancel()
+	if err := o.kv.Delete(ctx, o.leaseKey(p), jetstream.LastRevision(rev)); err != nil {
+		o.c.OnError(fmt.Errorf("hand back %s partition %s: %w", o.c.Stream, p, err))
+	}
+	o.update(func(c *ownership.Core, now time.Time) { c.ReleaseDone(p, now) })
+}
+
+// renew renews the leases at once: pipelined asynchronous compare-and-set
+// writes (what KeyValue.Update sends), then their acknowledgements
+// awaited. Renewals are nearly all an idle process does (64 partitions per
+// stage every Lease/5), and a goroutine, a timer and a request round trip
+// for each made an idle all-in-one spend several times the CPU of the
+// writes themselves.
+func (o *owner) renew(ls []ownership.Lease) {
+	sent := time.Now()
+	rs := renewLeases(o.js, o.kv, o.c.Stage, o.c.Member, ls, o.c.Lease/5)
+	for i, r := range rs {
+		if r.Out == ownership.Taken {
+			o.c.OnError(fmt.Errorf("lease of %s partition %s lost", o.c.Stage, ls[i].Part))
+		}
+	}
+	o.update(func(c *ownership.Core, now time.Time) { c.RenewDone(rs, sent, now) })
+}
+
+// renewLeases renews leases of member in stage, waiting at most wait for
+// the answers.
+func renewLeases(js jetstream.JetStream, kv jetstream.KeyValue, stage, member string, ls []ownership.Lease, wait time.Duration) []ownership.Renewal {
+	type pending struct {
+		ack jetstream.PubAckFuture
+		err error
+	}
+	ps := make([]pending, len(ls))
+	rs := make([]ownership.Renewal, len(ls))
+	for i, l := range ls {
+		rs[i] = ownership.Renewal{Part: l.Part, Out: ownership.Failed}
+		ps[i].ack, ps[i].err = js.PublishMsgAsync(&nats.Msg{Subject: kvPutSubject(bus.LeaseKeyOf(stage, bus.PartitionConsumerName("", l.Part.N, l.Part.P))), Data: []byte(member)},
+			jetstream.WithExpectLastSequencePerSubject(l.Rev))
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	expired := false
+	for i := range ls {
+		p := &ps[i]
+		if p.err != nil || expired {
+			continue
+		}
+		select {
+		case pa := <-p.ack.Ok():
+			rs[i].Out, rs[i].Rev = ownership.OK, pa.Sequence
+		case p.err = <-p.ack.Err():
+		case <-timer.C:
+			expired = true
+		}
+	}
+	for i := range ls {
+		if err := ps[i].err; errors.Is(err, jetstream.ErrKeyExists) || isWrongSeq(err) {
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			rs[i].Rev, rs[i].Out = ours(ctx, kv, member, bus.LeaseKeyOf(stage, bus.PartitionConsumerName("", ls[i].Part.N, ls[i].Part.P)))
+			cancel()
+		}
+	}
+	return rs
+}
+
+// isWrongSeq recognizes the refusal of a write conditional on the
+// subject's last sequence (a lease renewed by someone else, or by this
+// replica with its reply lost).
+func isWrongSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// kvPutSubject is where a write of key in the lease bucket is published
+// (KeyValue.Put and Update publish there; metabus uses no JetStream domain).
+func kvPutSubject(key string) string { return "$KV." + bus.OwnersBucket + "." + key }
+
+// open reads a partition's consumer state (for Open, or for the ack
+// floor of a tainted partition).
+func (o *owner) open(p ownership.Partition, floor bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	defer cancel()
+	name := o.c.Prefix + bus.PartitionConsumerName("", p.N, p.P)
+	var st ownership.ConsumerState
+	cons, err := o.js.Consumer(ctx, o.c.Stream, name)
+	var info *jetstream.ConsumerInfo
+	if err == nil {
+		info = cons.CachedInfo()
+		if floor {
+			info, err = cons.Info(ctx)
+		}
+	}
+	if err == nil {
+		st = ownership.ConsumerState{AckPending: info.NumAckPending, Delivered: info.Delivered.Stream,
+			DeliveredSeq: info.Delivered.Consumer, AckFloor: info.AckFloor.Stream}
+	} else if !floor && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		// A cut-over's new consumers appear once the old partitions are
+		// handed back: not an error until then.
+		o.c.OnError(fmt.Errorf("open consumer %s/%s: %w", o.c.Stream, name, err))
+	}
+	o.update(func(c *ownership.Core, now time.Time) {
+		if floor {
+			c.FloorRead(p, st, err, now)
+			return
+		}
+		if err == nil {
+			// Heartbeats follow the consumer's real AckWait: streams
+			// created by another process may use a shorter one.
+			dp := o.part(p)
+			dp.beat = o.c.AckWait
+			if aw := info.Config.AckWait; aw > 0 && aw < dp.beat {
+				dp.beat = aw
+			}
+			if cur := time.Duration(o.minBeat.Load()); cur == 0 || dp.beat < cur {
+				o.minBeat.Store(int64(dp.beat))
+			}
+		}
+		c.OpenDone(p, st, err, now)
+	})
+}
+
+// stop stops a consumption and waits (a few seconds at most) until its
+// subscription is gone: the server then delivers it nothing more.
+func stop(cc jetstream.ConsumeContext) {
+	cc.Stop()
+	select {
+	case <-cc.Closed():
+	case <-time.After(apiTimeout):
+	}
+}
+
+// consume starts consumption epoch of dp.
+func (o *owner) consume(dp *dpart, epoch uint64) {
+	defer dp.busy.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	defer cancel()
+	name := o.c.Prefix + dp.name
+	failed := func(err error) {
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrConsumerDeleted) {
+			o.c.OnError(fmt.Errorf("consume %s partition %s: %w", o.c.Stream, dp.name, err))
+		}
+		o.update(func(c *ownership.Core, now time.Time) { c.ConsumeFailed(dp.id, epoch, now) })
+	}
+	cons, err := o.js.Consumer(ctx, o.c.Stream, name)
+	if err != nil {
+		failed(err)
+		return
+	}
+	var once sync.Once
+	cc, err := cons.Consume(func(m jetstream.Msg) { o.receive(dp, epoch, m) },
+		jetstream.PullMaxMessages(256),
+		// A short pull expiry bounds how long a partition can sit idle
+		// when the server loses a pull request.
+		jetstream.PullExpiry(5*time.Second),
+		jetstream.ConsumeErrHandler(func(cc jetstream.ConsumeContext, err error) {
+			switch {
+			case errors.Is(err, jetstream.ErrNoHeartbeat):
+			case errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound):
+				once.Do(func() { cc.Stop(); go failed(err) })
+			default:
+				o.c.OnError(fmt.Errorf("consume %s partition %s: %w", o.c.Stream, dp.name, err))
+			}
+		}))
+	if err != nil {
+		failed(err)
+		return
+	}
+	o.mu.Lock()
+	if dp.epoch == epoch && o.core.Consuming(dp.id, epoch) {
+		dp.cc = cc
+		o.mu.Unlock()
+		return
+	}
+	o.mu.Unlock()
+	stop(cc) // stopped meanwhile
+}
+
+func (o *owner) receive(dp *dpart, epoch uint64, m jetstream.Msg) {
+	_, ctrlID, parentUID, err := bus.ParseStoredSubject(m.Subject())
+	if err != nil {
+		o.c.OnError(err)
+		_ = m.TermWithReason("unparsable subject")
+		return
+	}
+	md, err := m.Metadata()
+	if err != nil {
+		o.c.OnError(err)
+		return // redelivered after AckWait
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if w := bus.WeightOf(bus.Header(m.Headers())); w > 1 {
+		o.weights[ctrlID] = w
+	} else {
+		delete(o.weights, ctrlID)
+	}
+	o.nextID++
+	// parentUID is the whole parent token: a keyed item's <uid>~<key>
+	// (MapKeySep) makes its unit of serialization (parent, key), so keys
+	// of one parent in one partition run side by side, each in order.
+	hm := &held{Msg: m, o: o, id: o.nextID, part: dp, lease: dp.cur, group: ctrlID, key: ctrlID + "." + parentUID, seq: md.Sequence.Stream, lastBeat: time.Now()}
+	o.msgs[hm.id] = hm
+	o.core.Deliver(ownership.Msg{ID: hm.id, Part: dp.id, Epoch: epoch, Group: hm.group, Key: hm.key,
+		Seq: md.Sequence.Stream, DSeq: md.Sequence.Consumer}, time.Now())
+	o.flushLocked()
+}
+
+// reset resets a partition's consumer to its ack floor, if the lease still
+// holds when the request is sent (the point of writing).
+func (o *owner) reset(dp *dpart) {
+	dp.busy.Wait()
+	var err error
+	if time.Now().UnixNano() >= dp.until.Load() {
+		err = errLeaseExpired
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+		_, err = o.js.ResetConsumer(ctx, o.c.Stream, o.c.Prefix+dp.name)
+		cancel()
+		var apiErr *jetstream.APIError
+		switch {
+		case err == nil, errors.Is(err, jetstream.ErrConsumerNotFound):
+			err = nil // nothing left to give back
+		case errors.As(err, &apiErr):
+			// A server that cannot reset (before 2.14): hand the
+			// partition back anyway; what waited comes back after
+			// AckWait, as it did before.
+			o.c.OnError(fmt.Errorf("reset consumer %s/%s: %w", o.c.Stream, o.c.Prefix+dp.name, err))
+			err = nil
+		default:
+			o.c.OnError(fmt.Errorf("reset consumer %s/%s: %w", o.c.Stream, o.c.Prefix+dp.name, err))
+		}
+	}
+	o.update(func(c *ownership.Core, now time.Time) { c.ResetDone(dp.id, err, now) })
+}
+
+// --- handlers ---
+
+// job is one message to handle.
+type job struct {
+	hm    *held
+	newer bool
+	check bool
+}
+
+// workerIdle is how long a handler goroutine waits for the next message
+// before it exits.
+const workerIdle = 10 * time.Second
+
+// start hands j to an idle handler goroutine, or starts one. Reusing them
+// keeps their grown stacks: a fresh goroutine per message grew its stack
+// through every JSON encoding and API call, about 4% of an all-in-one
+// process's CPU in copystack. Called under o.mu; never blocks.
+func (o *owner) start(j job) {
+	select {
+	case o.jobs <- j:
+	default:
+		go o.worker(j)
+	}
+}
+
+func (o *owner) worker(j job) {
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		o.handle(j)
+		idle.Reset(workerIdle)
+		select {
+		case j = <-o.jobs:
+		case <-idle.C:
+			return
+		case <-o.quit:
+			return
+		}
+	}
+}
+
+func (o *owner) handle(j job) {
+	defer o.running.Done()
+	hm := j.hm
+	ctx := context.WithValue(leaseCtx{Context: hm.lease.ctx, l: hm.lease}, newerKey{}, j.newer)
+	backoff := time.Duration(0)
+	check := j.check && o.c.Ordered
+	for ctx.Err() == nil {
+		hm.retry = 0
+		if check {
+			run, err := oldest(ctx, o.js, o.c.Stream, hm.Subject(), hm.seq, o.c.KeepOlder)
+			switch {
+			case err != nil:
+				if ctx.Err() == nil {
+					o.c.OnError(err)
+				}
+				hm.retry = time.Second
+			case !run:
+				hm.settled = true // gone from the stream: superseded
+			default:
+				check = false
+			}
+		}
+		if hm.retry == 0 && !hm.settled {
+			o.h(ctx, hm)
+			if !hm.settled && hm.retry == 0 {
+				// A handler that returned without settling: the server
+				// redelivers it, as after a crash, counting the delivery
+				// (the core checks what follows in an ordered stage).
+				if hm.lease.valid() == nil {
+					_ = hm.Msg.Nak()
+				}
+				break
+			}
+		}
+		if hm.settled {
+			break
+		}
+		// In-place retry, keeping the parent's turn; growing while it
+		// keeps failing (an unreachable dependency).
+		backoff = max(hm.retry, min(2*backoff, 30*time.Second))
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+	o.update(func(c *ownership.Core, now time.Time) {
+		delete(o.msgs, hm.id)
+		c.Done(hm.id, hm.settled, now)
+	})
+}
+
+// heartbeat keeps every held message alive: the server must not redeliver
+// a message this replica still holds, running or waiting its parent's turn.
+func (o *owner) heartbeat(ctx context.Context) {
+	for {
+		period := time.Duration(o.minBeat.Load())
+		if period == 0 {
+			period = o.c.AckWait
+		}
+		t := time.NewTimer(min(max(period/12, 20*time.Millisecond), 250*time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		var due []*held
+		o.mu.Lock()
+		o.core.Held(now, func(id uint64) {
+			hm := o.msgs[id]
+			if hm != nil && now.Sub(hm.lastBeat) >= hm.part.beat/3 {
+				hm.lastBeat = now
+				due = append(due, hm)
+			}
+		})
+		o.mu.Unlock()
+		for _, hm := range due {
+			_ = hm.InProgress()
+		}
+	}
+}
