@@ -635,6 +635,12 @@ func (c *Core) ClaimDone(id Partition, rev uint64, out Outcome, sent, now time.T
 	// that began before it must not find this lease unused yet consumed.
 	p.claimRead = c.reads
 	c.readLayout()
+	if out == Regained && !c.q.noRecover {
+		// What the forgotten ownership left pending is this one's to give
+		// back at no cost: a reset comes before consuming, also when the
+		// lease must be got back first.
+		p.consumed = true
+	}
 	if !now.Before(p.deadline) {
 		// The answer came after the deadline it sets: as after a fence,
 		// get the lease back first.
@@ -642,10 +648,8 @@ func (c *Core) ClaimDone(id Partition, rev uint64, out Outcome, sent, now time.T
 		c.fence(p, false)
 		return
 	}
-	if out == Regained && !c.q.noRecover {
-		// What the forgotten ownership left pending is this one's to give
-		// back at no cost.
-		p.phase, p.reopen, p.consumed, p.resetSince = resetting, true, true, now
+	if p.consumed {
+		p.phase, p.reopen, p.resetSince = resetting, true, now
 		c.emit(Effect{Kind: Reset, Part: id})
 		return
 	}

@@ -277,6 +277,14 @@ func TestCoreTransitions(t *testing.T) {
 			want:   []string{"Owned 1-p00", "Deadline 1-p00 +6s", "ReadLayout", "Reset 1-p00"},
 		},
 		{
+			reason: "a claim that finds its own forgotten lease, answered too late to use, still resets once the lease is got back",
+			before: steps(toActive[:1], []step{
+				func(c *Core) { c.ClaimDone(p0, 4, Regained, t0, at(7*time.Second)) },
+			}),
+			last: func(c *Core) { c.RecoverDone(p0, 5, OK, at(7*time.Second), at(7*time.Second)) },
+			want: []string{"Deadline 1-p00 +13s", "Reset 1-p00"},
+		},
+		{
 			reason: "a renewal that finds the lease taken fences at once",
 			before: steps(toActive, []step{func(c *Core) { c.Tick(at(2 * time.Second)) }}),
 			last:   func(c *Core) { c.RenewDone([]Renewal{{Part: p0, Out: Taken}}, at(2*time.Second), at(2*time.Second)) },

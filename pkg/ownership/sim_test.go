@@ -36,6 +36,7 @@ var (
 	simSchedules = flag.Int("sim.schedules", 0, "schedules to simulate (0: 100000, or 2000 with -short)")
 	simSeed      = flag.Uint64("sim.seed", 0, "simulate only this seed, with a trace")
 	simFirst     = flag.Uint64("sim.first", 1, "first seed")
+	simEffects   = flag.Bool("sim.effects", false, "with -sim.seed: trace the cores' effects too")
 )
 
 const (
@@ -299,7 +300,7 @@ func (s *sim) onDelivered(c *simConsumer, seq uint64, dc int) {
 // deletes its lease after resetting the consumer, which forgets the
 // delivery counts: a redelivery after one is not justified.
 func (s *sim) onRedelivered(c *simConsumer, seq uint64, p *pend) {
-	if p.sub.r.crashed || p.lease == 0 || s.srv.expired[p.lease] {
+	if p.sub.r.crashed || p.lease == 0 || s.srv.expired[p.lease] || p.askedAgain {
 		s.justified[seq]++
 	}
 }
@@ -371,6 +372,7 @@ type simSub struct {
 
 type dmsg struct {
 	seq  uint64
+	dseq uint64
 	item int
 	part Partition
 	sub  *simSub
@@ -524,6 +526,9 @@ func (r *replica) flush() {
 			break
 		}
 		for _, e := range effs {
+			if *simEffects {
+				r.s.logf("%s: %s", r.id, show([]Effect{e})[0])
+			}
 			r.effect(e)
 		}
 	}
@@ -743,7 +748,7 @@ func (r *replica) effect(e Effect) {
 				delete(r.msgs, id)
 				r.api(func() {
 					if c := srv.cons[m.part]; c != nil && m.sub.c == c {
-						srv.nak(c, m.seq)
+						srv.nak(c, m.seq, m.dseq, false)
 					}
 				}, func(bool) {})
 			}
@@ -843,7 +848,7 @@ func (r *replica) receive(sub *simSub, seq, dseq uint64, dc int) {
 			r.s.logf("%s gets seq %d (item %d, dseq %d, delivery %d) on %s epoch %d", r.id, seq, item, dseq, dc, sub.part, sub.epoch)
 			r.nextID++
 			id := r.nextID
-			r.msgs[id] = &dmsg{seq: seq, item: item, part: sub.part, sub: sub}
+			r.msgs[id] = &dmsg{seq: seq, dseq: dseq, item: item, part: sub.part, sub: sub}
 			r.core.Deliver(Msg{ID: id, Part: sub.part, Epoch: sub.epoch, Group: simGroup, Key: itemKeys[item], Seq: seq, DSeq: dseq}, r.s.now)
 			r.flush()
 		})
@@ -883,11 +888,21 @@ func (r *replica) run(h *handler, check bool) {
 				// The handler fails and returns without settling: the
 				// driver gives the message back to the server, a
 				// redelivery the handler asked for.
+				// The redelivery it causes is justified: after AckWait
+				// if the nak is lost, or when the server takes it, which
+				// may be after a reset that forgot the delivery counts
+				// (a nak is not waited for; the server applies one of an
+				// earlier incarnation's delivery whose delivery sequence
+				// is still in range).
 				s.logf("%s gives seq %d back unsettled", r.id, h.seq)
-				s.justified[h.seq]++
+				if c := srv.cons[h.part]; c != nil && m.sub.c == c {
+					if p := c.pending[h.seq]; p != nil && p.sub == m.sub && p.dseq == m.dseq {
+						p.askedAgain = true
+					}
+				}
 				r.api(func() {
 					if c := srv.cons[h.part]; c != nil && m.sub.c == c {
-						srv.nak(c, h.seq)
+						srv.nak(c, h.seq, m.dseq, true)
 					}
 				}, func(bool) {})
 				end()

@@ -26,6 +26,9 @@ type pend struct {
 	// lease is the incarnation (creating revision) of the partition's
 	// lease its replica held when it was delivered (0: none).
 	lease uint64
+	// askedAgain (for the checker): a handler gave this delivery back,
+	// or a nak of the message's earlier delivery reached it.
+	askedAgain bool
 }
 
 type pull struct {
@@ -294,10 +297,17 @@ func (srv *simServer) ack(c *simConsumer, seq uint64) bool {
 	return true
 }
 
-func (srv *simServer) nak(c *simConsumer, seq uint64) {
-	if c.deleted || c.pending[seq] == nil || slices.Contains(c.rdq, seq) {
+// nak gives a delivery back, as nats-server's processNak does: ignored
+// if its delivery sequence is out of range (at or below the delivery ack
+// floor, or beyond the delivery pointer) or the message is not pending,
+// whichever delivery of it the nak was for. asked (for the checker) says
+// a handler asked for the redelivery.
+func (srv *simServer) nak(c *simConsumer, seq, dseq uint64, asked bool) {
+	p := c.pending[seq]
+	if c.deleted || dseq <= c.adflr || dseq > c.dseq || p == nil || slices.Contains(c.rdq, seq) {
 		return
 	}
+	p.askedAgain = p.askedAgain || asked
 	c.rdq = append(c.rdq, seq)
 	srv.deliver(c)
 }
