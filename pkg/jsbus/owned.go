@@ -909,21 +909,38 @@ func (o *owner) reset(dp *dpart) {
 	if time.Now().UnixNano() >= dp.until.Load() {
 		err = errLeaseExpired
 	} else {
+		name := o.c.Prefix + dp.name
 		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
-		_, err = o.js.ResetConsumer(ctx, o.c.Stream, o.c.Prefix+dp.name)
+		_, err = o.js.ResetConsumer(ctx, o.c.Stream, name)
 		cancel()
 		var apiErr *jetstream.APIError
 		switch {
 		case err == nil, errors.Is(err, jetstream.ErrConsumerNotFound):
 			err = nil // nothing left to give back
-		case errors.As(err, &apiErr):
+		case errors.As(err, &apiErr) && apiErr.Code < 500, errors.Is(err, nats.ErrNoResponders):
 			// A server that cannot reset (before 2.14): hand the
 			// partition back anyway; what waited comes back after
-			// AckWait, as it did before.
-			o.c.OnError(fmt.Errorf("reset consumer %s/%s: %w", o.c.Stream, o.c.Prefix+dp.name, err))
-			err = nil
+			// AckWait, as it did before. (A 5xx, such as no consumer
+			// leader yet, passes: tried again.)
+			err = fmt.Errorf("reset consumer %s/%s: %w (%w)", o.c.Stream, name, ownership.ErrCannotReset, err)
+			o.c.OnError(err)
+		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+			// No answer. A user without the permission gets none (the
+			// server drops the request): if the consumer's info answers
+			// at once, the API is up, so take it as that. Otherwise the
+			// core tries again while the lease holds.
+			ictx, icancel := context.WithTimeout(context.Background(), apiTimeout)
+			_, ierr := o.js.Consumer(ictx, o.c.Stream, name)
+			icancel()
+			if ierr == nil {
+				err = fmt.Errorf("reset consumer %s/%s: %w (%w; its info answers)", o.c.Stream, name, ownership.ErrCannotReset, err)
+			} else {
+				err = fmt.Errorf("reset consumer %s/%s: %w", o.c.Stream, name, err)
+			}
+			o.c.OnError(err)
 		default:
-			o.c.OnError(fmt.Errorf("reset consumer %s/%s: %w", o.c.Stream, o.c.Prefix+dp.name, err))
+			err = fmt.Errorf("reset consumer %s/%s: %w", o.c.Stream, name, err)
+			o.c.OnError(err)
 		}
 	}
 	o.update(func(c *ownership.Core, now time.Time) { c.ResetDone(dp.id, err, now) })

@@ -53,12 +53,18 @@
 package ownership
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"time"
 
 	"github.com/metabus/metabus/pkg/fairq"
 )
+
+// ErrCannotReset, wrapped in ResetDone's error, says the consumer cannot
+// be reset at all (a server before 2.14, a user without the permission),
+// rather than that the server did not answer this time.
+var ErrCannotReset = errors.New("the consumer cannot be reset")
 
 // Config is one replica's view of the protocol.
 type Config struct {
@@ -803,15 +809,29 @@ func (c *Core) ResetDone(id Partition, err error, now time.Time) {
 	if p == nil || p.phase != resetting {
 		return
 	}
-	if err != nil {
-		if now.Sub(p.resetSince) < c.cfg.AckWait {
-			p.resetFailed = true // retried on the next tick while the lease holds
-			return
-		}
-		// It cannot be reset (a server before 2.14, a user without the
-		// permission): go on without, after AckWait, the bound of a
-		// handover. What it left pending comes back after AckWait,
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrCannotReset):
+		// A server before 2.14, a user without the permission: go on
+		// without. What it left pending comes back after AckWait,
 		// counted, as before issue 24.
+	case c.stopping && !now.Before(p.resetSince.Add(c.cfg.AckWait)):
+		// Stopping, and the server has not answered for AckWait: leave
+		// the lease to run out, as a crash does (what it left pending is
+		// then redelivered, counted, to the next owner).
+		c.emit(Effect{Kind: Deadline, Part: id})
+		c.delPart(id)
+		c.emit(Effect{Kind: Disowned, Part: id, Lost: true})
+		c.maybeLeave()
+		return
+	default:
+		// No answer, or an error the server may get over (no consumer
+		// leader): tried again on the next tick while the lease holds,
+		// however long it takes. Giving up would count what the
+		// consumer holds pending, and the consumer cannot deliver while
+		// its API does not answer anyway.
+		p.resetFailed = true
+		return
 	}
 	p.consumed = false
 	p.tainted, p.horizon = false, 0

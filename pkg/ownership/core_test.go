@@ -235,10 +235,21 @@ func TestCoreTransitions(t *testing.T) {
 			want:   []string{"RenewMember", "Renew 1-p00@1", "Reset 1-p00", "ReadLayout"},
 		},
 		{
-			reason: "a consumer that cannot be reset (an old server, a missing permission) is handed back anyway after AckWait",
+			reason: "a reset that keeps failing is tried again past AckWait while the lease holds: a handover never counts a delivery",
 			before: steps(toActive, []step{func(c *Core) { c.MemberSeen(winner(), t0) }}, renewedUntil(ackW)),
 			last:   func(c *Core) { c.ResetDone(p0, errAPI, at(ackW)) },
-			want:   []string{"Deadline 1-p00 revoked", "DeleteLease 1-p00 rev 2"},
+		},
+		{
+			reason: "a consumer that cannot be reset (an old server, a missing permission) is handed back at once",
+			before: steps(toActive, []step{func(c *Core) { c.MemberSeen(winner(), t0) }}),
+			last:   func(c *Core) { c.ResetDone(p0, fmt.Errorf("reset: %w", ErrCannotReset), t0) },
+			want:   []string{"Deadline 1-p00 revoked", "DeleteLease 1-p00 rev 1"},
+		},
+		{
+			reason: "a stopping replica that could not reset for AckWait leaves its lease to run out, as a crash does",
+			before: steps(toActive, []step{func(c *Core) { c.Stop(t0) }}, renewedUntil(ackW)),
+			last:   func(c *Core) { c.ResetDone(p0, errAPI, at(ackW)) },
+			want:   []string{"Deadline 1-p00 revoked", "Disowned 1-p00 lost"},
 		},
 		{
 			reason: "a renewal sent in time but answered after the deadline does not undo the fence (handlers saw the lease end)",
