@@ -406,7 +406,7 @@ func TestOps(t *testing.T) {
 			t.Errorf("offline render: %+v", res.Changes)
 		}
 		// From the cluster: the converged parent, its own hook: nothing to do.
-		fromCluster := render.Input{Controller: liveCtrl, Parent: live, Resolve: op.Resolver(ctx), Observe: render.FromLister(op.ClusterLister()), Hooks: hc}
+		fromCluster := render.Input{Controller: liveCtrl, Parent: live, Resolve: op.Resolver(ctx), List: op.ClusterLister(), Hooks: hc}
 		res, err = render.Render(ctx, fromCluster)
 		if err != nil {
 			t.Fatal(err)
@@ -427,7 +427,7 @@ func TestOps(t *testing.T) {
 			t.Errorf("render with v2 does not show the Pod's update")
 		}
 		// The shadow run over every parent of the controller.
-		sh, err := op.RenderAll(ctx, "cc/hello-ops", hookV2+"/sync", hc)
+		sh, err := op.RenderAll(ctx, "cc/hello-ops", render.Input{HookURL: hookV2 + "/sync", Hooks: hc})
 		if err != nil {
 			t.Fatal(err)
 		}
