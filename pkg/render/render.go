@@ -454,8 +454,10 @@ func (r *renderer) keyed(ctx context.Context, outputs []snapshot.Group, selErr s
 	if r.in.List == nil {
 		observed = ownedBy(r.planParent, r.plan.Owned, outputs)
 	}
+	// Each key is shown its outputs as observed (given), and planned
+	// against them as the parent's own (unit).
 	byKey := map[string][]snapshot.Group{}
-	for i, g := range observed {
+	for i, g := range outputs {
 		for _, o := range g.Objects {
 			k, ok := rules.OutputKey(o)
 			if !ok {
