@@ -166,11 +166,7 @@ func WriteShadow(w io.Writer, sh *Shadow) error {
 // MapController's parent), the desired state, then what applying it would
 // change.
 func WriteRender(w io.Writer, r *render.Result) error {
-	fmt.Fprintf(w, "# controller %s, parent %s", r.Controller, r.Parent)
-	if r.Hook != "" {
-		fmt.Fprintf(w, ", %s hook", r.Hook)
-	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "# controller %s, parent %s%s\n", r.Controller, r.Parent, hookNote(&r.Unit))
 	for _, n := range r.Notes {
 		fmt.Fprintln(w, "# note:", n)
 	}
@@ -182,11 +178,7 @@ func WriteRender(w io.Writer, r *render.Result) error {
 		if input == "" {
 			input = "none: detached"
 		}
-		fmt.Fprintf(w, "\n# map key %s (input %s)", k.Key, input)
-		if k.Hook != "" {
-			fmt.Fprintf(w, ", %s hook", k.Hook)
-		}
-		fmt.Fprintln(w)
+		fmt.Fprintf(w, "\n# map key %s (input %s)%s\n", k.Key, input, hookNote(&k.Unit))
 		if k.Error != "" {
 			fmt.Fprintln(w, "# error:", k.Error)
 			continue
@@ -196,6 +188,19 @@ func WriteRender(w io.Writer, r *render.Result) error {
 		}
 	}
 	return nil
+}
+
+// hookNote names the hook a unit called, or says metabus answers by
+// itself (a MapController's status, a detached key without a tombstone
+// hook).
+func hookNote(u *render.Unit) string {
+	switch {
+	case u.Hook == "":
+		return ""
+	case len(u.Requests) == 0 || u.Requests[len(u.Requests)-1].Hook != u.Hook:
+		return ", " + u.Hook + " (metabus's own answer, no hook called)"
+	}
+	return ", " + u.Hook + " hook"
 }
 
 // writeUnit prints one unit of a render.
