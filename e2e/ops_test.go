@@ -17,11 +17,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -406,7 +408,7 @@ func TestOps(t *testing.T) {
 			t.Errorf("offline render: %+v", res.Changes)
 		}
 		// From the cluster: the converged parent, its own hook: nothing to do.
-		fromCluster := render.Input{Controller: liveCtrl, Parent: live, Resolve: op.Resolver(ctx), Observe: render.FromLister(op.ClusterLister()), Hooks: hc}
+		fromCluster := render.Input{Controller: liveCtrl, Parent: live, Resolve: op.Resolver(ctx), List: op.ClusterLister(), Hooks: hc}
 		res, err = render.Render(ctx, fromCluster)
 		if err != nil {
 			t.Fatal(err)
@@ -427,7 +429,7 @@ func TestOps(t *testing.T) {
 			t.Errorf("render with v2 does not show the Pod's update")
 		}
 		// The shadow run over every parent of the controller.
-		sh, err := op.RenderAll(ctx, "cc/hello-ops", hookV2+"/sync", hc)
+		sh, err := op.RenderAll(ctx, "cc/hello-ops", render.Input{HookURL: hookV2 + "/sync", Hooks: hc})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -662,4 +664,225 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestRenderCustomizeAndMapController runs `metabus render` (package
+// render, and RenderAll: --controller NAME --all) from a real API server
+// for the two kinds of sync a plain CompositeController render does not
+// show: a controller with a customize hook, whose sync hook must be shown
+// the related objects the customize answer selects in the cluster, and a
+// MapController, whose parent is one map hook call per input it selects.
+// Render needs no bus, so no metabus runs: the controllers carry a label
+// no instance serves.
+func TestRenderCustomizeAndMapController(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ensureMapCRDs(t)
+	ns := newNamespace(t)
+	rc := rest.CopyConfig(env.Config)
+	api, err := kubeapi.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := &opscli.Bus{Dyn: dyn, Kube: kube, Disc: discovery.New(discovery.APIServer{API: api}), Timeout: 2 * time.Second}
+	nobody := &instance{selector: "render-only"}
+	hc := hooks.New(hooks.Options{})
+	type call struct {
+		path string
+		body map[string]any
+	}
+	var mu sync.Mutex
+	var calls []call
+	recorded := func() []call {
+		mu.Lock()
+		defer mu.Unlock()
+		out := calls
+		calls = nil
+		return out
+	}
+	hook := hookServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		mu.Lock()
+		calls = append(calls, call{path: r.URL.Path, body: body})
+		mu.Unlock()
+		var answer any
+		switch r.URL.Path {
+		case "/customize":
+			answer = map[string]any{"relatedResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps",
+				"labelSelector": map[string]any{"matchLabels": map[string]any{"render-e2e": "related"}}}}}
+		case "/sync":
+			// One ConfigMap saying how many related ConfigMaps it was shown.
+			related, _ := body["related"].(map[string]any)["ConfigMap.v1"].(map[string]any)
+			name := body["parent"].(map[string]any)["metadata"].(map[string]any)["name"].(string)
+			answer = map[string]any{"children": []any{map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+				"metadata": map[string]any{"name": name + "-cm"}, "data": map[string]any{"related": fmt.Sprint(len(related))}}}}
+		case "/map":
+			input := body["input"].(map[string]any)["metadata"].(map[string]any)["name"].(string)
+			answer = map[string]any{"outputs": []any{map[string]any{"apiVersion": mapGroup + "/v1", "kind": "DiskSnapshot",
+				"metadata": map[string]any{"name": input + "-snap"}, "spec": map[string]any{"size": "new"}}}}
+		default:
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(answer)
+	}))
+	create := func(gvr schema.GroupVersionResource, o map[string]any) *unstructured.Unstructured {
+		t.Helper()
+		out, err := dyn.Resource(gvr).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: o}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	cmGVR := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	asJSON := func(v any) map[string]any {
+		data, _ := json.Marshal(v)
+		var out map[string]any
+		_ = json.Unmarshal(data, &out)
+		return out
+	}
+
+	t.Run("customize hook", func(t *testing.T) {
+		spec := map[string]any{
+			"generateSelector": true,
+			"parentResource":   map[string]any{"apiVersion": "example.com/v1", "resource": "helloworlds"},
+			"childResources":   []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}},
+			"hooks": map[string]any{
+				"customize": map[string]any{"webhook": map[string]any{"url": hook + "/customize"}},
+				"sync":      map[string]any{"webhook": map[string]any{"url": hook + "/sync"}},
+			},
+		}
+		name := "render-customize-" + ns
+		ctrl := createController(t, nobody, compositeKind, name, spec)
+		parent := create(helloGVR, map[string]any{"apiVersion": "example.com/v1", "kind": "HelloWorld",
+			"metadata": map[string]any{"name": "p"}, "spec": map[string]any{"who": "render"}})
+		rel := create(cmGVR, map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": "related", "labels": map[string]any{"render-e2e": "related"}}})
+		create(cmGVR, map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": "unrelated", "labels": map[string]any{"render-e2e": "other"}}})
+		recorded()
+		res, err := render.Render(ctx, render.Input{Controller: ctrl, Parent: parent, List: op.ClusterLister(), Resolve: op.Resolver(ctx), Hooks: hc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := recorded()
+		if len(got) != 2 || got[0].path != "/customize" || got[1].path != "/sync" {
+			t.Fatalf("calls %+v, want customize then sync", got)
+		}
+		if diff := cmp.Diff(asJSON(map[string]any{"controller": ctrl.Object, "parent": parent.Object}), got[0].body); diff != "" {
+			t.Errorf("customize request (-want +got):\n%s", diff)
+		}
+		wantRelated := asJSON(map[string]any{"ConfigMap.v1": map[string]any{"related": rel.Object}})
+		if diff := cmp.Diff(wantRelated, got[1].body["related"]); diff != "" {
+			t.Errorf("related objects sent to the sync hook (-want +got):\n%s", diff)
+		}
+		if len(res.Requests) != 2 || res.Requests[0].Hook != bus.HookCustomize {
+			t.Errorf("result requests %+v", res.Requests)
+		}
+		if len(res.Changes.Children) != 1 || res.Changes.Children[0].Action != render.Create || res.Desired.Children[0].Object["data"].(map[string]any)["related"] != "1" {
+			t.Errorf("render %+v", res.Changes)
+		}
+		var out bytes.Buffer
+		_ = opscli.WriteRender(&out, res)
+		t.Logf("metabus render --from-cluster:\n%s", out.String())
+		sh, err := op.RenderAll(ctx, "cc/"+name, render.Input{Hooks: hc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sh.Parents) == 0 {
+			t.Fatalf("shadow run of %s: no parents", name)
+		}
+		for _, r := range sh.Parents {
+			if r.Parent == ns+"/p" && (r.Error != "" || !r.Changed || r.Create != 1) {
+				t.Errorf("shadow row %+v", r)
+			}
+		}
+	})
+
+	t.Run("MapController", func(t *testing.T) {
+		spec := map[string]any{
+			"parentResource":  map[string]any{"apiVersion": mapGroup + "/v1", "resource": "snapschedules"},
+			"inputResources":  []any{map[string]any{"apiVersion": mapGroup + "/v1", "resource": "disks"}},
+			"outputResources": []any{map[string]any{"apiVersion": mapGroup + "/v1", "resource": "disksnapshots", "updateStrategy": map[string]any{"method": "InPlace"}}},
+			"hooks":           map[string]any{"map": map[string]any{"webhook": map[string]any{"url": hook + "/map"}}},
+		}
+		name := "render-map-" + ns
+		ctrl := createController(t, nobody, mapCtlKind, name, spec)
+		parent := create(snapSchedulesGVR, map[string]any{"apiVersion": mapGroup + "/v1", "kind": "SnapSchedule",
+			"metadata": map[string]any{"name": "daily"}, "spec": map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"backup": "yes"}}}})
+		disk := func(name string, labels map[string]any) *unstructured.Unstructured {
+			return create(disksGVR, map[string]any{"apiVersion": mapGroup + "/v1", "kind": "Disk", "metadata": map[string]any{"name": name, "labels": labels}})
+		}
+		d1, d2 := disk("d1", map[string]any{"backup": "yes"}), disk("d2", map[string]any{"backup": "yes"})
+		disk("d3", nil)
+		yes := true
+		output := func(name, key, input string) *unstructured.Unstructured {
+			o := &unstructured.Unstructured{Object: map[string]any{"apiVersion": mapGroup + "/v1", "kind": "DiskSnapshot",
+				"metadata": map[string]any{"name": name}, "spec": map[string]any{"size": "old"}}}
+			o.SetLabels(map[string]string{mapKeyLabel: key})
+			o.SetAnnotations(map[string]string{mapInputAnnotation: input})
+			o.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: mapGroup + "/v1", Kind: "SnapSchedule", Name: "daily", UID: parent.GetUID(), Controller: &yes}})
+			return create(diskSnapshotsGVR, o.Object)
+		}
+		d1Snap := output("d1-snap", mapKeyOf(d1), mapInputOf(d1))
+		gone := &unstructured.Unstructured{Object: map[string]any{"apiVersion": mapGroup + "/v1", "kind": "Disk",
+			"metadata": map[string]any{"name": "gone", "namespace": ns, "uid": "gone-uid"}}}
+		output("gone-snap", mapKeyOf(gone), mapInputOf(gone))
+		recorded()
+		res, err := render.Render(ctx, render.Input{Controller: ctrl, Parent: parent, List: op.ClusterLister(), Resolve: op.Resolver(ctx), Hooks: hc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		_ = opscli.WriteRender(&out, res)
+		t.Logf("metabus render --from-cluster of a MapController parent:\n%s", out.String())
+		// One map request per selected Disk, each with that Disk and its
+		// outputs only.
+		want := map[string]map[string]any{
+			mapKeyOf(d1): asJSON(map[string]any{"controller": ctrl.Object, "parent": parent.Object, "mapKey": mapKeyOf(d1), "input": d1.Object,
+				"outputs": map[string]any{diskSnapshotType: map[string]any{"d1-snap": d1Snap.Object}}}),
+			mapKeyOf(d2): asJSON(map[string]any{"controller": ctrl.Object, "parent": parent.Object, "mapKey": mapKeyOf(d2), "input": d2.Object,
+				"outputs": map[string]any{diskSnapshotType: map[string]any{}}}),
+		}
+		got := map[string]map[string]any{}
+		for _, c := range recorded() {
+			if c.path != "/map" {
+				t.Errorf("a call to %s", c.path)
+			}
+			got[fmt.Sprint(c.body["mapKey"])] = c.body
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("map requests by key (-want +got):\n%s", diff)
+		}
+		actions := map[string]string{}
+		for _, k := range res.Keys {
+			if k.Error != "" {
+				t.Errorf("key %s: %s", k.Key, k.Error)
+			}
+			for _, ch := range k.Changes.Children {
+				actions[ch.Name] = ch.Action
+			}
+		}
+		if diff := cmp.Diff(map[string]string{"d1-snap": render.Update, "d2-snap": render.Create, "gone-snap": render.Delete}, actions); diff != "" {
+			t.Errorf("output changes (-want +got):\n%s", diff)
+		}
+		if res.Hook != bus.HookStatus || res.Desired == nil || res.Desired.Status == nil {
+			t.Errorf("the per-parent status unit %+v", res.Unit)
+		}
+		sh, err := op.RenderAll(ctx, "mc/"+name, render.Input{Hooks: hc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var row *opscli.ShadowRow
+		for i := range sh.Parents {
+			if sh.Parents[i].Parent == ns+"/daily" {
+				row = &sh.Parents[i]
+			}
+		}
+		if row == nil || row.Error != "" || !row.Changed || row.Create != 1 || row.Update != 1 || row.Delete != 1 {
+			t.Errorf("shadow row of %s/daily: %+v", ns, row)
+		}
+	})
 }

@@ -25,32 +25,46 @@ import (
 // what applying it would change.
 func renderCommand() *cobra.Command {
 	var (
-		f                                *opsFlags
-		ctrlFile, parentFile, childrenAt string
-		fromCluster, all                 bool
-		controller, hookURL              string
+		f                                                 *opsFlags
+		ctrlFile, parentFile, childrenAt, inputsAt, relAt string
+		fromCluster, all                                  bool
+		controller, hookURL, customizeURL                 string
+		relatedPolicy                                     []string
 	)
 	cmd := &cobra.Command{
 		Use:   "render",
-		Short: "Call a hook offline with the request metabus would send; show the desired state and its diff",
-		Long: `Render calls a controller's sync (or finalize) hook with exactly the request a
-dispatcher would send for a parent, and prints the desired state the answer
-makes and what applying it would change (children created, updated field by
-field with the applier's merge, deleted; the parent's status, labels,
-annotations and finalizers). No bus is needed, and with files no cluster
-either: the observed children are the ones given (--children), or the live
-ones (--from-cluster, which also fills in the parent's live metadata and
-status). --hook-url calls another URL than the controller's (a new hook
-version). With --controller NAME --all it renders every live parent of the
-controller from the cluster and summarises which would change and how: a
+		Short: "Call hooks offline with the requests metabus would send; show the desired state and its diff",
+		Long: `Render calls a controller's hooks with exactly the requests a dispatcher would
+send for a parent, and prints the desired state the answers make and what
+applying it would change (children created, updated field by field with the
+applier's merge, deleted; the parent's status, labels, annotations and
+finalizers). No bus is needed, and with files no cluster either: the observed
+objects are the ones given (--children, --inputs, --related), or the live ones
+(--from-cluster, which also fills in the parent's live metadata and status).
+
+A controller with a customize hook: the customize hook is called first, its
+related rules are checked as the dispatcher checks them (--related-resources,
+default: everything, as the dispatcher's default), and the objects they select
+(from --related, or the cluster) are sent to the sync hook.
+
+A MapController: its parent is rendered as the dispatcher syncs it, the
+aggregated status and then one map hook call per input the parent selects
+(from --inputs, or the cluster), each against that input's outputs (the
+--children); a map key whose input is gone gets its tombstone hook.
+
+--hook-url calls another URL than the controller's sync, finalize, map or
+tombstone hook (a new hook version); --customize-url does the same for the
+customize hook. With --controller NAME --all it renders every live parent of
+the controller from the cluster and summarises which would change and how: a
 shadow run of a hook before it is rolled out.
 
-Not rendered: the customize hook (related objects are not shown to the hook),
-older revisions of a rolling update, MapControllers.
+Not rendered: older revisions of a rolling update.
 
 Exit code 4 when the desired state differs from the observed one, 0 when not.`,
 		Example: `  metabus render -c controller.yaml -p parent.yaml
   metabus render -c controller.yaml -p parent.yaml --children children/ --hook-url http://localhost:8080/sync
+  metabus render -c controller.yaml -p parent.yaml --related related/
+  metabus render -c mapcontroller.yaml -p parent.yaml --inputs inputs/ --children outputs/
   metabus render -c controller.yaml -p parent.yaml --from-cluster -o yaml
   metabus render --controller cc/hello --all --hook-url http://hello-v2.hooks/sync`,
 		Args: usageArgs(0, "no arguments (the controller and parent are files: -c, -p)"),
@@ -63,15 +77,15 @@ Exit code 4 when the desired state differs from the observed one, 0 when not.`,
 			hc := hooks.New(hooks.Options{})
 			out := cmd.OutOrStdout()
 			if all {
-				if controller == "" || ctrlFile != "" || parentFile != "" || childrenAt != "" {
-					return opscli.Usage("--all renders every parent of --controller NAME from the cluster: give no -c, -p or --children")
+				if controller == "" || ctrlFile != "" || parentFile != "" || childrenAt != "" || inputsAt != "" || relAt != "" {
+					return opscli.Usage("--all renders every parent of --controller NAME from the cluster: give no -c, -p, --children, --inputs or --related")
 				}
 				b, done, err := f.connect(runCtx(cmd), needCluster)
 				if err != nil {
 					return err
 				}
 				defer done()
-				sh, err := b.RenderAll(ctx, controller, hookURL, hc)
+				sh, err := b.RenderAll(ctx, controller, render.Input{HookURL: hookURL, CustomizeURL: customizeURL, RelatedPolicy: relatedPolicy, Hooks: hc})
 				if err != nil {
 					return err
 				}
@@ -94,8 +108,8 @@ Exit code 4 when the desired state differs from the observed one, 0 when not.`,
 			if parentFile == "" || (ctrlFile == "" && controller == "") {
 				return opscli.Usage("give the parent (-p FILE) and the controller (-c FILE, or --controller NAME with --from-cluster)")
 			}
-			if childrenAt != "" && fromCluster {
-				return opscli.Usage("--children and --from-cluster both say where the observed children come from: give one")
+			if (childrenAt != "" || inputsAt != "" || relAt != "") && fromCluster {
+				return opscli.Usage("--children, --inputs or --related and --from-cluster both say where the observed objects come from: give one")
 			}
 			parents, err := readObjects(parentFile)
 			if err != nil {
@@ -104,7 +118,7 @@ Exit code 4 when the desired state differs from the observed one, 0 when not.`,
 			if len(parents) != 1 {
 				return opscli.Usage("%s: want one parent object, found %d", parentFile, len(parents))
 			}
-			in := render.Input{Parent: parents[0], HookURL: hookURL, Hooks: hc}
+			in := render.Input{Parent: parents[0], HookURL: hookURL, CustomizeURL: customizeURL, RelatedPolicy: relatedPolicy, Hooks: hc}
 			if ctrlFile != "" {
 				ctrls, err := readObjects(ctrlFile)
 				if err != nil {
@@ -127,7 +141,7 @@ Exit code 4 when the desired state differs from the observed one, 0 when not.`,
 					}
 				}
 				in.Resolve = b.Resolver(ctx)
-				in.Observe = render.FromLister(b.ClusterLister())
+				in.List = b.ClusterLister()
 				if err := liveParent(cmd, b, in.Parent); err != nil {
 					return err
 				}
@@ -135,12 +149,19 @@ Exit code 4 when the desired state differs from the observed one, 0 when not.`,
 				if in.Controller == nil {
 					return opscli.Usage("without --from-cluster the controller is a file: -c FILE")
 				}
-				if childrenAt != "" {
-					if in.Children, err = readObjects(childrenAt); err != nil {
-						return err
+				for _, given := range []struct {
+					at   string
+					objs *[]*unstructured.Unstructured
+				}{{childrenAt, &in.Children}, {inputsAt, &in.Inputs}, {relAt, &in.Related}} {
+					if given.at != "" {
+						if *given.objs, err = readObjects(given.at); err != nil {
+							return err
+						}
 					}
 				}
-				in.Resolve = render.Offline(append([]*unstructured.Unstructured{in.Parent}, in.Children...)...)
+				known := append([]*unstructured.Unstructured{in.Parent}, in.Children...)
+				known = append(append(known, in.Inputs...), in.Related...)
+				in.Resolve = render.Offline(known...)
 			}
 			res, err := render.Render(ctx, in)
 			if err != nil {
@@ -161,7 +182,11 @@ Exit code 4 when the desired state differs from the observed one, 0 when not.`,
 	fs.StringVarP(&parentFile, "parent", "p", "", "the parent object (YAML or JSON file)")
 	fs.StringVar(&childrenAt, "children", "", "the observed children: a file or a directory of YAML/JSON files (default: none)")
 	fs.BoolVar(&fromCluster, "from-cluster", false, "observe the children (and the parent's live metadata and status) in the cluster")
-	fs.StringVar(&hookURL, "hook-url", "", "call this URL instead of the controller's hook")
+	fs.StringVar(&inputsAt, "inputs", "", "a MapController's input objects: a file or a directory of YAML/JSON files (default: none)")
+	fs.StringVar(&relAt, "related", "", "the objects a customize hook's related rules select from: a file or a directory (default: none)")
+	fs.StringVar(&hookURL, "hook-url", "", "call this URL instead of the controller's sync, finalize, map or tombstone hook")
+	fs.StringVar(&customizeURL, "customize-url", "", "call this URL instead of the controller's customize hook")
+	fs.StringSliceVar(&relatedPolicy, "related-resources", nil, "what customize hooks' related rules may name, as the dispatcher's flag (<group>/<resource>, * for any, -<entry> denies; default: everything)")
 	fs.StringVar(&controller, "controller", "", "the controller in the cluster (<kind>/<name> or a name), with --from-cluster or --all")
 	fs.BoolVar(&all, "all", false, "render every live parent of --controller from the cluster and summarise the changes")
 	return cmd

@@ -116,6 +116,18 @@ type InputSelector interface {
 	Selects(input *unstructured.Unstructured) bool
 }
 
+// SelectsInput reports whether sel selects obj (nil: no object). It holds
+// the selector to its Namespace too, so that whoever lists inputs (the
+// watcher's events and snapshots, `metabus render`) agrees whatever the
+// kind's Selects checks.
+func SelectsInput(sel InputSelector, obj *unstructured.Unstructured) bool {
+	if obj == nil {
+		return false
+	}
+	ns := sel.Namespace()
+	return (ns == "" || ns == obj.GetNamespace()) && sel.Selects(obj)
+}
+
 // WatchParent is one parent resource.
 type WatchParent struct {
 	Res *discovery.Resource

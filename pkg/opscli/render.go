@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/discovery"
-	"github.com/metabus/metabus/pkg/hooks"
 	"github.com/metabus/metabus/pkg/render"
 )
 
@@ -71,10 +71,13 @@ type Shadow struct {
 }
 
 // RenderAll renders every live parent of a controller the controller
-// selects, observing each from the cluster, and calls the hook at hookURL
-// ("": the controller's own): a shadow run of a hook version before it is
-// rolled out. Nothing is written.
-func (b *Bus) RenderAll(ctx context.Context, controller, hookURL string, hc *hooks.Client) (*Shadow, error) {
+// selects, observing each from the cluster, with the hook URLs, related
+// policy and hook client of with (its Controller, Parent, List and
+// Resolve are set per parent; HookURL "" calls the controller's own
+// hook): a shadow run of a hook version before it is rolled out. Nothing
+// is written. A MapController's parent counts the changes of all its map
+// keys.
+func (b *Bus) RenderAll(ctx context.Context, controller string, with render.Input) (*Shadow, error) {
 	c, err := b.oneController(ctx, controller)
 	if err != nil {
 		return nil, err
@@ -83,7 +86,7 @@ func (b *Bus) RenderAll(ctx context.Context, controller, hookURL string, hc *hoo
 	if err != nil {
 		return nil, err
 	}
-	sh := &Shadow{Controller: controllerLabel(c.Kind, c.Name), HookURL: hookURL}
+	sh := &Shadow{Controller: controllerLabel(c.Kind, c.Name), HookURL: with.HookURL}
 	list := b.ClusterLister()
 	for _, wp := range plan.Parents {
 		parents, err := list(ctx, wp.Res, "")
@@ -95,10 +98,9 @@ func (b *Bus) RenderAll(ctx context.Context, controller, hookURL string, hc *hoo
 				continue
 			}
 			row := ShadowRow{Parent: parentLabel(p.GetNamespace(), p.GetName())}
-			res, err := render.Render(ctx, render.Input{
-				Controller: c.Obj, Parent: p, Observe: render.FromLister(list), Resolve: b.Resolver(ctx),
-				HookURL: hookURL, Hooks: hc,
-			})
+			in := with
+			in.Controller, in.Parent, in.List, in.Resolve = c.Obj, p, list, b.Resolver(ctx)
+			res, err := render.Render(ctx, in)
 			row.Result = res
 			switch {
 			case err != nil:
@@ -108,18 +110,20 @@ func (b *Bus) RenderAll(ctx context.Context, controller, hookURL string, hc *hoo
 				row.Skipped = res.Skipped
 			default:
 				row.Changed = res.Changed()
-				for _, ch := range res.Changes.Children {
-					switch ch.Action {
-					case render.Create:
-						row.Create++
-					case render.Update, render.Recreate:
-						row.Update++
-					case render.Delete:
-						row.Delete++
+				for _, u := range res.Units() {
+					for _, ch := range u.Changes.Children {
+						switch ch.Action {
+						case render.Create:
+							row.Create++
+						case render.Update, render.Recreate:
+							row.Update++
+						case render.Delete:
+							row.Delete++
+						}
 					}
-				}
-				for _, f := range res.Changes.Parent {
-					row.ParentFields = append(row.ParentFields, f.Path)
+					for _, f := range u.Changes.Parent {
+						row.ParentFields = append(row.ParentFields, f.Path)
+					}
 				}
 			}
 			if row.Changed {
@@ -158,22 +162,59 @@ func WriteShadow(w io.Writer, sh *Shadow) error {
 	return nil
 }
 
-// WriteRender prints one render: the desired state, then what applying it
-// would change.
+// WriteRender prints one render: for the parent (and each map key of a
+// MapController's parent), the desired state, then what applying it would
+// change.
 func WriteRender(w io.Writer, r *render.Result) error {
-	fmt.Fprintf(w, "# controller %s, parent %s", r.Controller, r.Parent)
-	if r.Hook != "" {
-		fmt.Fprintf(w, ", %s hook", r.Hook)
-	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "# controller %s, parent %s%s\n", r.Controller, r.Parent, hookNote(&r.Unit))
 	for _, n := range r.Notes {
 		fmt.Fprintln(w, "# note:", n)
 	}
-	if r.Skipped != "" {
-		fmt.Fprintln(w, "# nothing rendered:", r.Skipped)
+	if err := writeUnit(w, &r.Unit); err != nil {
+		return err
+	}
+	for _, k := range r.Keys {
+		input := k.Input
+		if input == "" {
+			input = "none: detached"
+		}
+		fmt.Fprintf(w, "\n# map key %s (input %s)%s\n", k.Key, input, hookNote(&k.Unit))
+		if k.Error != "" {
+			fmt.Fprintln(w, "# error:", k.Error)
+			continue
+		}
+		if err := writeUnit(w, &k.Unit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hookNote names the hook a unit called, or says metabus answers by
+// itself (a MapController's status, a detached key without a tombstone
+// hook).
+func hookNote(u *render.Unit) string {
+	switch {
+	case u.Hook == "":
+		return ""
+	case len(u.Requests) == 0 || u.Requests[len(u.Requests)-1].Hook != u.Hook:
+		return ", " + u.Hook + " (metabus's own answer, no hook called)"
+	}
+	return ", " + u.Hook + " hook"
+}
+
+// writeUnit prints one unit of a render.
+func writeUnit(w io.Writer, u *render.Unit) error {
+	for _, c := range u.Requests {
+		if c.Hook == bus.HookCustomize {
+			fmt.Fprintf(w, "# customize hook answered: %s\n", c.Response)
+		}
+	}
+	if u.Skipped != "" {
+		fmt.Fprintln(w, "# nothing rendered:", u.Skipped)
 		return nil
 	}
-	if d := r.Desired; d != nil {
+	if d := u.Desired; d != nil {
 		for _, c := range d.Children {
 			data, err := yaml.Marshal(c.Object)
 			if err != nil {
@@ -196,10 +237,10 @@ func WriteRender(w io.Writer, r *render.Result) error {
 		}
 	}
 	fmt.Fprintln(w, "\n# changes against the observed state:")
-	if !r.Changed() {
+	if !u.Changes.Any() {
 		fmt.Fprintln(w, "#   none")
 	}
-	for _, ch := range r.Changes.Children {
+	for _, ch := range u.Changes.Children {
 		if ch.Action == render.Unchanged {
 			continue
 		}
@@ -208,9 +249,9 @@ func WriteRender(w io.Writer, r *render.Result) error {
 			writeFields(w, ch.Fields)
 		}
 	}
-	if len(r.Changes.Parent) > 0 {
+	if len(u.Changes.Parent) > 0 {
 		fmt.Fprintln(w, "update parent")
-		writeFields(w, r.Changes.Parent)
+		writeFields(w, u.Changes.Parent)
 	}
 	return nil
 }

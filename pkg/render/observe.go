@@ -8,35 +8,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/metabus/metabus/pkg/discovery"
-	"github.com/metabus/metabus/pkg/kinds"
-	"github.com/metabus/metabus/pkg/snapshot"
 )
 
 // Lister lists the objects of a resource in a namespace ("": all).
 type Lister func(ctx context.Context, res *discovery.Resource, namespace string) ([]*unstructured.Unstructured, error)
-
-// FromLister observes a parent's owned objects the way the watcher does
-// (the kind's Rules.Observe over its owned resources), from lists instead
-// of informer caches: the objects of each owned resource in the parent's
-// namespace (all namespaces for a cluster-scoped parent or resource).
-func FromLister(list Lister) Observer {
-	return func(ctx context.Context, plan *kinds.WatchPlan, parentRes *discovery.Resource, parent *unstructured.Unstructured) ([]snapshot.Group, string, error) {
-		caches := make([]kinds.WatchCache, len(plan.Owned))
-		for i, res := range plan.Owned {
-			ns := ""
-			if res.Namespaced && parent.GetNamespace() != "" {
-				ns = parent.GetNamespace()
-			}
-			objs, err := list(ctx, res, ns)
-			if err != nil {
-				return nil, "", err
-			}
-			caches[i] = ListCache(objs)
-		}
-		groups, selErr := plan.Rules.Observe(parentRes, parent, caches)
-		return groups, selErr, nil
-	}
-}
 
 // ListCache is a list of objects read as a kinds.WatchCache.
 type ListCache []*unstructured.Unstructured

@@ -9,7 +9,6 @@ import (
 
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
@@ -76,23 +75,9 @@ func (d *Dispatcher) customizeRules(ctx context.Context, item bus.WorkItem, c ki
 	if err != nil {
 		return nil, fmt.Errorf("customize hook failed: %w", err)
 	}
-	for i, r := range resp.RelatedResources {
-		if _, err := related.Compile(r, version, parent.GetNamespace()); err != nil {
-			return nil, fmt.Errorf("customize hook returned an invalid relatedResources[%d]: %w", i, err)
-		}
-		if err := checkRelated(d.relatedPolicy, i, r); err != nil {
-			return nil, err
-		}
-	}
-	rules := &bus.RelatedRules{
-		Controller:      item.Controller,
-		ParentUID:       string(parent.GetUID()),
-		ParentNamespace: parent.GetNamespace(),
-		HookVersion:     string(version),
-		Rules:           resp.RelatedResources,
-	}
-	if rules.Rules == nil {
-		rules.Rules = []hookapi.RelatedResourceRule{}
+	rules, err := related.Accept(item.Controller, parent, version, resp.RelatedResources, d.relatedPolicy)
+	if err != nil {
+		return nil, err
 	}
 	d.cmu.Lock()
 	if len(d.customize) >= maxCustomizeCache {
@@ -101,38 +86,6 @@ func (d *Dispatcher) customizeRules(ctx context.Context, item bus.WorkItem, c ki
 	d.customize[key] = customizeEntry{generation: parent.GetGeneration(), rules: rules}
 	d.cmu.Unlock()
 	return rules, nil
-}
-
-// relatedRefusedError is a related rule naming a resource the admin's
-// policy (--related-resources) does not let customize hooks watch. It is
-// checked here, where the hook's answer enters metabus, before the rules are
-// broadcast or sent with a snapshot request: the watcher, which starts the
-// informers, only learns rules from dispatchers (NATS permissions let no
-// other user publish them).
-type relatedRefusedError struct {
-	index                int
-	apiVersion, resource string
-	why                  string
-}
-
-func (e *relatedRefusedError) Error() string {
-	return fmt.Sprintf("customize hook's relatedResources[%d] (%s %s) refused, nothing watched and the sync hook not called: %s",
-		e.index, e.apiVersion, e.resource, e.why)
-}
-
-// checkRelated refuses rule i of a customize response if policy does
-// not allow its resource. The sync fails rather than going on without
-// those objects: a hook shown an empty list where objects exist could act
-// on it (delete children it believes unneeded).
-func checkRelated(policy related.Policy, i int, r hookapi.RelatedResourceRule) error {
-	gv, err := schema.ParseGroupVersion(r.APIVersion)
-	if err != nil {
-		return fmt.Errorf("customize hook returned an invalid relatedResources[%d]: apiVersion %q: %w", i, r.APIVersion, err)
-	}
-	if policy.Allows(gv.Group, r.Resource) {
-		return nil
-	}
-	return &relatedRefusedError{index: i, apiVersion: r.APIVersion, resource: r.Resource, why: policy.Refusal(gv.Group, r.Resource)}
 }
 
 // withRelated broadcasts the parent's rules and, if the snapshot was taken

@@ -585,7 +585,7 @@ func (d *Dispatcher) succeeded(item bus.WorkItem) {
 // admin does not allow.
 func controllerFault(err error) bool {
 	var refused *hooks.RefusedError
-	var relatedRefused *relatedRefusedError
+	var relatedRefused *related.RefusedError
 	return errors.As(err, &refused) || errors.As(err, &relatedRefused)
 }
 

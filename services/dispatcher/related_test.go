@@ -7,7 +7,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/metabus/metabus/pkg/hookapi"
 	"github.com/metabus/metabus/pkg/hooks"
 	"github.com/metabus/metabus/pkg/related"
 )
@@ -39,51 +38,6 @@ func TestRelatedResourcesFlag(t *testing.T) {
 	}
 }
 
-func TestCheckRelated(t *testing.T) {
-	def, err := related.ParsePolicy(related.DefaultPolicy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hardened, err := related.ParsePolicy(related.HardenedPolicy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rule := func(apiVersion, resource string) hookapi.RelatedResourceRule {
-		return hookapi.RelatedResourceRule{APIVersion: apiVersion, Resource: resource}
-	}
-	tests := []struct {
-		reason  string
-		policy  *related.Policy // nil: the default
-		rule    hookapi.RelatedResourceRule
-		wantErr string
-	}{
-		{reason: "ConfigMaps: allowed", rule: rule("v1", "configmaps")},
-		{reason: "a custom resource: allowed", rule: rule("example.com/v1", "things")},
-		{reason: "Secrets: allowed by default, as upstream", rule: rule("v1", "secrets")},
-		{reason: "hardened: ConfigMaps allowed", policy: &hardened, rule: rule("v1", "configmaps")},
-		{
-			reason: "hardened: Secrets refused, saying how to allow them", policy: &hardened, rule: rule("v1", "secrets"),
-			wantErr: "customize hook's relatedResources[2] (v1 secrets) refused, nothing watched and the sync hook not called: " +
-				"core/secrets is denied by -core/secrets in the dispatcher's --related-resources (Helm value dispatcher.relatedResources); an admin may allow it",
-		},
-		{
-			reason: "a malformed apiVersion", rule: rule("a/b/c", "things"),
-			wantErr: `customize hook returned an invalid relatedResources[2]: apiVersion "a/b/c": unexpected GroupVersion string: a/b/c`,
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.reason, func(t *testing.T) {
-			p := def
-			if tt.policy != nil {
-				p = *tt.policy
-			}
-			if diff := cmp.Diff(tt.wantErr, errString(checkRelated(p, 2, tt.rule))); diff != "" {
-				t.Errorf("checkRelated (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
 // A refused related rule is the controller's fault, like a refused hook
 // call: failed() then also reports it on the controller, where its author
 // looks.
@@ -93,7 +47,7 @@ func TestControllerFault(t *testing.T) {
 		err    error
 		want   bool
 	}{
-		{reason: "a refused related rule, wrapped", err: fmt.Errorf("sync: %w", &relatedRefusedError{resource: "secrets"}), want: true},
+		{reason: "a refused related rule, wrapped", err: fmt.Errorf("sync: %w", &related.RefusedError{Resource: "secrets"}), want: true},
 		{reason: "a refused hook call", err: &hooks.RefusedError{Reason: "plain http"}, want: true},
 		{reason: "a hook that failed", err: errors.New("customize hook failed: 500")},
 		{reason: "no error", err: nil},

@@ -265,17 +265,6 @@ func (wr *wiring) inputSelector(parent *unstructured.Unstructured) (kinds.InputS
 // nor an error.
 var errNoInputSelector = errors.New("the controller's kind gave the parent no input selector")
 
-// selectsInput reports whether sel selects obj (nil: no object). The
-// watcher holds the selector to its Namespace too, so events and snapshots
-// agree whatever the kind's Selects checks.
-func selectsInput(sel kinds.InputSelector, obj *unstructured.Unstructured) bool {
-	if obj == nil {
-		return false
-	}
-	ns := sel.Namespace()
-	return (ns == "" || ns == obj.GetNamespace()) && sel.Selects(obj)
-}
-
 // selectedInputs lists the objects of plan.Keyed.Inputs[i] that sel
 // selects, from the informer's namespace index when it names a namespace.
 func (wr *wiring) selectedInputs(i int, sel kinds.InputSelector) []*unstructured.Unstructured {
@@ -288,7 +277,7 @@ func (wr *wiring) selectedInputs(i int, sel kinds.InputSelector) []*unstructured
 	}
 	out := make([]*unstructured.Unstructured, 0, len(candidates))
 	for _, o := range candidates {
-		if selectsInput(sel, o) {
+		if kinds.SelectsInput(sel, o) {
 			out = append(out, o)
 		}
 	}
@@ -409,7 +398,7 @@ func (wr *wiring) onInput(i int, old, cur *unstructured.Unstructured, ch change)
 			if err != nil {
 				continue // it selects nothing until its selector is fixed
 			}
-			was, now := selectsInput(sel, old), selectsInput(sel, cur)
+			was, now := kinds.SelectsInput(sel, old), kinds.SelectsInput(sel, cur)
 			if was && hadKey {
 				wr.enqueueKeyed(pres, p, oldKey, reason, res.GVR, rv, nil, false)
 			}
@@ -601,7 +590,7 @@ func (wr *wiring) keyedSnapshot(resp *snapshot.Response, mapKey string, parentRe
 		resp.Summary = wr.plan.Keyed.Rules.Summarize(parent, inputs, outputs)
 		return
 	}
-	if in, ok := wr.keyed.input(mapKey); ok && sel != nil && selectsInput(sel, in.obj) {
+	if in, ok := wr.keyed.input(mapKey); ok && sel != nil && kinds.SelectsInput(sel, in.obj) {
 		resp.Input = in.obj
 	}
 	outputs := wr.keyed.outputsOf(parent.GetUID(), mapKey)

@@ -13,19 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/related"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
-
-// relatedRule is one compiled rule of one parent.
-type relatedRule struct {
-	res  *discovery.Resource
-	rule related.Rule
-}
 
 // relatedIndex maps related objects to the parents that depend on them. A
 // change of a related object looks up its resource and namespace bucket,
@@ -38,7 +31,7 @@ type relatedRule struct {
 // is released once no rule needs it.
 type relatedIndex struct {
 	mu       sync.Mutex
-	byParent map[string][]relatedRule // parent UID → its rules
+	byParent map[string][]related.Resolved // parent UID → its rules
 	// byBucket: resource → namespace ("" = rules spanning all namespaces)
 	// → parent UID → rules.
 	byBucket map[schema.GroupVersionResource]map[string]map[string][]related.Rule
@@ -58,7 +51,7 @@ type relatedIndex struct {
 // wiring (of any kind).
 func newRelatedIndex(ctx context.Context, w *Watcher, enqueue func(uid string, gvr schema.GroupVersionResource, rv string)) *relatedIndex {
 	return &relatedIndex{
-		byParent: map[string][]relatedRule{},
+		byParent: map[string][]related.Resolved{},
 		byBucket: map[schema.GroupVersionResource]map[string]map[string][]related.Rule{},
 		handles:  map[schema.GroupVersionResource]*informers.Handle{},
 		w:        w,
@@ -82,22 +75,15 @@ func (ix *relatedIndex) handleFor(key string) *informers.Handle {
 
 // register records a parent's rules (replacing earlier ones) and
 // subscribes to the resources they name.
-func (ix *relatedIndex) register(rr *bus.RelatedRules) ([]relatedRule, error) {
+func (ix *relatedIndex) register(rr *bus.RelatedRules) ([]related.Resolved, error) {
 	if err := refuse(ix.w.resources, relatedResources(rr.Rules)); err != nil {
 		return nil, fmt.Errorf("refused, nothing watched: %w", err)
 	}
-	version := v1alpha1.HookVersion(rr.HookVersion)
-	var rules []relatedRule
-	for i, r := range rr.Rules {
-		res, err := ix.w.disc.Resolve(ix.ctx, r.APIVersion, r.Resource)
-		if err != nil {
-			return nil, fmt.Errorf("relatedResources[%d]: %w", i, err)
-		}
-		c, err := related.Compile(r, version, rr.ParentNamespace)
-		if err != nil {
-			return nil, fmt.Errorf("relatedResources[%d]: %w", i, err)
-		}
-		rules = append(rules, relatedRule{res: res, rule: c})
+	rules, err := related.Resolve(rr, func(apiVersion, resource string) (*discovery.Resource, error) {
+		return ix.w.disc.Resolve(ix.ctx, apiVersion, resource)
+	})
+	if err != nil {
+		return nil, err
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -107,17 +93,17 @@ func (ix *relatedIndex) register(rr *bus.RelatedRules) ([]relatedRule, error) {
 	defer ix.releaseUnusedLocked()
 	ix.byParent[rr.ParentUID] = rules
 	for _, r := range rules {
-		gvr := r.res.GVR
+		gvr := r.Res.GVR
 		if ix.byBucket[gvr] == nil {
 			ix.byBucket[gvr] = map[string]map[string][]related.Rule{}
 		}
-		b := ix.byBucket[gvr][r.rule.Namespace]
+		b := ix.byBucket[gvr][r.Rule.Namespace]
 		if b == nil {
 			b = map[string][]related.Rule{}
-			ix.byBucket[gvr][r.rule.Namespace] = b
+			ix.byBucket[gvr][r.Rule.Namespace] = b
 		}
-		b[rr.ParentUID] = append(b[rr.ParentUID], r.rule)
-		if r.rule.NeedsNamespaceLabels() {
+		b[rr.ParentUID] = append(b[rr.ParentUID], r.Rule)
+		if r.Rule.NeedsNamespaceLabels() {
 			ix.nsRules++
 		}
 		if ix.handles[gvr] == nil {
@@ -132,7 +118,7 @@ func (ix *relatedIndex) register(rr *bus.RelatedRules) ([]relatedRule, error) {
 				return nil, err
 			}
 		}
-		if r.rule.NeedsNamespaceLabels() && ix.ns == nil {
+		if r.Rule.NeedsNamespaceLabels() && ix.ns == nil {
 			ix.ns = ix.w.registry.Acquire(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"})
 		}
 	}
@@ -151,17 +137,17 @@ func (ix *relatedIndex) drop(uid string) {
 // buckets they leave empty.
 func (ix *relatedIndex) unindexLocked(uid string) {
 	for _, r := range ix.byParent[uid] {
-		gvr := r.res.GVR
-		if b := ix.byBucket[gvr][r.rule.Namespace]; b != nil {
+		gvr := r.Res.GVR
+		if b := ix.byBucket[gvr][r.Rule.Namespace]; b != nil {
 			delete(b, uid)
 			if len(b) == 0 {
-				delete(ix.byBucket[gvr], r.rule.Namespace)
+				delete(ix.byBucket[gvr], r.Rule.Namespace)
 			}
 		}
 		if len(ix.byBucket[gvr]) == 0 {
 			delete(ix.byBucket, gvr)
 		}
-		if r.rule.NeedsNamespaceLabels() {
+		if r.Rule.NeedsNamespaceLabels() {
 			ix.nsRules--
 		}
 	}
@@ -278,45 +264,26 @@ func (ix *relatedIndex) onRelated(gvr schema.GroupVersionResource, oldObj, obj a
 	}
 }
 
-// relatedSnapshot lists the objects a parent's rules select, grouped per
-// resource in rule order. ok is false while an informer is still syncing.
-func (ix *relatedIndex) snapshot(rules []relatedRule) (groups []snapshot.Group, ok bool) {
+// snapshot lists the objects a parent's rules select, grouped per
+// resource in rule order (related.Groups). ok is false while an informer
+// is still syncing.
+func (ix *relatedIndex) snapshot(rules []related.Resolved) (groups []snapshot.Group, ok bool) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if ix.ns != nil && !ix.ns.HasSynced() {
 		return nil, false
 	}
-	index := map[schema.GroupVersionResource]int{}
-	seen := map[string]bool{}
 	for _, r := range rules {
-		h := ix.handles[r.res.GVR]
-		if h == nil || !h.HasSynced() {
+		if h := ix.handles[r.Res.GVR]; h == nil || !h.HasSynced() {
 			return nil, false
 		}
-		gi, found := index[r.res.GVR]
-		if !found {
-			gi = len(groups)
-			index[r.res.GVR] = gi
-			groups = append(groups, snapshot.Group{
-				APIVersion: r.rule.APIVersion, Resource: r.res.GVR.Resource, Kind: r.res.Kind,
-				Namespaced: r.res.Namespaced, Objects: []*unstructured.Unstructured{},
-			})
-		}
-		var candidates []*unstructured.Unstructured
-		if r.rule.Namespace != "" {
-			candidates = h.InNamespace(r.rule.Namespace)
-		} else {
-			candidates = h.List()
-		}
-		for _, o := range candidates {
-			if seen[string(o.GetUID())] || !r.rule.Matches(o, ix.namespaceLabels) {
-				continue
-			}
-			seen[string(o.GetUID())] = true
-			groups[gi].Objects = append(groups[gi].Objects, o)
-		}
 	}
-	return groups, true
+	return related.Groups(rules, func(res *discovery.Resource, namespace string) []*unstructured.Unstructured {
+		if namespace != "" {
+			return ix.handles[res.GVR].InNamespace(namespace)
+		}
+		return ix.handles[res.GVR].List()
+	}, ix.namespaceLabels), true
 }
 
 // subscribeRelated listens to RelatedRules broadcasts from dispatchers.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/informers"
+	"github.com/metabus/metabus/pkg/related"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 
@@ -110,7 +111,7 @@ func (wr *wiring) snapshot(ctx context.Context, req snapshot.Request) *snapshot.
 			return &snapshot.Response{Result: snapshot.Retry, Message: "input cache " + h.GVR().String() + " not synced"}
 		}
 	}
-	var rules []relatedRule
+	var rules []related.Resolved
 	if req.Related != nil {
 		var err error
 		if rules, err = wr.related.register(req.Related); err != nil {
