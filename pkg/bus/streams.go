@@ -191,16 +191,24 @@ const DesiredMaxAge = 24 * time.Hour
 // DesiredMaxAge.
 func DesiredStreamConfig(o Options) StreamConfig {
 	return StreamConfig{
-		Name:                 DesiredStream,
-		Description:          "metabus desired states (CloudEvents), ordered per parent",
-		Subjects:             []string{desiredRoot + ".*.*"},
-		WorkQueue:            true,
-		Memory:               o.MemoryQueues,
-		Replicas:             o.replicas(),
-		MaxAge:               DesiredMaxAge,
-		Duplicates:           2 * time.Minute,
-		AllowDirect:          true,
-		Compressed:           true,
+		Name:        DesiredStream,
+		Description: "metabus desired states (CloudEvents), ordered per parent",
+		Subjects:    []string{desiredRoot + ".*.*"},
+		WorkQueue:   true,
+		Memory:      o.MemoryQueues,
+		Replicas:    o.replicas(),
+		MaxAge:      DesiredMaxAge,
+		Duplicates:  2 * time.Minute,
+		AllowDirect: true,
+		// Not compressed: a nats-server 2.15.2 node SIGKILLed while
+		// writing a compressed block came back with this stream's replica
+		// unrecoverable ("Critical write error: smb.truncate: error reading
+		// compression reader: s2: corrupt input"), its raft monitor not
+		// running and the partition consumers it led stalled until an
+		// operator removed the peer (a `make faults-cluster` run,
+		// 2026-11-27); the uncompressed streams beside it recovered from
+		// the same kills. Desired states live seconds, so S2 saved little.
+		Compressed:           false,
 		TransformSource:      desiredRoot + ".*.*",
 		TransformDestination: fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", desiredRoot, groups, Slots),
 	}

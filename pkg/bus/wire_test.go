@@ -410,3 +410,17 @@ func subjectMatches(filter, subject string) bool {
 	}
 	return len(f) == len(s)
 }
+
+// No stream is compressed: nats-server's recovery of a compressed file
+// store after a SIGKILL lost a replica of MC_DESIRED in a clustered fault
+// run (see DesiredStreamConfig), and none of the uncompressed streams.
+func TestNoStreamCompressed(t *testing.T) {
+	for _, o := range []Options{{}, {Replicas: 3}} {
+		for _, c := range []StreamConfig{WorkStreamConfig(o), DesiredStreamConfig(o), SchedStreamConfig(o),
+			AdvisoryStreamConfig(o), DLQStreamConfig(o)} {
+			if c.Compressed {
+				t.Errorf("%s (replicas %d) is compressed", c.Name, o.Replicas)
+			}
+		}
+	}
+}
