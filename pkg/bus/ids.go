@@ -51,3 +51,27 @@ func Backoff(attempt int) time.Duration {
 	}
 	return d
 }
+
+// OwnFailureAttempts bounds how far failures of metabus's own services (the
+// watcher's snapshots or the revisions service not answering, as while a
+// watcher restarts or hands over its lease) raise a parent's retry count:
+// Backoff(5) is 16 s. Counted like a hook's failures, a watcher outage of a
+// few minutes left parents retried 5 minutes apart long after it ended, and
+// a hook failure right after inherited the 5 minutes (a clustered fault run:
+// a parent whose change came 14 minutes into such retries converged only
+// after the suite's 5-minute bound).
+const OwnFailureAttempts = 5
+
+// NextAttempt is a parent's retry count after one more failed sync, from
+// prev: one more for a hook's (or any other) failure, and for a failure of
+// metabus's own (ours) one more only up to OwnFailureAttempts, never
+// lowering a count the hook's failures raised.
+func NextAttempt(prev int, ours bool) int {
+	if prev < 0 {
+		prev = 0
+	}
+	if ours && prev >= OwnFailureAttempts {
+		return prev
+	}
+	return prev + 1
+}

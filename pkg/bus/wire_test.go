@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -422,5 +423,32 @@ func TestNoStreamCompressed(t *testing.T) {
 				t.Errorf("%s (replicas %d) is compressed", c.Name, o.Replicas)
 			}
 		}
+	}
+}
+
+func TestNextAttempt(t *testing.T) {
+	tests := []struct {
+		reason string
+		prev   int
+		ours   bool
+		want   int
+	}{
+		{reason: "a hook failure counts one more", prev: 0, want: 1},
+		{reason: "hook failures go on counting past the own-failure bound", prev: 9, want: 10},
+		{reason: "metabus's own failure counts one more while short", prev: 2, ours: true, want: 3},
+		{reason: "metabus's own failures stop at the bound", prev: OwnFailureAttempts, ours: true, want: OwnFailureAttempts},
+		{reason: "metabus's own failure keeps a count the hook raised", prev: 9, ours: true, want: 9},
+		{reason: "a hook failure after own failures goes on from the bound", prev: OwnFailureAttempts, want: OwnFailureAttempts + 1},
+		{reason: "a negative count is no count", prev: -3, ours: true, want: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.reason, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, NextAttempt(tt.prev, tt.ours)); diff != "" {
+				t.Errorf("NextAttempt(%d, %v) (-want +got):\n%s", tt.prev, tt.ours, diff)
+			}
+		})
+	}
+	if got := Backoff(OwnFailureAttempts); got != 16*time.Second {
+		t.Errorf("Backoff(OwnFailureAttempts) = %s, want 16s (the bound its doc states)", got)
 	}
 }

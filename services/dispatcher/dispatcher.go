@@ -397,8 +397,12 @@ type (
 	// and is retried with exponential backoff through MC_SCHED. A reason
 	// reports it with an Event on the parent; "" keeps it quiet, for
 	// failures that are not the parent's (the snapshot is not fresh yet).
+	// ours marks a failure of metabus's own services (snapshots,
+	// revisions): it raises the parent's backoff only up to
+	// bus.OwnFailureAttempts.
 	syncFailure struct {
 		reason string
+		ours   bool
 		err    error
 	}
 	// throttled is a hook's 429: retried after its Retry-After, without
@@ -436,9 +440,11 @@ func (e settled) Error() string       { return "settled: " + e.result }
 // failure is a failed sync reported on the parent (a SyncError Event).
 func failure(err error) error { return &syncFailure{reason: events.ReasonSyncError, err: err} }
 
-// quietFailure is a failed sync the parent is not to blame for: retried
-// with backoff, no Event.
-func quietFailure(err error) error { return &syncFailure{err: err} }
+// quietFailure is a failed sync the parent is not to blame for (metabus's
+// own snapshot or revisions service did not answer, or not freshly enough):
+// retried with a backoff of at most bus.Backoff(bus.OwnFailureAttempts), no
+// Event.
+func quietFailure(err error) error { return &syncFailure{ours: true, err: err} }
 
 // cancelled is the dispatcher shutting down mid-sync: another replica
 // takes the item.
@@ -520,20 +526,21 @@ func (d *Dispatcher) resolve(ctx context.Context, item bus.WorkItem, err error) 
 		}
 		return "throttled", false
 	case errors.As(err, &fail):
-		return d.failed(ctx, item, fail.reason, fail.err)
+		return d.failed(ctx, item, fail.reason, fail.ours, fail.err)
 	default:
 		// Not expected: anything untyped is the sync failing.
-		return d.failed(ctx, item, events.ReasonSyncError, err)
+		return d.failed(ctx, item, events.ReasonSyncError, false, err)
 	}
 }
 
-// failed records a failure, reports it, and schedules the retry.
-func (d *Dispatcher) failed(ctx context.Context, item bus.WorkItem, reason string, err error) (result string, nak bool) {
+// failed records a failure, reports it, and schedules the retry. ours says
+// the failure was metabus's own (see bus.NextAttempt).
+func (d *Dispatcher) failed(ctx context.Context, item bus.WorkItem, reason string, ours bool, err error) (result string, nak bool) {
 	if ctx.Err() != nil {
 		// Shutting down: leave the item unacked for another replica.
 		return "cancelled", true
 	}
-	n := d.attempt(item) + 1
+	n := bus.NextAttempt(d.attempt(item), ours)
 	d.failures.record(d.failureKey(item), n, time.Now())
 	delay := bus.Backoff(n)
 	d.log.Warn("sync failed; retrying with backoff", zap.String("controller", item.Controller.Name),

@@ -363,6 +363,8 @@ func TestSyncParent(t *testing.T) {
 		kind   string // controller kind of the work item
 		why    string // work item reason (event if empty)
 		after  uint64 // work item AfterSeq (conflict requeues)
+		// attempt is the work item's Attempt (failed syncs before it).
+		attempt int
 		// snapshot answers the snapshot requests; uid is the case's parent.
 		snapshot func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error)
 		// before runs ahead of the sync (e.g. to record a previous answer).
@@ -613,6 +615,28 @@ func TestSyncParent(t *testing.T) {
 			},
 		},
 		{
+			reason:  "metabus's own failure raises the parent's backoff while it is short",
+			kind:    v1alpha1.CompositeControllerKind,
+			attempt: 3,
+			snapshot: func(*testing.T, string) func(snapshot.Request) (*snapshot.Response, error) {
+				return func(snapshot.Request) (*snapshot.Response, error) { return nil, errors.New("no responders") }
+			},
+			want: func(string) syncResult {
+				return syncResult{Result: "error", Retry: &scheduled{Reason: bus.ReasonRetry, Attempt: 4}, Failures: 4}
+			},
+		},
+		{
+			reason:  "metabus's own failures raise the parent's backoff no further than 16 s (a watcher outage left parents 5 minutes apart)",
+			kind:    v1alpha1.CompositeControllerKind,
+			attempt: bus.OwnFailureAttempts,
+			snapshot: func(*testing.T, string) func(snapshot.Request) (*snapshot.Response, error) {
+				return func(snapshot.Request) (*snapshot.Response, error) { return nil, errors.New("no responders") }
+			},
+			want: func(string) syncResult {
+				return syncResult{Result: "error", Retry: &scheduled{Reason: bus.ReasonRetry, Attempt: bus.OwnFailureAttempts}, Failures: bus.OwnFailureAttempts}
+			},
+		},
+		{
 			reason: "an unreachable snapshot service while shutting down leaves the item for redelivery",
 			kind:   v1alpha1.CompositeControllerKind,
 			snapshot: func(*testing.T, string) func(snapshot.Request) (*snapshot.Response, error) {
@@ -742,7 +766,7 @@ func TestSyncParent(t *testing.T) {
 				Controller: bus.ControllerRef{Kind: tc.kind, Name: "ctrl", UID: "ctrl-" + uid},
 				Parent: bus.ObjectRef{APIVersion: "example.com/v1", Kind: "Thing", Resource: "things", Namespace: "ns",
 					Name: "p-" + uid, UID: uid},
-				Reason: why, Finalizer: "some/finalizer", AfterSeq: tc.after,
+				Reason: why, Finalizer: "some/finalizer", AfterSeq: tc.after, Attempt: tc.attempt,
 			}
 			snap := tc.snapshot(t, uid)
 			snaps.mu.Lock()
