@@ -52,13 +52,7 @@ func TestHandoverWithoutResetPermission(t *testing.T) {
 		t.Fatal("the user may reset consumers: the test's permissions are wrong")
 	}
 	a := newApplied(t)
-	slow := func(replica string) Handler {
-		h := a.handler(replica, nil)
-		return func(ctx context.Context, m jetstream.Msg) {
-			time.Sleep(200 * time.Millisecond)
-			h(ctx, m)
-		}
-	}
+	slow := func(replica string) Handler { return a.slowHandler(replica, 200*time.Millisecond) }
 	pub := Publisher{JS: js}
 	parents := parentUIDs(20)
 	for i, p := range parents {

@@ -30,6 +30,16 @@ func newApplied(t *testing.T) *applied {
 	return &applied{t: t, seqs: map[string][]uint64{}, by: map[string][]string{}}
 }
 
+// slowHandler is handler without a hold, taking d for each message, so
+// that a backlog waits in the replica that owns the partition.
+func (a *applied) slowHandler(replica string, d time.Duration) Handler {
+	h := a.handler(replica, nil)
+	return func(ctx context.Context, m jetstream.Msg) {
+		time.Sleep(d)
+		h(ctx, m)
+	}
+}
+
 // handler applies (records and acks) every desired state; hold, if set,
 // says which ones to hold unsettled until the handler's context ends (a
 // replica that crashes while applying them).
@@ -267,13 +277,7 @@ func TestOrderedGracefulHandover(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	a := newApplied(t)
-	slow := func(replica string) Handler {
-		h := a.handler(replica, nil)
-		return func(ctx context.Context, m jetstream.Msg) {
-			time.Sleep(30 * time.Millisecond) // a backlog waits in the owner
-			h(ctx, m)
-		}
-	}
+	slow := func(replica string) Handler { return a.slowHandler(replica, 30*time.Millisecond) } // a backlog waits in the owner
 	parents := parentUIDs(10)
 	stop := make(chan struct{})
 	published := publishing(t, js, parents, 2*time.Millisecond, stop)
@@ -342,13 +346,7 @@ func TestGracefulHandoverNoStall(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	a := newApplied(t)
-	slow := func(replica string) Handler {
-		h := a.handler(replica, nil)
-		return func(ctx context.Context, m jetstream.Msg) {
-			time.Sleep(200 * time.Millisecond)
-			h(ctx, m)
-		}
-	}
+	slow := func(replica string) Handler { return a.slowHandler(replica, 200*time.Millisecond) }
 	pub := Publisher{JS: js}
 	seq := uint64(0)
 	for i := 0; i < 40; i++ { // a backlog of 10 s for a alone
