@@ -142,11 +142,38 @@ func testServerBinary() (string, error) {
 }
 
 // NewCluster writes each node's configuration, starts every node and waits
-// until JetStream has a meta leader that every node follows.
+// until JetStream has a meta leader that every node follows. A node that
+// finds one of its ports taken (FreePort frees a port before the node binds
+// it, and the cluster's own proxies or a test running in parallel may take
+// it meanwhile: seen in CI as "bind: address already in use") makes the
+// whole cluster start again, from empty node directories and with new
+// ports, up to startAttempts times.
 func NewCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
+	for attempt := 1; ; attempt++ {
+		c, err := newCluster(ctx, o)
+		if err == nil || attempt == startAttempts || !strings.Contains(err.Error(), "address already in use") {
+			return c, err
+		}
+		o.Logf("testnats: a port was taken before its node bound it, starting the cluster again: %v", err)
+		dirs, gerr := filepath.Glob(filepath.Join(o.Dir, "nats-*"))
+		if gerr != nil {
+			return nil, gerr
+		}
+		for _, d := range dirs {
+			if rerr := os.RemoveAll(d); rerr != nil {
+				return nil, fmt.Errorf("%w (and clearing %s to start again: %v)", err, d, rerr)
+			}
+		}
+	}
+}
+
+// startAttempts bounds NewCluster's starts over ports taken meanwhile.
+const startAttempts = 3
+
+func newCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 	mainConf, err := os.ReadFile(o.Conf)
 	if err != nil {
 		return nil, err
@@ -190,7 +217,7 @@ func NewCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 			ports = append(ports, &n.ProfPort)
 		}
 		for _, port := range ports {
-			if *port, err = FreePort(); err != nil {
+			if *port, err = freePort(); err != nil {
 				return nil, err
 			}
 		}
@@ -692,6 +719,10 @@ func (c *Cluster) getJSON(ctx context.Context, n *Node, path string, into any) e
 	}
 	return nil
 }
+
+// freePort is FreePort, for NewCluster; a test replaces it to hand a node a
+// port that is taken.
+var freePort = FreePort
 
 // FreePort returns a loopback TCP port free right now.
 func FreePort() (int, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -278,5 +279,34 @@ func waitFor(t *testing.T, timeout time.Duration, what string, f func() error) {
 			t.Fatal(err)
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// A port taken between FreePort and the node's bind (by the cluster's own
+// proxies or a parallel test: seen in CI) starts the cluster again with new
+// ports instead of failing the test that wanted it.
+func TestClusterStartsAgainOnTakenPort(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	taken := held.Addr().(*net.TCPAddr).Port
+	calls := 0
+	orig := freePort
+	freePort = func() (int, error) {
+		calls++
+		if calls == 2 { // the first node's cluster (route) port
+			return taken, nil
+		}
+		return orig()
+	}
+	defer func() { freePort = orig }()
+	c := StartCluster(t, shippedConf)
+	if calls <= 3*len(c.Nodes) {
+		t.Errorf("FreePort called %d times: the cluster did not start again after its first node's route port was taken", calls)
+	}
+	if err := c.Healthy(context.Background()); err != nil {
+		t.Errorf("the cluster started again is not healthy: %v", err)
 	}
 }
