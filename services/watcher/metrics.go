@@ -28,7 +28,7 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) *metrics {
 	m := &metrics{
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "metabus_watcher_work_items_total",
-			Help: "Work items the watcher published, by reason and result (queued, already_queued, error).",
+			Help: "Work items the watcher published, by reason and result (queued; already_queued: a resync its parent's queued items cover; deferred: a change or release refused by a full parent queue, published again once there is room; error).",
 		}, []string{"reason", "result"}),
 		controllers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "metabus_watcher_controllers",

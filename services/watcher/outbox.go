@@ -425,26 +425,51 @@ func (o *outbox) takeResync(key string) *bus.WorkItem {
 	return item
 }
 
-// errReleaseRefused: a finalizer release found its parent's queue full.
-var errReleaseRefused = errors.New("finalizer release refused: parent already queued")
+// errRefused: the unit of work already has two items in MC_WORK (the
+// per-subject limit) and the refused item carries a cause that must not be
+// lost (mustLand).
+var errRefused = errors.New("parent already queued")
 
-// publish sends one work item; on failure it is put back (merged with
-// anything newer) and retried with backoff through the main queue. It
-// reports whether the item is in MC_WORK (queued, or already queued).
+// mustLand reports whether a refused item must be published again rather
+// than counted as already queued. The limit's promise, "one item in flight
+// and one pending, and the pending one will see this change", does not
+// hold while an item's ack is on its way: a dispatcher acks a work item
+// without waiting for the server (jsbus.held.Ack), and in a cluster the
+// removal behind an ack is a Raft proposal of its own, so the parent's
+// next item can already have taken its snapshot while the acked one still
+// counts. A real change refused then was lost until the next flush (a CI
+// run: a MapController parent's status never counted an output created
+// just then). So a real change, and a finalizer release (the parent's
+// queued items are ordinary syncs that would not release the finalizer of
+// a kind the controller stopped targeting), waits for room with backoff:
+// at worst one sync more, as client-go's workqueue runs an item again when
+// it was added while being processed. A resync refused is dropped: the
+// queued items sync the parent at about the time it asked for, and a
+// hook's resyncAfterSeconds is asked again by every answer.
+func mustLand(item *bus.WorkItem) bool {
+	return item.Reason == bus.ReasonEvent || item.Reason == bus.ReasonRelease
+}
+
+// publish sends one work item; on failure, or a refusal of one that must
+// land, it is put back (merged with anything newer) and retried with
+// backoff through the main queue. It reports whether the item is in
+// MC_WORK (queued, or a resync already queued).
 func (o *outbox) publish(ctx context.Context, key string, item *bus.WorkItem) bool {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	queued, err := o.pub.PublishWork(pctx, *item)
 	cancel()
-	if err == nil && !queued && item.Reason == bus.ReasonRelease {
-		// The parent's queued items are ordinary syncs, which do not
-		// release a finalizer of a kind the controller stopped
-		// targeting: keep the release until the queue takes it.
-		err = errReleaseRefused
+	if err == nil && !queued && mustLand(item) {
+		err = errRefused
 	}
 	switch {
+	case err == errRefused:
+		o.metrics.published.WithLabelValues(item.Reason, "deferred").Inc()
+		o.putBack(key, item)
+		o.queue.AddRateLimited(key)
+		return false
 	case err != nil:
 		o.metrics.published.WithLabelValues(item.Reason, "error").Inc()
-		if ctx.Err() == nil && err != errReleaseRefused {
+		if ctx.Err() == nil {
 			o.log.Warn("publish work item; will retry", zap.String("key", key), zap.Error(err))
 		}
 		o.putBack(key, item)
