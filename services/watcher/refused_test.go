@@ -1,16 +1,13 @@
 package watcher
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/zap"
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/jsbus"
-	"github.com/metabus/metabus/pkg/natsx/natstest"
 )
 
 // TestRefusedChangeLandsOnceThereIsRoom: a parent's MC_WORK subject holds
@@ -22,12 +19,7 @@ import (
 // once there is room, and a resync refused at the same moment is not
 // (the queued items sync the parent at about the time it asked for).
 func TestRefusedChangeLandsOnceThereIsRoom(t *testing.T) {
-	_, js := natstest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := jsbus.Ensure(ctx, js, bus.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	ctx, js := busForTest(t)
 	pub := jsbus.Publisher{JS: js}
 	ctrl := bus.ControllerRef{Kind: "CompositeController", Name: "c"}
 	parents := map[string]string{"change": "u-change", "resync": "u-resync"}
@@ -53,9 +45,7 @@ func TestRefusedChangeLandsOnceThereIsRoom(t *testing.T) {
 		return info.State.Subjects[subject]
 	}
 
-	o := newOutbox(zap.NewNop(), pub, js, 0)
-	o.metrics = newMetrics(nil, &Watcher{})
-	defer o.shutDown()
+	o := outboxForTest(t, pub, js)
 	go o.runPublisher(ctx)
 	go o.runResyncPacer(ctx)
 	o.add(entry{ref: ctrl, parentRes: thingsRes, reason: bus.ReasonEvent, gvr: thingsGVR, rv: "7",

@@ -40,6 +40,28 @@ func (c *countingPublisher) count(ctrl string) int {
 	return c.n[ctrl]
 }
 
+// busForTest is a JetStream server with metabus's streams, and a context
+// cancelled when the test ends.
+func busForTest(t *testing.T) (context.Context, jetstream.JetStream) {
+	t.Helper()
+	_, js := natstest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := jsbus.Ensure(ctx, js, bus.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, js
+}
+
+// outboxForTest is an outbox publishing through pub (reading MC_WORK
+// through js), with its metrics, shut down when the test ends.
+func outboxForTest(t *testing.T, pub workPublisher, js jetstream.JetStream) *outbox {
+	o := newOutbox(zap.NewNop(), pub, js, 0)
+	o.metrics = newMetrics(nil, &Watcher{})
+	t.Cleanup(o.shutDown)
+	return o
+}
+
 // TestResyncsNotHeldByAnotherControllersBacklog (issue 24, defect 4): a
 // controller whose hook hangs has a backlog of 200 work items in MC_WORK;
 // a new controller's first sync of its 20 parents (resync items) must go
@@ -47,12 +69,7 @@ func (c *countingPublisher) count(ctrl string) int {
 // held fewer than 32 messages, so they waited for the other controller's
 // backlog to drain.
 func TestResyncsNotHeldByAnotherControllersBacklog(t *testing.T) {
-	_, js := natstest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := jsbus.Ensure(ctx, js, bus.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	ctx, js := busForTest(t)
 	pub := &countingPublisher{pub: jsbus.Publisher{JS: js}, n: map[string]int{}}
 	hanging := bus.ControllerRef{Kind: "CompositeController", Name: "hanging"}
 	for i := 0; i < 200; i++ { // no dispatcher: the backlog stays
@@ -62,9 +79,7 @@ func TestResyncsNotHeldByAnotherControllersBacklog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	o := newOutbox(zap.NewNop(), pub, js, 0)
-	o.metrics = newMetrics(nil, &Watcher{})
-	defer o.shutDown()
+	o := outboxForTest(t, pub, js)
 	go o.runResyncPacer(ctx)
 	fresh := bus.ControllerRef{Kind: "DecoratorController", Name: "fresh"}
 	for i := 0; i < 20; i++ {
@@ -110,17 +125,10 @@ func (c countingStream) Info(ctx context.Context, opts ...jetstream.StreamInfoOp
 // pacer looks at the stream less and less often (it used to ask every
 // 20 ms), and not at all once nothing waits.
 func TestResyncsPacedPerController(t *testing.T) {
-	_, js := natstest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := jsbus.Ensure(ctx, js, bus.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	ctx, js := busForTest(t)
 	pub := &countingPublisher{pub: jsbus.Publisher{JS: js}, n: map[string]int{}}
 	var infos atomic.Int64
-	o := newOutbox(zap.NewNop(), pub, countingJS{js, &infos}, 0)
-	o.metrics = newMetrics(nil, &Watcher{})
-	defer o.shutDown()
+	o := outboxForTest(t, pub, countingJS{js, &infos})
 	go o.runResyncPacer(ctx)
 	busy := bus.ControllerRef{Kind: "CompositeController", Name: "busy"}
 	for i := 0; i < 50; i++ { // nobody consumes them
