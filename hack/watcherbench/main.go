@@ -8,8 +8,13 @@
 // `go build ./cmd/watcher`), so its RSS and CPU come from /proc/<pid>. One
 // CompositeController has a small namespaced CRD (Bench) as parent and
 // ConfigMaps as children, so the watcher holds an informer on each. No
-// dispatcher or applier runs: work items pile up in MC_WORK (at most two
-// per parent), which is what the watcher's dedup does anyway.
+// dispatcher or applier runs. With -drain (the default) the bench acks
+// every work item as it arrives, as dispatchers that keep up would, and
+// the bench's own CPU for it counts as "bench+NATS"; without it items
+// pile up in MC_WORK (two per parent), and every change refused by a full
+// parent queue is published again by the watcher until there is room
+// (services/watcher mustLand), which no installation whose dispatchers
+// run does for long.
 //
 // For each size in -sizes (cumulative totals of watched objects), it
 //
@@ -97,6 +102,7 @@ type config struct {
 	workDir    string
 	keep       bool
 	restart    bool
+	drain      bool
 	profileTop int
 	cpuProfile bool
 }
@@ -115,6 +121,7 @@ func main() {
 	flag.StringVar(&cfg.crdDir, "crds", "deploy/crds", "metacontroller CRDs")
 	flag.StringVar(&cfg.workDir, "dir", "", "working directory (default: a new temporary one, removed at the end unless -keep)")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the working directory (logs, heap profiles)")
+	flag.BoolVar(&cfg.drain, "drain", true, "ack every work item as it arrives, as dispatchers that keep up would")
 	flag.BoolVar(&cfg.restart, "restart", true, "finally restart the watcher and measure a fresh replica's initial list")
 	flag.BoolVar(&cfg.cpuProfile, "cpu-profile", true, "profile the watcher's CPU during each update phase")
 	flag.IntVar(&cfg.profileTop, "profile-top", 30, "lines of `go tool pprof -top` printed per heap profile (0: none)")
@@ -171,6 +178,7 @@ type snap struct {
 	cpu                 map[string]float64
 	busy, total         float64 // machine jiffies (s)
 	queued, already     float64 // work items published
+	deferred            float64 // changes refused by a full parent queue, to be published again
 	errs, echoes        float64
 	mcwork              uint64
 	mcworkBytes         uint64
@@ -282,6 +290,11 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	defer func() { b.w.stop() }()
+	if cfg.drain {
+		dctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go drainWork(dctx, js)
+	}
 	if err := b.createController(ctx); err != nil {
 		return err
 	}
@@ -312,6 +325,38 @@ func run(ctx context.Context, cfg config) error {
 			n, rs.quiet.Seconds(), float64(n)/rs.quiet.Seconds(), rs.cpu/rs.quiet.Seconds(), rs.cpu, rs.cpu*1e6/float64(n), mib(rs.hwm), mib(rs.rss))
 	}
 	return nil
+}
+
+// drainWork acks every work item of MC_WORK's partition consumers (the
+// watcher creates them) as it arrives, looking for new consumers every
+// second until ctx ends.
+func drainWork(ctx context.Context, js jetstream.JetStream) {
+	draining := map[string]jetstream.ConsumeContext{}
+	defer func() {
+		for _, cc := range draining {
+			cc.Stop()
+		}
+	}()
+	for {
+		if st, err := js.Stream(ctx, bus.WorkStream); err == nil {
+			names := st.ConsumerNames(ctx)
+			for name := range names.Name() {
+				if draining[name] != nil || !strings.HasPrefix(name, bus.WorkConsumerPrefix) {
+					continue
+				}
+				cons, err := st.Consumer(ctx, name)
+				if err != nil {
+					continue
+				}
+				if cc, err := cons.Consume(func(m jetstream.Msg) { _ = m.Ack() }); err == nil {
+					draining[name] = cc
+				}
+			}
+		}
+		if sleep(ctx, time.Second) != nil {
+			return
+		}
+	}
 }
 
 func nsName(i int) string { return fmt.Sprintf("wb-%d", i) }
@@ -489,6 +534,7 @@ func (b *bench) snapshot(ctx context.Context) snap {
 	if err == nil {
 		s.queued = m.sum("metabus_watcher_work_items_total", `result="queued"`)
 		s.already = m.sum("metabus_watcher_work_items_total", `result="already_queued"`)
+		s.deferred = m.sum("metabus_watcher_work_items_total", `result="deferred"`)
 		s.errs = m.sum("metabus_watcher_work_items_total", `result="error"`)
 		s.echoes = m.sum("metabus_watcher_echoes_dropped_total")
 	}
@@ -814,18 +860,18 @@ func (b *bench) printTables(baseRSS int64) {
 
 	fmt.Println("\nPhases (events: API writes that succeeded, each one watch event; CPU/1k events: from the phase's start until the watcher was quiet; cores: CPU s / wall s while the writes ran)")
 	tw = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "N\tphase\tevents\tfailed\twrite s\twrites/s\tquiet after s\twatcher CPU ms/1k ev\twatcher cores\tapiserver cores\tetcd cores\tbench+NATS cores\tmachine busy cores\titems queued\talready queued\tpublish errors\tMC_WORK msgs\t")
+	fmt.Fprintln(tw, "N\tphase\tevents\tfailed\twrite s\twrites/s\tquiet after s\twatcher CPU ms/1k ev\twatcher cores\tapiserver cores\tetcd cores\tbench+NATS cores\tmachine busy cores\titems queued\talready queued\tdeferred\tpublish errors\tMC_WORK msgs\t")
 	for _, r := range b.rows {
 		for _, ph := range []struct {
 			name string
 			p    phase
 		}{{"create", r.create}, {"update", r.update}} {
 			p := ph.p
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%.1f\t%.0f\t%.1f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t%.0f\t%.0f\t%d\t\n",
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%.1f\t%.0f\t%.1f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t\n",
 				r.n, ph.name, p.events, p.failed, p.wall.Seconds(), float64(p.events)/p.wall.Seconds(), p.settle.Seconds(),
 				p.cpuMsPer1k("watcher"), p.cores("watcher"), p.cores("apiserver"), p.cores("etcd"), p.cores("bench+nats"),
 				p.busy(),
-				p.to.queued-p.from.queued, p.to.already-p.from.already, p.to.errs-p.from.errs, p.to.mcwork)
+				p.to.queued-p.from.queued, p.to.already-p.from.already, p.to.deferred-p.from.deferred, p.to.errs-p.from.errs, p.to.mcwork)
 		}
 	}
 	_ = tw.Flush()
