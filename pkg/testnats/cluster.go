@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -723,16 +722,6 @@ func (c *Cluster) getJSON(ctx context.Context, n *Node, path string, into any) e
 // freePort is FreePort, for NewCluster; a test replaces it to hand a node a
 // port that is taken.
 var freePort = FreePort
-
-// FreePort returns a loopback TCP port free right now.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
 
 // ProxySet is a group of proxies cut and healed together.
 type ProxySet struct {
