@@ -68,7 +68,13 @@ const (
 	// needs a sync". It is the client-go workqueue contract on JetStream:
 	// at most one item in flight per parent (the partition's owner runs a
 	// parent's items one at a time) plus one pending (MaxMsgsPerSubject=2
-	// with DiscardNewPerSubject).
+	// with DiscardNewPerSubject). A refusal does not prove that a pending
+	// item will see the refused change: an acked item counts until the
+	// server removes it (dispatchers do not wait for their acks, and in a
+	// cluster the removal is a Raft proposal of its own), while the
+	// parent's next item may already have taken its snapshot. Publishers
+	// of real changes publish a refused item again once there is room
+	// (services/watcher mustLand); resyncs may be dropped.
 	WorkStream = "MC_WORK"
 	// DesiredStream (MC_DESIRED) carries desired states as CloudEvents from
 	// dispatchers to appliers, ordered per parent.

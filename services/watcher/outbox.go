@@ -2,7 +2,6 @@ package watcher
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -425,11 +424,6 @@ func (o *outbox) takeResync(key string) *bus.WorkItem {
 	return item
 }
 
-// errRefused: the unit of work already has two items in MC_WORK (the
-// per-subject limit) and the refused item carries a cause that must not be
-// lost (mustLand).
-var errRefused = errors.New("parent already queued")
-
 // mustLand reports whether a refused item must be published again rather
 // than counted as already queued. The limit's promise, "one item in flight
 // and one pending, and the pending one will see this change", does not
@@ -458,20 +452,16 @@ func (o *outbox) publish(ctx context.Context, key string, item *bus.WorkItem) bo
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	queued, err := o.pub.PublishWork(pctx, *item)
 	cancel()
-	if err == nil && !queued && mustLand(item) {
-		err = errRefused
-	}
 	switch {
-	case err == errRefused:
-		o.metrics.published.WithLabelValues(item.Reason, "deferred").Inc()
-		o.putBack(key, item)
-		o.queue.AddRateLimited(key)
-		return false
-	case err != nil:
-		o.metrics.published.WithLabelValues(item.Reason, "error").Inc()
-		if ctx.Err() == nil {
-			o.log.Warn("publish work item; will retry", zap.String("key", key), zap.Error(err))
+	case err != nil || !queued && mustLand(item):
+		result := "deferred"
+		if err != nil {
+			result = "error"
+			if ctx.Err() == nil {
+				o.log.Warn("publish work item; will retry", zap.String("key", key), zap.Error(err))
+			}
 		}
+		o.metrics.published.WithLabelValues(item.Reason, result).Inc()
 		o.putBack(key, item)
 		o.queue.AddRateLimited(key)
 		return false

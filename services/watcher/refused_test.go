@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/metabus/metabus/pkg/bus"
@@ -85,5 +87,22 @@ func TestRefusedChangeLandsOnceThereIsRoom(t *testing.T) {
 	time.Sleep(time.Second)
 	if n := count(parents["resync"]); n != 1 {
 		t.Errorf("the refused resync's parent has %d items in MC_WORK, want 1 (a refused resync is covered)", n)
+	}
+}
+
+func TestMustLand(t *testing.T) {
+	for _, c := range []struct {
+		reason, itemReason string
+		want               bool
+	}{
+		{"a real change must reach a sync that starts after it", bus.ReasonEvent, true},
+		{"a release: the queued syncs would not release the finalizer", bus.ReasonRelease, true},
+		{"a resync is covered by the queued syncs", bus.ReasonResync, false},
+	} {
+		t.Run(c.reason, func(t *testing.T) {
+			if diff := cmp.Diff(c.want, mustLand(&bus.WorkItem{Reason: c.itemReason})); diff != "" {
+				t.Errorf("mustLand(%s) (-want +got):\n%s", c.itemReason, diff)
+			}
+		})
 	}
 }
