@@ -518,3 +518,64 @@ func TestSuppressEchoesOptIn(t *testing.T) {
 		t.Errorf("the opted-in hook was shown its own status write (calls were shown observedVersion %v)", opted.seen)
 	}
 }
+
+// TestContractOneCallPerAnswer (issue 31): the writes of one answer come
+// back to the hook in one call, never one call per write nor an
+// intermediate state of them. A new parent whose hook creates three
+// children and reports in status how many it was shown costs the
+// contract's minimum, three calls: the first (nothing yet), the one that
+// sees all three children with the first status, and the one that sees
+// the second status and answers the same. Upstream's workqueue merges
+// such writes by timing only; a build that calls once per write, or
+// takes its snapshot before the answer's writes are all back, makes more
+// calls or shows the hook one or two children.
+func TestContractOneCallPerAnswer(t *testing.T) {
+	ctx := context.Background()
+	inst := startMetabus(t, allinone.Config{}, nil)
+	ns := newNamespace(t)
+	type shown struct{ children, status int64 }
+	var (
+		mu    sync.Mutex
+		calls []shown
+	)
+	contractController(t, inst, "contract-merge", func(req map[string]any) (int, any) {
+		parent := &unstructured.Unstructured{Object: req["parent"].(map[string]any)}
+		app := parent.GetName()
+		seen := int64(len(observedConfigMaps(req)))
+		status, ok := nestedInt(parent, "status", "children")
+		if !ok {
+			status = -1
+		}
+		mu.Lock()
+		calls = append(calls, shown{children: seen, status: status})
+		mu.Unlock()
+		return 200, map[string]any{
+			"status": map[string]any{"children": seen},
+			"children": []any{
+				configMap(app+"-a", app, map[string]any{"k": "a"}),
+				configMap(app+"-b", app, map[string]any{"k": "b"}),
+				configMap(app+"-c", app, map[string]any{"k": "c"}),
+			},
+		}
+	}, nil)
+	if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, newWidget("merge", nil, 1), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "status.children = 3", func() error {
+		w, err := dyn.Resource(widgetsGVR).Namespace(ns).Get(ctx, "merge", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got, _ := nestedInt(w, "status", "children"); got != 3 {
+			return fmt.Errorf("status %v", w.Object["status"])
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second) // room for any call the last status write would bring
+	mu.Lock()
+	defer mu.Unlock()
+	want := []shown{{children: 0, status: -1}, {children: 3, status: 0}, {children: 3, status: 3}}
+	if !slices.Equal(calls, want) {
+		t.Errorf("calls were shown (children, status.children) %v, want %v", calls, want)
+	}
+}

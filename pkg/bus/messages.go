@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	"github.com/metabus/metabus/pkg/hookapi"
 )
@@ -99,6 +100,19 @@ func (d DesiredState) Key() string { return ItemKey(d.Controller.ID(), d.Parent.
 
 // Key is the note's ItemKey.
 func (a Applied) Key() string { return ItemKey(a.Controller.ID(), a.ParentUID, a.MapKey) }
+
+// RaiseResourceVersion sets m[key] to rv unless m already holds a higher
+// resourceVersion for it (when either does not parse, m is left as is).
+func RaiseResourceVersion(m map[string]string, key, rv string) {
+	cur, ok := m[key]
+	if !ok {
+		m[key] = rv
+		return
+	}
+	if c, err := resourceversion.CompareResourceVersion(rv, cur); err == nil && c > 0 {
+		m[key] = rv
+	}
+}
 
 // FreshnessKey is the key of a resource in MinResourceVersions:
 // "<group>/<resource>" (resourceVersions are comparable within a resource
@@ -329,14 +343,25 @@ type RelatedRules struct {
 const RelatedSubject = "mc.related.rules"
 
 // Applied (core NATS, AppliedSubject, plain JSON) is an applier's note
-// about one desired state: every update it made, as the resourceVersion
-// written against (the write's precondition) and the one it produced, sent
-// as each write happens (Writes only), and once it applied the desired
-// state completely, also what the hook that produced it was shown (Inputs).
-// Creates and deletes are not listed, since a child appearing or
-// disappearing is news to the hook. Watchers and dispatchers use it to drop
-// echoes (see package echo). It is a hint: a lost note costs one needless
-// hook call, never a missed change.
+// about one desired state. It has two uses:
+//
+//   - Done: every desired state the applier settles (applied, nothing to
+//     do, or failed and rescheduled) ends with a note that says so, with
+//     Fresh, the highest resourceVersion its writes produced per resource.
+//     A dispatcher that published the desired state waits for it before
+//     it syncs the same item again, so that the hook sees all of one
+//     answer's writes in one call (see package echo, Book.Expect).
+//   - Echoes, for controllers that opted into echo suppression (their
+//     desired states carry Inputs): every update made, as the
+//     resourceVersion written against (the write's precondition) and the
+//     one it produced, sent as each write happens (Writes only), and on
+//     the Done note also what the hook was shown (Inputs). Creates of a
+//     keyed item's outputs are listed as writes from "". Watchers and
+//     dispatchers use them to drop echoes. Writes are never listed for a
+//     controller that did not opt in: a watcher would drop their events.
+//
+// It is a hint: a lost note costs a needless hook call or a wait of the
+// dispatcher's --merge-wait, never a missed change.
 type Applied struct {
 	Controller ControllerRef `json:"controller"`
 	ParentUID  string        `json:"parentUID"`
@@ -346,6 +371,13 @@ type Applied struct {
 	WorkSeq uint64            `json:"workSeq"`
 	Inputs  map[string]string `json:"inputs,omitempty"`
 	Writes  []Write           `json:"writes,omitempty"`
+	// Done marks the note that ends the desired state of WorkSeq: it was
+	// settled (whatever the outcome) and no more writes of it follow.
+	Done bool `json:"done,omitempty"`
+	// Fresh (Done notes only) maps "<group>/<resource>" (FreshnessKey) to
+	// the highest resourceVersion the desired state's writes produced: a
+	// snapshot that reflects them shows the hook every write of the answer.
+	Fresh map[string]string `json:"fresh,omitempty"`
 }
 
 // Write is one update an applier made: object UID, from resourceVersion

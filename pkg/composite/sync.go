@@ -63,6 +63,10 @@ func (c *Controller) SyncEchoable() bool {
 	return !Rolls(c.CC) && kinds.SuppressesEchoes(c.obj)
 }
 
+// SyncInputsComplete is false for a controller with rolling children,
+// whose requests also depend on the parent's ControllerRevisions.
+func (c *Controller) SyncInputsComplete() bool { return !Rolls(c.CC) }
+
 // SyncHook is ChooseHook: finalize while the parent is deleted or
 // deselected (nothing without a finalize hook), else sync, which the
 // controller must have.

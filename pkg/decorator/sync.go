@@ -37,6 +37,10 @@ func (c *Controller) SyncGate(snap *snapshot.Response) (kinds.Gate, error) {
 // objects it is shown.
 func (c *Controller) SyncEchoable() bool { return kinds.SuppressesEchoes(c.obj) }
 
+// SyncInputsComplete is true: a decorator's request is the objects it is
+// shown.
+func (c *Controller) SyncInputsComplete() bool { return true }
+
 // SyncHook is ChooseHook for a target of the given resource: finalize when
 // it is deleted or no longer selected while holding the finalizer, else
 // sync.

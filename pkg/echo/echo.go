@@ -1,5 +1,22 @@
-// Package echo recognises metabus's own writes when they come back as watch
-// events, so that they do not cost another hook call.
+// Package echo follows metabus's own answers through the applier, so that
+// their writes come back to a hook in one call, and, for controllers that
+// opt in, not at all.
+//
+// Under upstream's contract (the default) a hook sees every change, its
+// own writes included, but not necessarily each in a call of its own. Two
+// decisions merge calls without skipping a change:
+//
+//   - a dispatcher that published an answer for an item (Expect) waits,
+//     boundedly, for the applier's Done note before it syncs the item
+//     again (Applying), and asks for a snapshot that reflects every write
+//     of that answer (Written): the hook sees them all at once, never an
+//     intermediate state of them;
+//   - a work item caused by an event whose snapshot is exactly what the
+//     item's latest call was shown (Shown) is merged into that call: the
+//     event's change was in it already.
+//
+// Echo suppression, the opt-in (bus.SuppressEchoesAnnotation), goes
+// further:
 //
 // An applier that applied a desired state completely broadcasts a
 // bus.Applied note: what the hook was shown, and each update it made as
@@ -36,6 +53,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"maps"
 	"slices"
 	"sync"
 
@@ -173,6 +191,20 @@ type Book struct {
 	// from, by controller ID / object UID (a parent's applies are serial,
 	// so an object has at most one).
 	inflight map[string]*flight
+	// answers are the desired states this process published whose Done
+	// note it expects, by bus.ItemKey (Expect), in two generations like
+	// refs.
+	answers, aold map[string]*answer
+}
+
+// answer is a published desired state's way through the applier: done
+// closes when its Done note (or a later one of the item's) arrives, and
+// fresh is what that note says its writes produced.
+type answer struct {
+	seq   uint64
+	done  chan struct{}
+	ended bool
+	fresh map[string]string
 }
 
 type flight struct {
@@ -195,7 +227,8 @@ func NewBook(size int) *Book {
 		size = DefaultSize
 	}
 	return &Book{size: size, origin: newOrigin(), refs: map[string]ref{}, old: map[string]ref{},
-		writes: map[string][]bus.Write{}, wold: map[string][]bus.Write{}, inflight: map[string]*flight{}}
+		writes: map[string][]bus.Write{}, wold: map[string][]bus.Write{}, inflight: map[string]*flight{},
+		answers: map[string]*answer{}, aold: map[string]*answer{}}
 }
 
 // Record takes an applier's note in: its writes, and its inputs (if any)
@@ -219,6 +252,116 @@ func (b *Book) Record(a *bus.Applied) {
 	for _, w := range a.Writes {
 		b.addWriteLocked(ctrl, w)
 	}
+	if a.Done {
+		b.doneLocked(a.Key(), a.WorkSeq, a.Fresh)
+	}
+}
+
+// Expect records that this process is about to publish the desired state
+// of work sequence seq for the parent's item with map key mapKey, and that
+// its Done note (bus.Applied.Done) will follow once an applier settled it.
+// Call it before publishing: an applier in this process can settle the
+// desired state before the publish returns. The returned function forgets
+// the expectation, for a publish that failed.
+func (b *Book) Expect(ctrlID, parentUID, mapKey string, seq uint64) (cancel func()) {
+	if b == nil {
+		return func() {}
+	}
+	key := bus.ItemKey(ctrlID, parentUID, mapKey)
+	a := &answer{seq: seq, done: make(chan struct{})}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.answers) >= b.size {
+		b.aold, b.answers = b.answers, make(map[string]*answer, len(b.answers))
+	}
+	b.answers[key] = a
+	delete(b.aold, key)
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.answers[key] == a {
+			delete(b.answers, key)
+		}
+		if b.aold[key] == a {
+			delete(b.aold, key)
+		}
+	}
+}
+
+// doneLocked ends the expected answer of key if the note is for its work
+// sequence or a later one (desired states of an item apply in order).
+func (b *Book) doneLocked(key string, seq uint64, fresh map[string]string) {
+	a := b.answers[key]
+	if a == nil {
+		a = b.aold[key]
+	}
+	if a == nil || a.ended || seq < a.seq {
+		return
+	}
+	a.ended, a.fresh = true, fresh
+	close(a.done)
+}
+
+// Applying returns a channel that closes when the latest desired state
+// this process published for the parent's item with map key mapKey has
+// been settled by an applier (its Done note arrived), or nil when none is
+// outstanding. A sync of the item made before then would show the hook
+// only part of that answer's writes, and the rest would each cost a call.
+func (b *Book) Applying(ctrlID, parentUID, mapKey string) <-chan struct{} {
+	if b == nil {
+		return nil
+	}
+	key := bus.ItemKey(ctrlID, parentUID, mapKey)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a := b.answers[key]
+	if a == nil {
+		a = b.aold[key]
+	}
+	if a == nil || a.ended {
+		return nil
+	}
+	return a.done
+}
+
+// Written returns, and forgets, the resourceVersions the writes of the
+// item's latest settled answer produced, per resource (bus.Applied.Fresh):
+// the freshness floor under which the next snapshot shows all of them.
+// It returns nil while the answer is outstanding or when nothing is known.
+func (b *Book) Written(ctrlID, parentUID, mapKey string) map[string]string {
+	if b == nil {
+		return nil
+	}
+	key := bus.ItemKey(ctrlID, parentUID, mapKey)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a := b.answers[key]
+	if a == nil {
+		a = b.aold[key]
+	}
+	if a == nil || !a.ended {
+		return nil
+	}
+	delete(b.answers, key)
+	delete(b.aold, key)
+	return a.fresh
+}
+
+// Shown reports whether the latest hook call of the parent's item with map
+// key mapKey was shown exactly now: the same objects, each at the same
+// resourceVersion. A sync that would show the hook now is then a repeat of
+// that call: whatever caused it was already shown, so calling again merges
+// into that call rather than skipping a change (upstream's contract holds:
+// the hook has seen every change, its own writes included). A call whose
+// inputs were not just objects (nil) is never repeated this way.
+func (b *Book) Shown(ctrlID, parentUID, mapKey string, now map[string]string) bool {
+	if b == nil || len(now) == 0 {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.lookupLocked(bus.ItemKey(ctrlID, parentUID, mapKey))
+	return ok && len(r.inputs) > 0 && maps.Equal(r.inputs, now)
 }
 
 func (b *Book) addWriteLocked(ctrl string, w bus.Write) {

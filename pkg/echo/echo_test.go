@@ -407,3 +407,130 @@ func TestNotesOverNATS(t *testing.T) {
 		t.Error("a nil book has an origin")
 	}
 }
+
+// TestAnswers: a published answer is outstanding from Expect until the
+// Done note of its work sequence, or a later one of its item, arrives;
+// what that note says was written is handed out once.
+func TestAnswers(t *testing.T) {
+	ctrl := bus.ControllerRef{Kind: "CompositeController", Name: "c"}
+	done := func(key string, seq uint64, fresh map[string]string) *bus.Applied {
+		return &bus.Applied{Controller: ctrl, ParentUID: "p", MapKey: key, WorkSeq: seq, Done: true, Fresh: fresh}
+	}
+	type step struct {
+		expect uint64       // Expect this work sequence, when not 0
+		cancel bool         // cancel that expectation at once (a failed publish)
+		note   *bus.Applied // then record this note, when not nil
+	}
+	type want struct {
+		applying bool
+		written  map[string]string
+	}
+	fresh := map[string]string{"/configmaps": "12", "example.com/things": "13"}
+	cases := []struct {
+		reason string
+		key    string
+		steps  []step
+		want   want
+	}{
+		{reason: "nothing published: nothing to wait for", want: want{}},
+		{reason: "published, no note yet: outstanding", steps: []step{{expect: 5}}, want: want{applying: true}},
+		{reason: "its Done note ends it and hands out what it wrote", steps: []step{{expect: 5, note: done("", 5, fresh)}},
+			want: want{written: fresh}},
+		{reason: "a later answer's Done note ends it too (an item's answers apply in order)",
+			steps: []step{{expect: 5, note: done("", 7, fresh)}}, want: want{written: fresh}},
+		{reason: "an earlier answer's Done note does not", steps: []step{{expect: 5, note: done("", 4, fresh)}},
+			want: want{applying: true}},
+		{reason: "a note without Done (a write as it happens) does not",
+			steps: []step{{expect: 5, note: &bus.Applied{Controller: ctrl, ParentUID: "p", WorkSeq: 5,
+				Writes: []bus.Write{{UID: "x", From: "1", To: "2"}}}}}, want: want{applying: true}},
+		{reason: "another key's Done note does not", steps: []step{{expect: 5, note: done("k", 5, fresh)}},
+			want: want{applying: true}},
+		{reason: "a Done note that came before an answer was expected does not end it",
+			steps: []step{{note: done("", 5, fresh)}, {expect: 6}}, want: want{applying: true}},
+		{reason: "a failed publish is not waited for", steps: []step{{expect: 5, cancel: true}}, want: want{}},
+		{reason: "a newer answer replaces an ended one", steps: []step{{expect: 5, note: done("", 5, fresh)}, {expect: 6}},
+			want: want{applying: true}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.reason, func(t *testing.T) {
+			b := NewBook(0)
+			for _, s := range tc.steps {
+				if s.expect != 0 {
+					cancel := b.Expect(ctrl.ID(), "p", tc.key, s.expect)
+					if s.cancel {
+						cancel()
+					}
+				}
+				if s.note != nil {
+					b.Record(s.note)
+				}
+			}
+			ch := b.Applying(ctrl.ID(), "p", tc.key)
+			got := want{applying: ch != nil, written: b.Written(ctrl.ID(), "p", tc.key)}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			if got.written != nil {
+				if again := b.Written(ctrl.ID(), "p", tc.key); again != nil {
+					t.Errorf("Written handed out %v twice", again)
+				}
+			}
+		})
+	}
+}
+
+// TestApplyingCloses: the channel Applying returns closes when the Done
+// note arrives, so a waiting sync goes on at once.
+func TestApplyingCloses(t *testing.T) {
+	ctrl := bus.ControllerRef{Kind: "CompositeController", Name: "c"}
+	b := NewBook(0)
+	b.Expect(ctrl.ID(), "p", "", 3)
+	ch := b.Applying(ctrl.ID(), "p", "")
+	select {
+	case <-ch:
+		t.Fatal("closed before the Done note")
+	default:
+	}
+	b.Record(&bus.Applied{Controller: ctrl, ParentUID: "p", WorkSeq: 3, Done: true})
+	select {
+	case <-ch:
+	default:
+		t.Fatal("not closed by the Done note")
+	}
+	if b.Applying(ctrl.ID(), "p", "") != nil {
+		t.Error("still outstanding after its Done note")
+	}
+}
+
+// TestShown: only exactly what the item's latest call was shown is a
+// repeat; any object added, removed or at another version is not, nor is
+// anything after a call whose inputs were not just objects.
+func TestShown(t *testing.T) {
+	ref := map[string]string{"ctrl": "1", "parent": "10", "child": "20"}
+	cases := []struct {
+		reason string
+		called map[string]string // the latest call's inputs (nil: not objects alone)
+		key    string            // the item asked about
+		now    map[string]string
+		want   bool
+	}{
+		{reason: "the same objects at the same versions", called: ref, now: ref, want: true},
+		{reason: "the parent at a newer version (our own status write included)", called: ref,
+			now: map[string]string{"ctrl": "1", "parent": "11", "child": "20"}},
+		{reason: "a child more", called: ref, now: map[string]string{"ctrl": "1", "parent": "10", "child": "20", "new": "30"}},
+		{reason: "a child less", called: ref, now: map[string]string{"ctrl": "1", "parent": "10"}},
+		{reason: "the controller changed", called: ref, now: map[string]string{"ctrl": "2", "parent": "10", "child": "20"}},
+		{reason: "a call whose inputs were not just objects", called: nil, now: ref},
+		{reason: "another key of the parent", called: ref, key: "k", now: ref},
+		{reason: "nothing shown now (inputs not just objects)", called: ref, now: nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.reason, func(t *testing.T) {
+			b := NewBook(0)
+			b.Called("ctrl", "p", "", 1, tc.called)
+			if got := b.Shown("ctrl", "p", tc.key, tc.now); got != tc.want {
+				t.Errorf("Shown = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

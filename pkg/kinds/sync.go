@@ -19,7 +19,8 @@ import (
 //
 //  1. SyncGate on the parent as first observed (before any hook call);
 //  2. the customize hook (SyncCustomizeHook) and its related objects;
-//  3. the echo check, when SyncEchoable;
+//  3. the echo check, when SyncEchoable, and the merge of a repeated
+//     call, when SyncInputsComplete;
 //  4. SyncHook picks the hook for the parent as finally observed;
 //  5. SyncCalls builds the request(s); SyncRevisions says whether the
 //     parent keeps revisions, and then SyncAsOf re-targets the request at
@@ -47,6 +48,14 @@ type Syncing interface {
 	// whose answer depends on more than the snapshot's objects (rolling
 	// updates also depend on ControllerRevisions) says false even then.
 	SyncEchoable() bool
+	// SyncInputsComplete reports whether a hook request is made of the
+	// snapshot's objects alone (echo.Inputs covers all it depends on). Then
+	// an event item whose snapshot is exactly what the item's latest hook
+	// call was shown is merged into that call instead of repeating it
+	// (upstream's contract holds: every change was shown). A kind whose
+	// requests also depend on something else (rolling updates: on
+	// ControllerRevisions) says false.
+	SyncInputsComplete() bool
 	// SyncHook chooses the hook for the parent of snap (as finally
 	// observed), an object of the given plural resource. A zero choice (no
 	// hook, not Local, no error) means there is nothing to do; an error

@@ -43,11 +43,18 @@ func (c *Controller) SyncGate(snap *snapshot.Response) (kinds.Gate, error) {
 	return kinds.Gate{}, nil
 }
 
-// SyncEchoable is true for a controller that opted into echo suppression
-// (bus.SuppressEchoesAnnotation): a key's answer depends only on the
+// SyncEchoable is always true, whatever bus.SuppressEchoesAnnotation
+// says: a map hook answers with outputs only, never a status, so the echo
+// of the outputs it asked for (as this controller wrote them) tells it
+// nothing, and one change of an input is one map call, as MapController's
+// design intends. A change of an output by anyone else is not an echo and
+// still calls it, and so does a resync. A key's answer depends only on the
 // objects the hook is shown (the per-parent item is never an echo: its
 // snapshot's summary is not made of object versions).
-func (c *Controller) SyncEchoable() bool { return kinds.SuppressesEchoes(c.obj) }
+func (c *Controller) SyncEchoable() bool { return true }
+
+// SyncInputsComplete is true: a key's request is the objects it is shown.
+func (c *Controller) SyncInputsComplete() bool { return true }
 
 // SyncHook chooses by the snapshot (see above). A detached key with no
 // output left to decide about needs nothing.

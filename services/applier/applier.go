@@ -409,7 +409,8 @@ func workItem(ds *bus.DesiredState, reason string, attempt int) bus.WorkItem {
 //
 //   - nil is "ok", a done its own result: ack (ok and noop also note that
 //     the desired state was applied, so watchers and dispatchers can drop
-//     the echoes of its writes);
+//     the echoes of its writes; every acked outcome ends with a Done note,
+//     which the dispatcher that published it may be waiting for);
 //   - a requeueError ("conflict") schedules the sync now. It goes through
 //     the parent's schedule rather than straight to MC_WORK so that a
 //     parent changed in a burst, whose applies keep conflicting, costs at
@@ -475,9 +476,7 @@ func (a *Applier) settle(ctx context.Context, m jetstream.Msg, ds *bus.DesiredSt
 		_ = m.NakWithDelay(time.Second)
 		return
 	}
-	if result == resultOK || result == resultNoop {
-		a.noteApplied(ds, wl)
-	}
+	a.noteDone(ds, wl, result == resultOK || result == resultNoop)
 	_ = m.Ack()
 }
 

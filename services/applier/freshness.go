@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/children"
 	"github.com/metabus/metabus/pkg/echo"
 )
 
@@ -78,13 +79,18 @@ func (a *Applier) freshness(ds *bus.DesiredState) map[string]string {
 	return out
 }
 
-// writeLog collects the updates one apply made, as "object U from
-// resourceVersion A (the write's precondition) to B", for the Applied note
-// that lets watchers and dispatchers drop their echoes. Creates, deletes and
-// ownership changes are not logged: they change the set of objects the hook
-// sees, which is news to it.
+// writeLog collects what one apply wrote: the updates, as "object U from
+// resourceVersion A (the write's precondition) to B", for the Applied notes
+// that let watchers and dispatchers drop the echoes of a controller that
+// opted into echo suppression (creates are logged as writes from "", which
+// only a keyed item takes for an echo; deletes are not logged), and the
+// highest resourceVersion written per resource, for the Done note.
 type writeLog struct {
 	writes []bus.Write
+	// fresh is the highest resourceVersion a write of this apply produced
+	// per resource (bus.FreshnessKey), for the Done note: the next sync of
+	// the item waits for a snapshot that reflects all of them.
+	fresh map[string]string
 	// onWrite tells watchers and dispatchers at once: the event of a
 	// write can reach them before the apply has finished.
 	onWrite func(bus.Write)
@@ -102,10 +108,16 @@ func withWriteLog(ctx context.Context, wl *writeLog) context.Context {
 // startWrite announces an update of base (the object as written against)
 // to this process's Book; call the returned function with the written
 // object, or nil if the write failed. A successful update is logged.
-func startWrite(ctx context.Context, base *unstructured.Unstructured) func(out *unstructured.Unstructured) {
+//
+// gr is the object's resource (bus.FreshnessKey).
+func startWrite(ctx context.Context, gr string, base *unstructured.Unstructured) func(out *unstructured.Unstructured) {
 	wl, _ := ctx.Value(writeLogKey{}).(*writeLog)
 	if wl == nil || base == nil || base.GetResourceVersion() == "" {
-		return func(*unstructured.Unstructured) {}
+		return func(out *unstructured.Unstructured) {
+			if wl != nil && out != nil {
+				wl.saw(gr, out.GetResourceVersion())
+			}
+		}
 	}
 	uid, from := string(base.GetUID()), base.GetResourceVersion()
 	done := func(string) {}
@@ -119,6 +131,7 @@ func startWrite(ctx context.Context, base *unstructured.Unstructured) func(out *
 		}
 		w := bus.Write{UID: uid, From: from, To: out.GetResourceVersion()}
 		wl.writes = append(wl.writes, w)
+		wl.saw(gr, w.To)
 		done(w.To)
 		if wl.onWrite != nil {
 			wl.onWrite(w)
@@ -129,16 +142,50 @@ func startWrite(ctx context.Context, base *unstructured.Unstructured) func(out *
 // noteCreated logs the create of an object as a write from "" (what the
 // echo book reads as "this controller created it": an echo to a keyed
 // item's hook, news to a per-parent one).
-func noteCreated(ctx context.Context, out written) {
+func noteCreated(ctx context.Context, gr string, out written) {
 	wl, _ := ctx.Value(writeLogKey{}).(*writeLog)
 	if wl == nil || out.UID == "" || out.ResourceVersion == "" {
 		return
 	}
+	wl.saw(gr, out.ResourceVersion)
 	w := bus.Write{UID: out.UID, To: out.ResourceVersion}
 	wl.writes = append(wl.writes, w)
 	if wl.onWrite != nil {
 		wl.onWrite(w)
 	}
+}
+
+// saw records that a write produced resourceVersion rv of resource gr.
+func (wl *writeLog) saw(gr, rv string) {
+	if gr == "" || rv == "" {
+		return
+	}
+	if wl.fresh == nil {
+		wl.fresh = map[string]string{}
+	}
+	bus.RaiseResourceVersion(wl.fresh, gr, rv)
+}
+
+// ruleKey is the freshness key (bus.FreshnessKey) of a child rule's
+// resource ("" if its apiVersion does not parse).
+func ruleKey(rule *children.Rule) string {
+	if rule == nil {
+		return ""
+	}
+	gv, err := schema.ParseGroupVersion(rule.APIVersion)
+	if err != nil {
+		return ""
+	}
+	return bus.FreshnessKey(gv.Group, rule.Resource)
+}
+
+// parentFreshKey is the freshness key of ds's parent's resource.
+func parentFreshKey(ds *bus.DesiredState) string {
+	gv, err := schema.ParseGroupVersion(ds.Parent.APIVersion)
+	if err != nil {
+		return ""
+	}
+	return bus.FreshnessKey(gv.Group, ds.Parent.Resource)
 }
 
 // newWriteLog starts the write log of applying ds.
@@ -156,15 +203,27 @@ func (a *Applier) newWriteLog(ds *bus.DesiredState) *writeLog {
 	return wl
 }
 
-// noteApplied broadcasts that ds was applied completely, for ds's item (its
-// map key's echo reference, never another key's). Only desired states that
-// list their inputs take part: a rolling update's sync also
-// depends on ControllerRevisions, so its writes are never treated as echoes.
-func (a *Applier) noteApplied(ds *bus.DesiredState, wl *writeLog) {
-	if len(ds.Inputs) == 0 {
-		return
+// noteDone broadcasts that ds was settled (bus.Applied.Done), with the
+// highest resourceVersion its writes produced per resource: the dispatcher
+// that published ds waits for it before syncing ds's item again, so that
+// the hook sees every write of the answer in one call. complete says ds
+// was applied completely (ok, or nothing to do): only then does a desired
+// state that lists its inputs (echo suppression) also carry them, and its
+// writes, as ds's item's echo reference (never another key's). A rolling
+// update's sync also depends on ControllerRevisions, so its desired states
+// list no inputs and its writes are never treated as echoes.
+func (a *Applier) noteDone(ds *bus.DesiredState, wl *writeLog, complete bool) {
+	note := &bus.Applied{Controller: ds.Controller, ParentUID: ds.Parent.UID, MapKey: ds.MapKey, WorkSeq: ds.WorkSeq, Done: true}
+	if wl != nil {
+		note.Fresh = wl.fresh
 	}
-	a.publishNote(&bus.Applied{Controller: ds.Controller, ParentUID: ds.Parent.UID, MapKey: ds.MapKey, WorkSeq: ds.WorkSeq, Inputs: ds.Inputs, Writes: wl.writes})
+	if complete && len(ds.Inputs) > 0 {
+		note.Inputs = ds.Inputs
+		if wl != nil {
+			note.Writes = wl.writes
+		}
+	}
+	a.publishNote(note)
 }
 
 // publishNote records a note in this process's Book, if it shares one, and

@@ -207,10 +207,10 @@ func (a *Applier) write(ctx context.Context, act children.Action) error {
 			}
 			return fmt.Errorf("create %s: %w", what, err)
 		}
-		noteCreated(ctx, out)
+		noteCreated(ctx, ruleKey(act.Rule), out)
 	case children.OpUpdate:
 		a.metrics.writes.WithLabelValues("update", act.Rule.Resource).Inc()
-		finish := startWrite(ctx, obj)
+		finish := startWrite(ctx, ruleKey(act.Rule), obj)
 		out, err := a.update(ctx, c, act.Rule, obj)
 		finish(out)
 		if err != nil {
@@ -353,7 +353,7 @@ func (a *Applier) writeParent(ctx context.Context, ds *bus.DesiredState, parent 
 		}
 	}
 	a.metrics.writes.WithLabelValues(w.verb, ds.Parent.Resource).Inc()
-	finish := startWrite(ctx, parent)
+	finish := startWrite(ctx, parentFreshKey(ds), parent)
 	var out *unstructured.Unstructured
 	switch {
 	case w.status != nil && a.raw != nil:

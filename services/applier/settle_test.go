@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/record"
 
@@ -133,7 +134,13 @@ func TestSettle(t *testing.T) {
 				cancel()
 			}
 			m := &settledMsg{}
+			book.Expect(ds.Controller.ID(), ds.Parent.UID, ds.MapKey, ds.WorkSeq)
 			a.settle(ctx, m, ds, &writeLog{}, time.Now(), tt.err)
+			// Every acked outcome ends the dispatcher's wait for it; a
+			// nak leaves it to the redelivery.
+			if ended := book.Applying(ds.Controller.ID(), ds.Parent.UID, ds.MapKey) == nil; ended != (tt.wantMsg == "ack") {
+				t.Errorf("Done note recorded: %v, want %v", ended, tt.wantMsg == "ack")
+			}
 
 			if diff := cmp.Diff(tt.wantMsg, m.how); diff != "" {
 				t.Errorf("message settled (-want +got):\n%s", diff)
@@ -185,4 +192,42 @@ func results(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// TestNoteDone: the Done note carries what the apply wrote per resource
+// whatever the opt-in, but lists the writes themselves (which watchers
+// drop as echoes) only for a desired state that lists its inputs.
+func TestNoteDone(t *testing.T) {
+	for _, optedIn := range []bool{false, true} {
+		t.Run(fmt.Sprintf("echo suppression %v", optedIn), func(t *testing.T) {
+			book := echo.NewBook(16)
+			a := &Applier{log: zap.NewNop(), echoes: book}
+			ds := &bus.DesiredState{
+				Controller: bus.ControllerRef{Kind: "CompositeController", Name: "things"},
+				Parent:     bus.ObjectRef{APIVersion: "example.com/v1", Resource: "things", UID: "p-uid"}, WorkSeq: 3,
+			}
+			if optedIn {
+				ds.Inputs = map[string]string{"p-uid": "41"}
+			}
+			wl := &writeLog{}
+			ctx := withWriteLog(context.Background(), wl)
+			noteCreated(ctx, "/configmaps", written{UID: "cm", ResourceVersion: "50"})
+			noteCreated(ctx, "/configmaps", written{UID: "cm2", ResourceVersion: "49"})
+			parent := &unstructured.Unstructured{Object: map[string]any{}}
+			parent.SetUID("p-uid")
+			parent.SetResourceVersion("41")
+			out := parent.DeepCopy()
+			out.SetResourceVersion("51")
+			startWrite(ctx, "example.com/things", parent)(out)
+			book.Expect(ds.Controller.ID(), "p-uid", "", 3)
+			a.noteDone(ds, wl, true)
+			want := map[string]string{"/configmaps": "50", "example.com/things": "51"}
+			if diff := cmp.Diff(want, book.Written(ds.Controller.ID(), "p-uid", "")); diff != "" {
+				t.Errorf("written (-want +got):\n%s", diff)
+			}
+			if got := book.Wrote(ds.Controller.ID(), "p-uid", "51"); got != optedIn {
+				t.Errorf("the status write is known as this controller's: %v, want %v", got, optedIn)
+			}
+		})
+	}
 }

@@ -161,7 +161,7 @@ func (a *Applier) applyChild(ctx context.Context, c dynamic.ResourceInterface, a
 		return err
 	}
 	a.metrics.writes.WithLabelValues("apply", act.Rule.Resource).Inc()
-	finish := startWrite(ctx, base)
+	finish := startWrite(ctx, ruleKey(act.Rule), base)
 	w, _, err := a.ssaPatch(ctx, c, act.Rule, cfg.GetNamespace(), cfg.GetName(), body, false)
 	if base != nil {
 		finish(identity(w))
@@ -183,7 +183,7 @@ func (a *Applier) applyChild(ctx context.Context, c dynamic.ResourceInterface, a
 		return fmt.Errorf("apply %s: %w", what, err)
 	}
 	if base == nil {
-		noteCreated(ctx, w)
+		noteCreated(ctx, ruleKey(act.Rule), w)
 	}
 	a.applied.remember(apply.Applied{UID: w.UID, Hash: hash, Generation: w.Generation, ResourceVersion: w.ResourceVersion})
 	return nil
@@ -212,7 +212,7 @@ func (a *Applier) dropLastApplied(ctx context.Context, c dynamic.ResourceInterfa
 		return nil, err
 	}
 	a.metrics.writes.WithLabelValues("drop_last_applied", rule.Resource).Inc()
-	finish := startWrite(ctx, observed)
+	finish := startWrite(ctx, ruleKey(rule), observed)
 	out, err := c.Patch(ctx, observed.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
 	finish(out)
 	return out, err

@@ -80,7 +80,20 @@ type Config struct {
 	// RefuseInsecureCredentials ignores webhooks' allowInsecureCredentials:
 	// credentials are never sent over plain http.
 	RefuseInsecureCredentials bool
+	// MergeWait bounds how long a sync of an item waits for the item's
+	// previous answer (published by this replica) to be applied before it
+	// takes its snapshot (--merge-wait; 0 means DefaultMergeWait, a
+	// negative value does not wait). Waiting lets the hook see all the
+	// writes of its previous answer in one call instead of one call per
+	// write; a change by anyone else that arrives meanwhile waits at most
+	// this long.
+	MergeWait time.Duration
 }
+
+// DefaultMergeWait is Config.MergeWait's default: an apply normally takes
+// a few milliseconds per write, and a backlogged applier should not hold
+// anyone else's change for long.
+const DefaultMergeWait = 2 * time.Second
 
 // Defaults fills unset fields.
 func (c *Config) Defaults() {
@@ -89,6 +102,9 @@ func (c *Config) Defaults() {
 	}
 	if c.SnapshotWait <= 0 {
 		c.SnapshotWait = 5 * time.Second
+	}
+	if c.MergeWait == 0 {
+		c.MergeWait = DefaultMergeWait
 	}
 	if c.Namespace == "" {
 		c.Namespace = ownNamespace()

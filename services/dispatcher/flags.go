@@ -49,6 +49,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 			c.HookDestinations = append(c.HookDestinations, v)
 			return nil
 		})
+	fs.DurationVar(&c.MergeWait, "merge-wait", DefaultMergeWait, "how long a sync of a parent whose previous answer is still "+
+		"being applied waits for that apply, so that the hook sees all of the answer's writes in one call; a change by anyone "+
+		"else waits at most this long. Negative: never wait")
 	fs.BoolVar(&c.RefuseInsecureCredentials, "refuse-insecure-credentials", false,
 		"never send webhook credentials over plain http, whatever a webhook's allowInsecureCredentials says")
 }

@@ -30,9 +30,14 @@ type syncCall struct {
 	ctrlType  string
 	ctrlName  string
 	endpoints []v1alpha1.EndpointConfig
-	// inputs are the objects the hook is shown, by UID (echo.Inputs); nil
-	// for syncs that must never count as echoes.
+	// inputs are the objects the hook is shown, by UID (echo.Inputs), for
+	// a controller that opted into echo suppression; nil for syncs that
+	// must never count as echoes. They travel with the desired state.
 	inputs map[string]string
+	// shown are the same whatever the opt-in, nil when the request is not
+	// objects alone (rolling updates): the reference a later item is
+	// merged against (Dispatcher.repeats).
+	shown map[string]string
 }
 
 // callHooks makes the kind's calls (one at once; several, say one per
@@ -134,7 +139,11 @@ func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.Desi
 	if ds.Children == nil {
 		ds.Children = []*unstructured.Unstructured{}
 	}
+	// The Done note of ds can come back before the publish returns (an
+	// applier in this process): expect it first.
+	unexpect := d.echoes.Expect(c.item.Controller.ID(), c.parent.UID, c.item.MapKey, c.seq)
 	if err := d.pub.PublishDesired(ctx, ds); err != nil {
+		unexpect()
 		inspect.SyncOf(ctx).Answer(&ds) // what was asked for, though not published
 		if errors.Is(err, nats.ErrMaxPayload) {
 			// Retrying cannot help until the hook answers with less; tell
@@ -144,9 +153,10 @@ func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.Desi
 		return published("publish desired state", err)
 	}
 	inspect.SyncOf(ctx).Answer(&ds)
-	// The answer is on its way: until the world changes beyond our own
-	// writes, syncing again would show the hook what it has answered.
-	d.echoes.Called(c.item.Controller.ID(), c.parent.UID, c.item.MapKey, c.seq, c.inputs)
+	// The answer is on its way: until the world changes, syncing again
+	// would show the hook what it has answered (Book.Shown); with echo
+	// suppression, until it changes beyond our own writes (Book.Echo).
+	d.echoes.Called(c.item.Controller.ID(), c.parent.UID, c.item.MapKey, c.seq, c.shown)
 	if delay, ok := resyncDelay(ds.ResyncAfterSeconds); ok {
 		next := c.item
 		next.Reason, next.Attempt, next.EnqueuedAt = bus.ReasonResyncAfter, 0, time.Time{}

@@ -77,6 +77,7 @@ func (c *keyedController) SyncEndpoints() []v1alpha1.EndpointConfig        { ret
 func (c *keyedController) SyncCustomizeHook() *v1alpha1.Hook               { return nil }
 func (c *keyedController) SyncGate(*snapshot.Response) (kinds.Gate, error) { return kinds.Gate{}, nil }
 func (c *keyedController) SyncEchoable() bool                              { return true }
+func (c *keyedController) SyncInputsComplete() bool                        { return true }
 
 func (c *keyedController) SyncHook(snap *snapshot.Response, _ string) (kinds.HookChoice, error) {
 	switch {

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +17,9 @@ type metrics struct {
 	syncSeconds  *prometheus.HistogramVec
 	hookSeconds  *prometheus.HistogramVec
 	queueLatency prometheus.Histogram
+	// mergeWaits time the waits for an item's previous answer to be
+	// applied (Dispatcher.awaitAnswer), by how they ended.
+	mergeWaits *prometheus.HistogramVec
 	// queues are upstream's workqueue_* families for the controllers'
 	// work items (obs.WorkQueueMetrics says what each means on the bus).
 	queues *obs.WorkQueueMetrics
@@ -58,10 +62,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time from the watcher enqueuing a work item to a dispatcher picking it up.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 3, 14),
 		}),
+		mergeWaits: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "metabus_dispatcher_merge_wait_seconds",
+			Help: "Time a sync waited for its item's previous answer to be applied (--merge-wait), by result: " +
+				"applied, timeout (the bound held it back) or cancelled.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 3, 12),
+		}, []string{"result"}),
 		retrying: map[uint64]uint64{},
 	}
 	if reg != nil {
-		reg.MustRegister(m.syncs, m.syncSeconds, m.hookSeconds, m.queueLatency)
+		reg.MustRegister(m.syncs, m.syncSeconds, m.hookSeconds, m.queueLatency, m.mergeWaits)
 	}
 	var errs [3]error
 	m.queues, errs[0] = obs.NewWorkQueueMetrics(reg)
@@ -77,6 +87,11 @@ func (m *metrics) watchNATS(reg prometheus.Registerer, nc *nats.Conn) {
 		return
 	}
 	m.err = errors.Join(m.err, obs.RegisterNATSConnected(reg, "dispatcher", nc.IsConnected))
+}
+
+// mergeWait records one wait for an item's previous answer.
+func (m *metrics) mergeWait(result string, d time.Duration) {
+	m.mergeWaits.WithLabelValues(result).Observe(d.Seconds())
 }
 
 // queued is the work publisher's Queued hook: a work item stored.

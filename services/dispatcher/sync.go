@@ -39,6 +39,7 @@ func (d *Dispatcher) syncParent(ctx context.Context, item bus.WorkItem, seq uint
 	if item.Reason == bus.ReasonRelease {
 		return d.release(ctx, item, seq)
 	}
+	item.MinResourceVersions = d.awaitAnswer(ctx, item)
 	sreq, snap, err := d.observe(ctx, item, seq, k)
 	if err != nil {
 		return err
@@ -75,12 +76,20 @@ func (d *Dispatcher) syncParent(ctx context.Context, item bus.WorkItem, seq uint
 		}
 		parent = snap.Parent
 	}
-	var inputs map[string]string
+	// shown is what the hook would be shown, when that is objects alone
+	// (not for rolling updates, whose requests also depend on revisions).
+	var shown, inputs map[string]string
+	if c.SyncInputsComplete() {
+		shown = echo.Inputs(snap)
+	}
 	if c.SyncEchoable() {
-		inputs = echo.Inputs(snap)
+		inputs = shown
 		if d.echoed(ctx, item, inputs) {
 			return settled{result: "echo", forget: true}
 		}
+	}
+	if d.repeats(item, shown) {
+		return settled{result: "merged", forget: true}
 	}
 	choice, err := c.SyncHook(snap, resource)
 	if err != nil {
@@ -98,7 +107,7 @@ func (d *Dispatcher) syncParent(ctx context.Context, item bus.WorkItem, seq uint
 	call := syncCall{
 		item: item, seq: seq, parent: pref, hook: choice.Hook, kind: choice.Kind,
 		ctrlType: item.Controller.Kind, ctrlName: c.Object().GetName(), endpoints: c.SyncEndpoints(),
-		inputs: inputs,
+		inputs: inputs, shown: shown,
 	}
 	if choice.Local {
 		// The kind's own answer (an aggregated status, the deletion of a
@@ -282,6 +291,68 @@ func (d *Dispatcher) echoed(ctx context.Context, item bus.WorkItem, inputs map[s
 			return false
 		}
 	}
+}
+
+// awaitAnswer waits, at most Config.MergeWait, until the item's previous
+// answer, if this replica published it and it is still being applied, has
+// been settled by an applier, and returns the item's freshness floor
+// raised to what that answer's writes produced. The snapshot then shows
+// the hook every write of its previous answer at once: a new parent's
+// children and first status come back in one call, not one call each
+// (and a further call for each intermediate state they make). Nothing is
+// skipped by waiting: a change by anyone else made meanwhile is in the
+// snapshot too, late by at most MergeWait. A lost Done note costs the
+// wait; an answer published by another replica (a partition handed over)
+// is not waited for.
+func (d *Dispatcher) awaitAnswer(ctx context.Context, item bus.WorkItem) map[string]string {
+	ctrl := item.Controller.ID()
+	if wait := d.echoes.Applying(ctrl, item.Parent.UID, item.MapKey); wait != nil && d.cfg.MergeWait > 0 {
+		start := time.Now()
+		t := time.NewTimer(d.cfg.MergeWait)
+		result := "applied"
+		select {
+		case <-wait:
+		case <-t.C:
+			result = "timeout"
+		case <-ctx.Done():
+			result = "cancelled"
+		}
+		t.Stop()
+		d.metrics.mergeWait(result, time.Since(start))
+	}
+	return raiseFloor(item.MinResourceVersions, d.echoes.Written(ctrl, item.Parent.UID, item.MapKey))
+}
+
+// raiseFloor returns floor with every resourceVersion of written that is
+// higher than floor's for its resource; floor itself is not changed.
+func raiseFloor(floor, written map[string]string) map[string]string {
+	if len(written) == 0 {
+		return floor
+	}
+	out := make(map[string]string, len(floor)+len(written))
+	for k, v := range floor {
+		out[k] = v
+	}
+	for k, v := range written {
+		bus.RaiseResourceVersion(out, k, v)
+	}
+	return out
+}
+
+// repeats reports whether a work item would only repeat the item's latest
+// hook call: it was caused by an event, and the hook would be shown
+// exactly what that call was shown (every object at the same
+// resourceVersion). The event's change was in that call already (the
+// snapshot reflects at least the version the watcher saw), so the item is
+// merged into it rather than skipped: the hook has seen every change.
+// Retries, resyncs and conflict requeues always call the hook (a failed
+// write, or time, may change the answer), and so does an item whose
+// latest call failed.
+func (d *Dispatcher) repeats(item bus.WorkItem, shown map[string]string) bool {
+	if item.Reason != bus.ReasonEvent || shown == nil || d.failures.get(d.failureKey(item)) > 0 {
+		return false
+	}
+	return d.echoes.Shown(item.Controller.ID(), item.Parent.UID, item.MapKey, shown)
 }
 
 // ObservedRefs lists the identities of the children a hook was shown.

@@ -725,15 +725,90 @@ func TestSyncParent(t *testing.T) {
 				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
 			},
 			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
-				// As if the hook had been shown exactly this before and
-				// the applier had noted it: the opted-in path would skip.
-				s, _ := snap(snapshot.Request{})
-				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
-				d.echoes.Record(&bus.Applied{Controller: item.Controller, ParentUID: item.Parent.UID, WorkSeq: 1, Inputs: echo.Inputs(s)})
+				// As if the hook had been shown the parent at "9" and
+				// the applier had noted its write from "9" to "10": the
+				// opted-in path would skip.
+				ownWriteSince(d.echoes, item, snap)
 			},
 			want: func(uid string) syncResult {
 				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
 					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, MinRVs: fresh(uid)}}
+			},
+		},
+		{
+			reason: "composite: an event whose snapshot is exactly what the latest call was shown is merged into that call",
+			kind:   v1alpha1.CompositeControllerKind,
+			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
+				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
+			},
+			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
+				s, _ := snap(snapshot.Request{})
+				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
+			},
+			want: func(string) syncResult { return syncResult{Result: "merged"} },
+		},
+		{
+			reason: "composite: a retry whose snapshot is what the latest call was shown still calls the hook",
+			kind:   v1alpha1.CompositeControllerKind,
+			why:    bus.ReasonRetry,
+			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
+				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
+			},
+			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
+				s, _ := snap(snapshot.Request{})
+				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
+			},
+			want: func(uid string) syncResult {
+				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
+					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, MinRVs: fresh(uid)}}
+			},
+		},
+		{
+			reason: "composite: a resync whose snapshot is what the latest call was shown still calls the hook",
+			kind:   v1alpha1.CompositeControllerKind,
+			why:    bus.ReasonResync,
+			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
+				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
+			},
+			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
+				s, _ := snap(snapshot.Request{})
+				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
+			},
+			want: func(uid string) syncResult {
+				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
+					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, MinRVs: fresh(uid)}}
+			},
+		},
+		{
+			reason: "composite: an event after a failed call is never merged, even when the snapshot is what the last answered call was shown",
+			kind:   v1alpha1.CompositeControllerKind,
+			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
+				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
+			},
+			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
+				s, _ := snap(snapshot.Request{})
+				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
+				d.failures.record(d.failureKey(item), 1, time.Now())
+			},
+			want: func(uid string) syncResult {
+				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
+					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, MinRVs: fresh(uid), Attempt: 1}}
+			},
+		},
+		{
+			reason: "composite: a rolling parent is never merged: its requests also depend on revisions",
+			kind:   v1alpha1.CompositeControllerKind,
+			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
+				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, true), thing(uid, "a"))
+			},
+			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
+				s, _ := snap(snapshot.Request{})
+				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
+			},
+			want: func(uid string) syncResult {
+				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a", "sync p-" + uid + " x=old"}, Desired: &desired{
+					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"},
+					LatestRevision: true, Revisions: []string{"older:c-old"}, MinRVs: fresh(uid)}}
 			},
 		},
 		{
@@ -743,9 +818,7 @@ func TestSyncParent(t *testing.T) {
 				return ok(decorator(t, uid, map[string]string{"sync": "/sync"}), selected(thing(uid, "a")))
 			},
 			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
-				s, _ := snap(snapshot.Request{})
-				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
-				d.echoes.Record(&bus.Applied{Controller: item.Controller, ParentUID: item.Parent.UID, WorkSeq: 1, Inputs: echo.Inputs(s)})
+				ownWriteSince(d.echoes, item, snap)
 			},
 			want: func(uid string) syncResult {
 				yes := "yes"
@@ -792,6 +865,21 @@ func TestSyncParent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ownWriteSince records, as the latest hook call of item, its snapshot
+// with the parent at resourceVersion "9", and the applier's note of its
+// own write of the parent from "9" to the snapshot's version: the sync
+// that follows sees nothing but that write.
+func ownWriteSince(b *echo.Book, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
+	s, _ := snap(snapshot.Request{})
+	before := echo.Inputs(s)
+	uid := string(s.Parent.GetUID())
+	now := before[uid]
+	before[uid] = "9"
+	b.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, before)
+	b.Record(&bus.Applied{Controller: item.Controller, ParentUID: item.Parent.UID, WorkSeq: 1, Inputs: before,
+		Writes: []bus.Write{{UID: uid, From: "9", To: now}}, Done: true})
 }
 
 // TestFinalizerOfDeletedController: every kind's row names the finalizer

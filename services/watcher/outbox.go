@@ -9,7 +9,6 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/metabus/metabus/pkg/bus"
@@ -142,7 +141,7 @@ func (o *outbox) add(e entry) {
 		item.Reason, item.Finalizer = bus.ReasonRelease, e.finalizer
 	}
 	if e.rv != "" {
-		mergeRV(item.MinResourceVersions, grKey(e.gvr), e.rv)
+		bus.RaiseResourceVersion(item.MinResourceVersions, grKey(e.gvr), e.rv)
 	}
 	resync := item.Reason == bus.ReasonResync
 	o.mu.Unlock()
@@ -191,22 +190,10 @@ func mergeEntry(item *bus.WorkItem, e entry) {
 // both hold.
 func mergeFailed(newer, failed *bus.WorkItem) {
 	for k, v := range failed.MinResourceVersions {
-		mergeRV(newer.MinResourceVersions, k, v)
+		bus.RaiseResourceVersion(newer.MinResourceVersions, k, v)
 	}
 	if failed.Reason == bus.ReasonRelease {
 		newer.Reason, newer.Finalizer = failed.Reason, failed.Finalizer
-	}
-}
-
-// mergeRV keeps the highest resourceVersion per key.
-func mergeRV(m map[string]string, k, rv string) {
-	cur, ok := m[k]
-	if !ok {
-		m[k] = rv
-		return
-	}
-	if c, err := resourceversion.CompareResourceVersion(rv, cur); err == nil && c > 0 {
-		m[k] = rv
 	}
 }
 
