@@ -338,9 +338,11 @@ func allRows(cfg *config) []row {
 		row{key: "b2.st.p99", label: "B2 idle update → status p99 ms", prec: 1},
 		row{key: "b3.hooks", label: "B3 hook calls for 100 rapid updates", prec: 0},
 		row{key: "b3.final", label: "B3 last hook call saw final gen", yesNo: true},
+		row{key: "b3.ms", label: "B3 final state ms after the last update", prec: 0},
 		row{key: "b4.per", label: "B4 API requests / parent / no-op resync", prec: 2},
 		row{key: "b4.hooks", label: "B4 hook calls in 25s (resync 10s)", prec: 0},
 		row{key: "b5.rss", label: "B5 controller RSS MiB after B1", prec: 0},
+		row{key: "b1.idle", label: fmt.Sprintf("idle controller CPU ms/s (%d parents, after B1)", cfg.parents), prec: 1},
 		row{key: "idle.cpu", label: "idle controller CPU ms/s (1 parent)", prec: 1},
 	)
 	if cfg.rssParents > 0 {

@@ -94,7 +94,7 @@ func (r *run) do(ctx context.Context) error {
 		return fmt.Errorf("warm-up: %w", err)
 	}
 	r.waitQuiet(ctx, time.Second, 30*time.Second)
-	if err := r.idleCPU(ctx, 5*time.Second, 15*time.Second); err != nil {
+	if err := r.idleCPU(ctx, "idle.cpu", 5*time.Second, 15*time.Second); err != nil {
 		return err
 	}
 
@@ -109,6 +109,12 @@ func (r *run) do(ctx context.Context) error {
 				return fmt.Errorf("B5: %w", err)
 			}
 			r.fig["b5.rss"] = float64(rss) / (1 << 20)
+		}
+		// What the controller costs at rest with B1's parents present:
+		// nothing should poll while nothing changes.
+		r.waitQuiet(ctx, time.Second, 30*time.Second)
+		if err := r.idleCPU(ctx, "b1.idle", 5*time.Second, 15*time.Second); err != nil {
+			return err
 		}
 	}
 	if r.name == "raw" {
@@ -301,7 +307,9 @@ func (r *run) setGen(ctx context.Context, name string, gen int64) error {
 // converged parent, no changes), after settle: what its leases, heartbeats, pull
 // requests and timers cost, and what it adds to every other figure's CPU
 // per parent in proportion to how long that scenario runs.
-func (r *run) idleCPU(ctx context.Context, settle, d time.Duration) error {
+//
+// key names the figure.
+func (r *run) idleCPU(ctx context.Context, key string, settle, d time.Duration) error {
 	pid := r.ctrl.pid()
 	if pid == 0 {
 		return nil
@@ -320,8 +328,8 @@ func (r *run) idleCPU(ctx context.Context, settle, d time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("idle CPU: %w", err)
 	}
-	r.fig["idle.cpu"] = (after - before) * 1000 / d.Seconds()
-	r.logf("%s idle: %.1f ms CPU per second", r.name, r.fig["idle.cpu"])
+	r.fig[key] = (after - before) * 1000 / d.Seconds()
+	r.logf("%s idle (%s): %.1f ms CPU per second", r.name, key, r.fig[key])
 	return nil
 }
 
@@ -502,9 +510,12 @@ func (r *run) b3(ctx context.Context) error {
 			return err
 		}
 	}
-	if _, err := r.track.waitConverged(ctx, []string{p}, 2*time.Minute); err != nil {
+	lastWrite := time.Now()
+	at, err := r.track.waitConverged(ctx, []string{p}, 2*time.Minute)
+	if err != nil {
 		return err
 	}
+	r.fig["b3.ms"] = float64(max(at.Sub(lastWrite), 0)) / float64(time.Millisecond)
 	// 3s of quiet: no hook call for this parent.
 	last, since := r.hook.callsOf(p), time.Now()
 	for time.Since(since) < 3*time.Second && ctx.Err() == nil {
@@ -518,7 +529,8 @@ func (r *run) b3(ctx context.Context) error {
 	if r.hook.last(p) == final {
 		r.fig["b3.final"] = 1
 	}
-	r.logf("%s B3: %v hook calls for 100 updates, last call saw gen %d", r.name, r.fig["b3.hooks"], r.hook.last(p))
+	r.logf("%s B3: %v hook calls for 100 updates, last call saw gen %d, converged %.0f ms after the last update",
+		r.name, r.fig["b3.hooks"], r.hook.last(p), r.fig["b3.ms"])
 	return nil
 }
 
