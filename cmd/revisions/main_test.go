@@ -17,6 +17,12 @@ func TestDefaultsAsDocumented(t *testing.T) {
 	clitest.DefaultsAsDocumented(t, newCommand, cli.Revisions)
 }
 
+// TestFlagTableAsDocumented: the defaults docs/operating.md's flags table
+// gives are this binary's.
+func TestFlagTableAsDocumented(t *testing.T) {
+	clitest.FlagTableAsDocumented(t, newCommand, cli.Revisions)
+}
+
 // TestStrayWords: an unknown word is an error, and nothing starts.
 func TestStrayWords(t *testing.T) { clitest.RefusesStrayWords(t, newCommand) }
 

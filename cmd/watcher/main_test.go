@@ -15,6 +15,12 @@ func TestUpstreamFlags(t *testing.T) { clitest.AcceptsUpstreamFlags(t, newComman
 // are upstream's, except those docs/operating.md lists, with these values.
 func TestDefaultsAsDocumented(t *testing.T) { clitest.DefaultsAsDocumented(t, newCommand, cli.Watcher) }
 
+// TestFlagTableAsDocumented: the defaults docs/operating.md's flags table
+// gives are this binary's.
+func TestFlagTableAsDocumented(t *testing.T) {
+	clitest.FlagTableAsDocumented(t, newCommand, cli.Watcher)
+}
+
 // TestStrayWords: an unknown word is an error, and nothing starts.
 func TestStrayWords(t *testing.T) { clitest.RefusesStrayWords(t, newCommand) }
 

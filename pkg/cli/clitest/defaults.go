@@ -6,8 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -148,4 +150,152 @@ func unquoteEmpty(s string) string {
 		return ""
 	}
 	return s
+}
+
+// FlagsDoc and FlagsTableHeading locate the table of every service's
+// flags and their defaults.
+const (
+	FlagsDoc          = "docs/operating.md"
+	FlagsTableHeading = "| flag | default | meaning |"
+)
+
+var (
+	flagName = regexp.MustCompile("`--([a-z0-9-]+)`")
+	fraction = regexp.MustCompile(`^(\d+)/(\d+)$`)
+)
+
+// FlagTableAsDocumented checks the defaults the flags tables of FlagsDoc
+// (every service's, then each service's own) give against the command's:
+// a row names flags (`--a`, `--b`) and their
+// defaults in the same order, comma separated, each possibly followed by
+// a parenthetical; "none" is an empty default, an empty cell says each
+// flag has none (empty or false). Rows naming no flag (environment
+// variables) are not looked at, nor flags the stage ignores (they carry
+// upstream's defaults, which TestDefaultsAsDocumented checks). A flag the
+// command does not define is another service's, except for the
+// all-in-one, which defines them all.
+func FlagTableAsDocumented(t *testing.T, newCmd func() *cobra.Command, stage cli.Stage) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(RepoRoot(t), FlagsDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := strings.Split(string(data), "\n"+FlagsTableHeading+"\n")[1:]
+	if len(tables) < 4 {
+		t.Fatalf("%s has %d tables headed %q, want every service's and the watcher's, dispatcher's and revisions service's", FlagsDoc, len(tables), FlagsTableHeading)
+	}
+	cmd := newCmd()
+	fs := cmd.Flags()
+	rows := 0
+	var lines []string
+	for _, table := range tables {
+		for _, line := range strings.Split(table, "\n")[1:] { // after the separator
+			if !strings.HasPrefix(line, "|") {
+				break
+			}
+			lines = append(lines, line)
+		}
+	}
+	for _, line := range lines {
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		if len(cells) < 3 {
+			t.Errorf("%s: a flags table row with %d cells: %s", FlagsDoc, len(cells), line)
+			continue
+		}
+		var names []string
+		for _, m := range flagName.FindAllStringSubmatch(cells[0], -1) {
+			names = append(names, m[1])
+		}
+		if len(names) == 0 {
+			continue
+		}
+		rows++
+		defaults := splitTopLevel(strings.TrimSpace(cells[1]))
+		if len(defaults) != 0 && len(defaults) != len(names) {
+			t.Errorf("%s: %d defaults for %d flags: %s", FlagsDoc, len(defaults), len(names), line)
+			continue
+		}
+		for k, name := range names {
+			if stage.Ignores(name) {
+				continue
+			}
+			f := fs.Lookup(name)
+			if f == nil {
+				if stage == cli.AllInOne {
+					t.Errorf("%s lists --%s, which %s does not define", FlagsDoc, name, cmd.Name())
+				}
+				continue
+			}
+			if len(defaults) == 0 {
+				if f.DefValue != "" && f.DefValue != "false" {
+					t.Errorf("%s gives --%s no default; it has %q", FlagsDoc, name, f.DefValue)
+				}
+				continue
+			}
+			if doc := docValue(defaults[k]); !sameValue(doc, f.DefValue) {
+				t.Errorf("%s says --%s defaults to %q; it is %q", FlagsDoc, name, doc, f.DefValue)
+			}
+		}
+	}
+	if rows < 25 {
+		t.Errorf("%s: only %d flag rows found; the table's shape changed", FlagsDoc, rows)
+	}
+}
+
+// splitTopLevel splits a cell at the commas outside parentheses.
+func splitTopLevel(cell string) []string {
+	if cell == "" {
+		return nil
+	}
+	var out []string
+	depth, start := 0, 0
+	for i, r := range cell {
+		switch r {
+		case '(':
+			depth++
+		case ')':
+			depth--
+		case ',':
+			if depth == 0 {
+				out = append(out, strings.TrimSpace(cell[start:i]))
+				start = i + 1
+			}
+		}
+	}
+	return append(out, strings.TrimSpace(cell[start:]))
+}
+
+// docValue is a documented default without its parenthetical and code
+// marks, "none" as empty.
+func docValue(s string) string {
+	if i := strings.Index(s, " ("); i >= 0 {
+		s = s[:i]
+	}
+	s = strings.Trim(s, "`")
+	if s == "none" {
+		return ""
+	}
+	return s
+}
+
+// sameValue compares a documented default with a flag's: as text, as
+// numbers (1/300 is 0.0033…) or as durations (30m is 30m0s).
+func sameValue(doc, flag string) bool {
+	if doc == flag {
+		return true
+	}
+	if m := fraction.FindStringSubmatch(doc); m != nil {
+		a, _ := strconv.ParseFloat(m[1], 64)
+		b, _ := strconv.ParseFloat(m[2], 64)
+		doc = strconv.FormatFloat(a/b, 'g', -1, 64)
+	}
+	if a, err := strconv.ParseFloat(doc, 64); err == nil {
+		b, err := strconv.ParseFloat(flag, 64)
+		return err == nil && a == b
+	}
+	if a, err := time.ParseDuration(doc); err == nil {
+		b, err := time.ParseDuration(flag)
+		return err == nil && a == b
+	}
+	return false
 }
