@@ -1,6 +1,13 @@
 package cli
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
 
 // TestSameAsUpstreamDefault: a default is compared with upstream's as
 // upstream's type, so a flag set's spelling of the same value (30m0s for
@@ -51,5 +58,74 @@ func TestUpstreamDefault(t *testing.T) {
 	}
 	if def, _ := UpstreamDefault("leader-election-id"); def != "metacontroller" {
 		t.Errorf("UpstreamDefault(leader-election-id) = %q, want metacontroller", def)
+	}
+}
+
+// TestIgnoredFlagsAsDocumented: the table of upstream flags in
+// docs/operating.md says, for every upstream flag, which binaries honour
+// it and which ignore it, as ignoredBy does.
+func TestIgnoredFlagsAsDocumented(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "operating.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const heading = "| upstream flag | honoured by | ignored by (why) |"
+	_, table, ok := strings.Cut(string(data), "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("docs/operating.md has no table headed %q", heading)
+	}
+	stages := []Stage{AllInOne, Watcher, Dispatcher, Applier, Revisions}
+	flagRe := regexp.MustCompile("`--([a-z0-9-]+)`")
+	stageWords := func(cell string) []Stage {
+		// Stage names outside the parentheses that say why.
+		cell = regexp.MustCompile(`\([^)]*\)`).ReplaceAllString(cell, "")
+		if strings.TrimSpace(cell) == "all" {
+			return stages
+		}
+		var out []Stage
+		for _, w := range strings.Split(cell, ",") {
+			if w = strings.TrimSpace(w); w != "" {
+				out = append(out, Stage(w))
+			}
+		}
+		return out
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(table, "\n")[1:] {
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		if len(cells) != 3 {
+			t.Errorf("a row with %d cells: %s", len(cells), line)
+			continue
+		}
+		honoured, ignored := stageWords(cells[1]), stageWords(cells[2])
+		for _, s := range append(append([]Stage{}, honoured...), ignored...) {
+			if !slices.Contains(stages, s) {
+				t.Errorf("%q is no binary: %s", s, line)
+			}
+		}
+		for _, m := range flagRe.FindAllStringSubmatch(cells[0], -1) {
+			name := m[1]
+			if seen[name] {
+				t.Errorf("--%s is in two rows", name)
+			}
+			seen[name] = true
+			for _, s := range stages {
+				inH, inI := slices.Contains(honoured, s), slices.Contains(ignored, s)
+				switch {
+				case inH == inI:
+					t.Errorf("--%s: the table says %s both honours and ignores it, or neither", name, s)
+				case inI != s.Ignores(name):
+					t.Errorf("--%s: the table says %s ignores it: %v; it does: %v", name, s, inI, s.Ignores(name))
+				}
+			}
+		}
+	}
+	for _, name := range UpstreamFlagNames() {
+		if !seen[name] {
+			t.Errorf("--%s, an upstream flag, is not in the table", name)
+		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -37,7 +36,7 @@ type DocumentedDefault struct {
 // looked at, so the all-in-one, which ignores none, covers every row.
 func DefaultsAsDocumented(t *testing.T, newCmd func() *cobra.Command, stage cli.Stage) {
 	t.Helper()
-	table, err := ReadDocumentedDefaults(RepoRoot(t))
+	table, err := ReadDocumentedDefaults(repoPath(t, DefaultsDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,36 +73,17 @@ func DefaultsAsDocumented(t *testing.T, newCmd func() *cobra.Command, stage cli.
 	}
 }
 
-// RepoRoot is the directory holding go.mod, above the test's directory.
-func RepoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's directory")
-		}
-		dir = parent
-	}
-}
-
 var (
 	defaultsRow = regexp.MustCompile("^\\| `--([a-z0-9-]+)` \\| `([^`]*)` \\| `([^`]*)` \\|$")
 	tableLine   = regexp.MustCompile(`^\|`)
 )
 
-// ReadDocumentedDefaults parses the defaults table of DefaultsDoc under
-// root: its rows are `| `--flag` | `metabus` | `upstream` |`, with `""`
+// ReadDocumentedDefaults parses the defaults table of DefaultsDoc, at
+// path: its rows are `| `--flag` | `metabus` | `upstream` |`, with `""`
 // for an empty default. A table row of another shape is an error, so a
 // reworded table cannot silently check nothing.
-func ReadDocumentedDefaults(root string) (map[string]DocumentedDefault, error) {
-	data, err := os.ReadFile(filepath.Join(root, DefaultsDoc))
+func ReadDocumentedDefaults(path string) (map[string]DocumentedDefault, error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +156,7 @@ var (
 // all-in-one, which defines them all.
 func FlagTableAsDocumented(t *testing.T, newCmd func() *cobra.Command, stage cli.Stage) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(RepoRoot(t), FlagsDoc))
+	data, err := os.ReadFile(repoPath(t, FlagsDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
