@@ -1,7 +1,7 @@
 // Package docs holds metabus's documentation pages; its test keeps them
 // honest: links and anchors resolve inside the repository, the commands
 // and the example the README shows are the ones that exist, and the tests
-// the pages cite as evidence exist.
+// and metrics the pages cite exist.
 package docs
 
 import (
@@ -452,5 +452,46 @@ func TestPendingPages(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(root, p)); err == nil {
 			t.Errorf("%s exists: remove it from pendingPages", p)
 		}
+	}
+}
+
+// exportedMetrics are the metric names of deploy/monitoring/metrics, the
+// lists the e2e scrape test (TestMetrics) holds a live metabus to.
+func exportedMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, list := range []string{"upstream.txt", "metabus.txt"} {
+		for _, line := range strings.Split(readPage(t, "deploy/monitoring/metrics/"+list), "\n") {
+			if f := strings.Fields(line); len(f) > 0 && !strings.HasPrefix(f[0], "#") {
+				out[f[0]] = true
+			}
+		}
+	}
+	if len(out) < 20 {
+		t.Fatalf("only %d metrics listed in deploy/monitoring/metrics; their format changed", len(out))
+	}
+	return out
+}
+
+var metricSpan = regexp.MustCompile("`((?:metacontroller|metabus|workqueue|rest_client|leader_election)_[a-z0-9_<>]+)(?:\\{[^`]*\\})?(?: [^`]*)?`")
+
+// TestCitedMetricsExist: a metric a page names in code (`metabus_x`,
+// `metabus_x{label}`, `metacontroller_<hook>_y`) is one metabus exports,
+// so a renamed or dropped metric cannot live on in the docs.
+func TestCitedMetricsExist(t *testing.T) {
+	exported := exportedMetrics(t)
+	n := 0
+	for _, p := range pages(t) {
+		for i, line := range strings.Split(p.text, "\n") {
+			for _, m := range metricSpan.FindAllStringSubmatch(line, -1) {
+				n++
+				if !exported[m[1]] {
+					t.Errorf("%s:%d: %s is not in deploy/monitoring/metrics", p.path, i+1, m[1])
+				}
+			}
+		}
+	}
+	if n < 20 {
+		t.Errorf("only %d cited metrics found; the pattern is broken", n)
 	}
 }
