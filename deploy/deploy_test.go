@@ -1539,7 +1539,7 @@ func TestNATSConfig(t *testing.T) {
 	}
 	// Acknowledged writes survive a node's power loss (issue #25).
 	if !regexp.MustCompile(`(?m)^\s*sync_interval:\s*always\s*$`).MatchString(prod) {
-		t.Error("nats-server.conf: want JetStream sync_interval: always (README \"Reliability\")")
+		t.Error("nats-server.conf: want JetStream sync_interval: always (docs/reliability.md, \"JetStream fsync\")")
 	}
 	if m := regexp.MustCompile(`(?m)^include\s+(\S+)`).FindStringSubmatch(prod); m == nil {
 		t.Error("nats-server.conf does not include cluster.conf")

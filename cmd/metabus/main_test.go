@@ -15,6 +15,16 @@ import (
 // each spelling manifests use (issue #23).
 func TestUpstreamFlags(t *testing.T) { clitest.AcceptsUpstreamFlags(t, newRoot) }
 
+// TestDefaultsAsDocumented: the defaults this binary gives upstream's flags
+// are upstream's, except those docs/operating.md lists, with these values.
+func TestDefaultsAsDocumented(t *testing.T) { clitest.DefaultsAsDocumented(t, newRoot, cli.AllInOne) }
+
+// TestFlagTableAsDocumented: the defaults docs/operating.md's flags table
+// gives are this binary's.
+func TestFlagTableAsDocumented(t *testing.T) {
+	clitest.FlagTableAsDocumented(t, newRoot, cli.AllInOne)
+}
+
 // TestStrayWords: `metabus status --kubeconfig=X` started a controller
 // while status was no subcommand (issue #23); an unknown word is an error,
 // and nothing starts.

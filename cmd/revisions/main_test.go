@@ -3,12 +3,25 @@ package main
 import (
 	"testing"
 
+	"github.com/metabus/metabus/pkg/cli"
 	"github.com/metabus/metabus/pkg/cli/clitest"
 )
 
 // TestUpstreamFlags: every flag of upstream Metacontroller v4.17 parses, in
 // each spelling manifests use (issue #23).
 func TestUpstreamFlags(t *testing.T) { clitest.AcceptsUpstreamFlags(t, newCommand) }
+
+// TestDefaultsAsDocumented: the defaults this binary gives upstream's flags
+// are upstream's, except those docs/operating.md lists, with these values.
+func TestDefaultsAsDocumented(t *testing.T) {
+	clitest.DefaultsAsDocumented(t, newCommand, cli.Revisions)
+}
+
+// TestFlagTableAsDocumented: the defaults docs/operating.md's flags table
+// gives are this binary's.
+func TestFlagTableAsDocumented(t *testing.T) {
+	clitest.FlagTableAsDocumented(t, newCommand, cli.Revisions)
+}
 
 // TestStrayWords: an unknown word is an error, and nothing starts.
 func TestStrayWords(t *testing.T) { clitest.RefusesStrayWords(t, newCommand) }

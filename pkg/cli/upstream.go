@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"strconv"
@@ -170,3 +171,53 @@ func acceptUpstream(fs *flag.FlagSet, stage Stage) error {
 	}
 	return nil
 }
+
+// UpstreamDefault is upstream Metacontroller v4.17's default of its flag
+// name, as upstream registers it ("" for a flag whose unset value leaves
+// the choice to the library behind it); ok is false for a flag upstream
+// does not have.
+func UpstreamDefault(name string) (def string, ok bool) {
+	for _, f := range upstreamFlags {
+		if f.name == name {
+			return f.def, true
+		}
+	}
+	return "", false
+}
+
+// SameAsUpstreamDefault says whether value, a default as a metabus flag
+// set prints it, is upstream's default of the upstream flag name,
+// compared as upstream's type: 30m and 30m0s are one duration, 5 and 5.0
+// one rate.
+func SameAsUpstreamDefault(name, value string) (bool, error) {
+	for _, f := range upstreamFlags {
+		if f.name != name {
+			continue
+		}
+		switch f.kind {
+		case kindBool:
+			a, err1 := strconv.ParseBool(f.def)
+			b, err2 := strconv.ParseBool(value)
+			return a == b, errors.Join(err1, err2)
+		case kindInt:
+			a, err1 := strconv.Atoi(f.def)
+			b, err2 := strconv.Atoi(value)
+			return a == b, errors.Join(err1, err2)
+		case kindFloat:
+			a, err1 := strconv.ParseFloat(f.def, 64)
+			b, err2 := strconv.ParseFloat(value, 64)
+			return a == b, errors.Join(err1, err2)
+		case kindDuration:
+			a, err1 := time.ParseDuration(f.def)
+			b, err2 := time.ParseDuration(value)
+			return a == b, errors.Join(err1, err2)
+		default:
+			return f.def == value, nil
+		}
+	}
+	return false, fmt.Errorf("--%s is not an upstream flag", name)
+}
+
+// Ignores says whether the stage has no use for the upstream flag name
+// (and so accepts it with upstream's default and logs that it ignores it).
+func (s Stage) Ignores(name string) bool { return ignoredReason(s, name) != "" }

@@ -258,8 +258,8 @@ func TestAlertRules(t *testing.T) {
 					t.Errorf("alert %s has no %s annotation", r.Alert, a)
 				}
 			}
-			if !strings.HasSuffix(r.Annotations["runbook_url"], "#dashboard-and-alerts") {
-				t.Errorf("alert %s: runbook_url %q does not lead to the README's runbook", r.Alert, r.Annotations["runbook_url"])
+			if !strings.HasSuffix(r.Annotations["runbook_url"], "/docs/operating.md#dashboard-and-alerts") {
+				t.Errorf("alert %s: runbook_url %q does not lead to the runbook (docs/operating.md, \"Dashboard and alerts\")", r.Alert, r.Annotations["runbook_url"])
 			}
 		}
 	}
@@ -274,20 +274,22 @@ func TestAlertRules(t *testing.T) {
 	}
 }
 
-// TestReadmeRunbook: every alert has its entry in the README's runbook.
-func TestReadmeRunbook(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "..", "README.md"))
+// TestRunbook: every alert has its entry in the runbook, the "Dashboard
+// and alerts" section of docs/operating.md that the alerts' runbook_url
+// leads to.
+func TestRunbook(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "operating.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := string(readme)
-	i := strings.Index(text, "### Dashboard and alerts")
+	text := string(doc)
+	i := strings.Index(text, "\n## Dashboard and alerts\n")
 	if i < 0 {
-		t.Fatal(`README.md has no "### Dashboard and alerts" section`)
+		t.Fatal(`docs/operating.md has no "## Dashboard and alerts" section`)
 	}
-	section := text[i:]
-	if j := strings.Index(section[4:], "\n## "); j >= 0 {
-		section = section[:j+4]
+	section := text[i+1:]
+	if j := strings.Index(section[3:], "\n## "); j >= 0 {
+		section = section[:j+3]
 	}
 	data, err := os.ReadFile(filepath.Join("..", "metabus-rules.yaml"))
 	if err != nil {
@@ -295,7 +297,7 @@ func TestReadmeRunbook(t *testing.T) {
 	}
 	for _, m := range regexp.MustCompile(`(?m)^\s*- alert: (\S+)`).FindAllStringSubmatch(string(data), -1) {
 		if !strings.Contains(section, "`"+m[1]+"`") {
-			t.Errorf("the README's runbook does not cover %s", m[1])
+			t.Errorf("the runbook (docs/operating.md) does not cover %s", m[1])
 		}
 	}
 }
