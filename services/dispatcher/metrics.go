@@ -76,7 +76,7 @@ func (m *metrics) watchNATS(reg prometheus.Registerer, nc *nats.Conn) {
 	if nc == nil {
 		return
 	}
-	m.err = errors.Join(m.err, obs.RegisterNATSConnected(reg, "dispatcher", nc.IsConnected))
+	m.err = errors.Join(m.err, obs.RegisterNATS(reg, "dispatcher", nc))
 }
 
 // queued is the work publisher's Queued hook: a work item stored.
