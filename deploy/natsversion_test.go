@@ -99,7 +99,7 @@ func TestGoModVersion(t *testing.T) {
 // image:), at the start of a word. A tag of digits alone is a host:port
 // (nats://nats:4222), not an image.
 var (
-	natsImageRef   = regexp.MustCompile(`(?:^|[\s"'=\[(,`+"`"+`])((?:docker\.io/)?(?:library/)?nats(?::[A-Za-z0-9_][A-Za-z0-9_.\-]*|@sha256:[0-9a-f]+))`)
+	natsImageRef   = regexp.MustCompile(`(?:^|[\s"'=\[(,` + "`" + `])((?:docker\.io/)?(?:library/)?nats(?::[A-Za-z0-9_][A-Za-z0-9_.\-]*|@sha256:[0-9a-f]+))`)
 	natsImageNoTag = regexp.MustCompile(`(?m)\bimage:\s*["']?((?:docker\.io/)?(?:library/)?nats)["']?\s*$`)
 	portOnly       = regexp.MustCompile(`^[^:]*:[0-9]+$`)
 )
