@@ -129,16 +129,7 @@ func TestHandoverWithoutResetPermission(t *testing.T) {
 // TestCannotResetReportedOnce: every handover of a replica meets a server
 // that cannot reset again; each is counted, the first alone reported.
 func TestCannotResetReportedOnce(t *testing.T) {
-	s := testnats.Serve(t, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir()})
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := replicas(t, bus.Options{Partitions: 1})()
 	obs := newOwnership()
 	var reported []error
 	o := &owner{js: js, c: ConsumeConfig{Stage: bus.WorkStage, Ownership: obs, OnError: func(err error) { reported = append(reported, err) }}}
