@@ -964,9 +964,13 @@ func (o *owner) cannotResetOnce(err error) {
 	if !o.cannotReset.CompareAndSwap(false, true) {
 		return
 	}
-	o.c.OnError(fmt.Errorf("%w; NATS server %s (consumer reset needs %s or later): every handover of this replica now waits for the reset and redelivers after AckWait; "+
-		"the later failures are only counted (metabus_bus_consumer_reset_failures_total)",
-		err, o.js.Conn().ConnectedServerVersion(), natsx.MinResetVersion))
+	version := o.js.Conn().ConnectedServerVersion()
+	why := fmt.Sprintf("NATS server %s is older than %s, the first to reset consumers", version, natsx.MinResetVersion)
+	if ok, _ := natsx.ConsumerResetSupported(version); ok {
+		why = fmt.Sprintf("NATS server %s can reset consumers, so this replica's NATS user lacks the permission ($JS.API.CONSUMER.RESET.%s.*)", version, o.c.Stream)
+	}
+	o.c.OnError(fmt.Errorf("%w; %s: every handover of this replica now waits for the reset and redelivers after AckWait; "+
+		"the later failures are only counted (metabus_bus_consumer_reset_failures_total)", err, why))
 }
 
 // --- handlers ---

@@ -121,8 +121,8 @@ func TestHandoverWithoutResetPermission(t *testing.T) {
 			reported = append(reported, err)
 		}
 	}
-	if len(reported) != 1 || !strings.Contains(reported[0].Error(), "NATS server "+server.VERSION) {
-		t.Errorf("a reported %d reset failures %v, want one naming server %s", len(reported), reported, server.VERSION)
+	if len(reported) != 1 || !strings.Contains(reported[0].Error(), "NATS server "+server.VERSION) || !strings.Contains(reported[0].Error(), "permission") {
+		t.Errorf("a reported %d reset failures %v, want one naming server %s and the missing permission", len(reported), reported, server.VERSION)
 	}
 }
 
