@@ -22,6 +22,7 @@ import (
 
 	"github.com/metabus/metabus/examples/helloworld"
 	"github.com/metabus/metabus/pkg/cli"
+	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/services/dispatcher"
 	"github.com/metabus/metabus/services/revisions"
 	"github.com/metabus/metabus/services/watcher"
@@ -246,8 +247,8 @@ func checkMetabusService(t *testing.T, name string, svc types.ServiceConfig, bin
 // takes it.
 func checkNATSService(t *testing.T, svc types.ServiceConfig, bindSource func(types.ServiceConfig, string) string) {
 	t.Helper()
-	if svc.Image != "nats:2.12-alpine" {
-		t.Errorf("image %q", svc.Image)
+	if svc.Image != natsx.ServerImage {
+		t.Errorf("image %q, want %q (the nats-server go.mod builds)", svc.Image, natsx.ServerImage)
 	}
 	cmd := []string(svc.Command)
 	if len(cmd) == 0 || cmd[0] != "nats-server" {

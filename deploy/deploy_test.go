@@ -1391,8 +1391,8 @@ func TestNATSStatefulSet(t *testing.T) {
 		t.Fatal("no StatefulSet nats")
 	}
 	c := podContainer(t, sts)
-	if got := str(c.obj, "image"); got != "nats:2.12-alpine" {
-		t.Errorf("image %q", got)
+	if got := str(c.obj, "image"); got != natsx.ServerImage {
+		t.Errorf("image %q, want %q (the nats-server go.mod builds)", got, natsx.ServerImage)
 	}
 	if len(slice(sts, "spec", "volumeClaimTemplates")) != 1 {
 		t.Error("want a volumeClaimTemplate for the JetStream file store")
@@ -1918,7 +1918,7 @@ func TestHelmChart(t *testing.T) {
 	if r, _, _ := unstructured.NestedInt64(values, "replicas"); r != 2 {
 		t.Errorf("values replicas = %d, want 2 (as deploy/apps)", r)
 	}
-	if str(values, "image", "repository") != "ghcr.io/metabus/metabus" || str(values, "nats", "image") != "nats:2.12-alpine" {
+	if str(values, "image", "repository") != "ghcr.io/metabus/metabus" || str(values, "nats", "image") != natsx.ServerImage {
 		t.Error("values: unexpected images")
 	}
 	if str(values, "profile") != "upstream" {

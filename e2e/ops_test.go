@@ -282,6 +282,10 @@ func TestOps(t *testing.T) {
 			if c.LastError == nil || c.LastError.Parent != ns+"/broken" || !strings.Contains(c.LastError.Message, "500") {
 				return fmt.Errorf("last error %+v", c.LastError)
 			}
+			// The server the tests run (go.mod's) resets consumers.
+			if st.NATS == nil || !st.NATS.ConsumerReset || st.NATS.Version != natsx.BuiltServerVersion {
+				return fmt.Errorf("NATS server %+v, want %s able to reset consumers", st.NATS, natsx.BuiltServerVersion)
+			}
 			return nil
 		})
 		var out bytes.Buffer
@@ -289,7 +293,7 @@ func TestOps(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("metabus status:\n%s", out.String())
-		for _, want := range []string{"dispatcher", "compositecontroller/hello-ops", ns + "/broken"} {
+		for _, want := range []string{"dispatcher", "compositecontroller/hello-ops", ns + "/broken", "consumer reset supported"} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("status table lacks %q", want)
 			}

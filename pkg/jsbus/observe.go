@@ -13,7 +13,25 @@ type OwnershipObserver interface {
 	// (rebalance, shutdown, partition-count change) or, lost, because its
 	// lease was not renewed in time.
 	PartitionReleased(stage string, lost bool)
+	// ConsumerResetFailed: a reset of a partition's consumer at a
+	// handover failed, for reason ResetUnsupported, ResetNoAnswer or
+	// ResetError.
+	ConsumerResetFailed(stage, reason string)
 }
+
+// Why a consumer reset failed (OwnershipObserver.ConsumerResetFailed).
+const (
+	// ResetUnsupported: the consumer cannot be reset at all (a server
+	// before natsx.MinResetVersion, a user without the permission); the
+	// handover goes on without, what was pending comes back after
+	// AckWait.
+	ResetUnsupported = "unsupported"
+	// ResetNoAnswer: no answer, nor from the consumer's info; tried again
+	// while the lease holds.
+	ResetNoAnswer = "no_answer"
+	// ResetError: another error (no consumer leader yet); tried again.
+	ResetError = "error"
+)
 
 func (c *ConsumeConfig) claimed() {
 	if c.Ownership != nil {
@@ -24,6 +42,12 @@ func (c *ConsumeConfig) claimed() {
 func (c *ConsumeConfig) released(lost bool) {
 	if c.Ownership != nil {
 		c.Ownership.PartitionReleased(c.Stage, lost)
+	}
+}
+
+func (c *ConsumeConfig) resetFailed(reason string) {
+	if c.Ownership != nil {
+		c.Ownership.ConsumerResetFailed(c.Stage, reason)
 	}
 }
 

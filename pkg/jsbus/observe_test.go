@@ -17,10 +17,18 @@ type observed struct {
 	mu                    sync.Mutex
 	claimed, handed, lost map[string]int
 	heldNow, heldAtLeast  map[string]int
+	resetFailed           map[string]int // by stage/reason
 }
 
 func newOwnership() *observed {
-	return &observed{claimed: map[string]int{}, handed: map[string]int{}, lost: map[string]int{}, heldNow: map[string]int{}, heldAtLeast: map[string]int{}}
+	return &observed{claimed: map[string]int{}, handed: map[string]int{}, lost: map[string]int{}, heldNow: map[string]int{}, heldAtLeast: map[string]int{},
+		resetFailed: map[string]int{}}
+}
+
+func (o *observed) ConsumerResetFailed(stage, reason string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.resetFailed[stage+"/"+reason]++
 }
 
 func (o *observed) PartitionClaimed(stage string) {

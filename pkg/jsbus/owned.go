@@ -17,6 +17,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/fairq"
+	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/ownership"
 )
 
@@ -193,6 +194,10 @@ type owner struct {
 	// minBeat is the shortest keep-alive period of any partition (the
 	// consumers' AckWait may be shorter than this replica's setting).
 	minBeat atomic.Int64
+	// cannotReset remembers that a consumer reset proved impossible (a
+	// server before 2.14, a user without the permission): that is
+	// reported to OnError once, the later ones are only counted.
+	cannotReset atomic.Bool
 }
 
 // dpart is the driver's side of a partition held here.
@@ -923,27 +928,49 @@ func (o *owner) reset(dp *dpart) {
 			// AckWait, as it did before. (A 5xx, such as no consumer
 			// leader yet, passes: tried again.)
 			err = fmt.Errorf("reset consumer %s/%s: %w (%w)", o.c.Stream, name, ownership.ErrCannotReset, err)
-			o.c.OnError(err)
+			o.cannotResetOnce(err)
 		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
 			// No answer. A user without the permission gets none (the
-			// server drops the request): if the consumer's info answers
-			// at once, the API is up, so take it as that. Otherwise the
-			// core tries again while the lease holds.
+			// server drops the request), nor does a server before 2.14:
+			// if the consumer's info answers at once, the API is up, so
+			// take it as that. Otherwise the core tries again while the
+			// lease holds.
 			ictx, icancel := context.WithTimeout(context.Background(), apiTimeout)
 			_, ierr := o.js.Consumer(ictx, o.c.Stream, name)
 			icancel()
 			if ierr == nil {
 				err = fmt.Errorf("reset consumer %s/%s: %w (%w; its info answers)", o.c.Stream, name, ownership.ErrCannotReset, err)
+				o.cannotResetOnce(err)
 			} else {
 				err = fmt.Errorf("reset consumer %s/%s: %w", o.c.Stream, name, err)
+				o.c.resetFailed(ResetNoAnswer)
+				o.c.OnError(err)
 			}
-			o.c.OnError(err)
 		default:
 			err = fmt.Errorf("reset consumer %s/%s: %w", o.c.Stream, name, err)
+			o.c.resetFailed(ResetError)
 			o.c.OnError(err)
 		}
 	}
 	o.update(func(c *ownership.Core, now time.Time) { c.ResetDone(dp.id, err, now) })
+}
+
+// cannotResetOnce counts a reset that proved impossible and reports the
+// first of this replica's to OnError, naming the server's version: every
+// handover meets it again, and an error per handover would bury the one
+// that says what to do.
+func (o *owner) cannotResetOnce(err error) {
+	o.c.resetFailed(ResetUnsupported)
+	if !o.cannotReset.CompareAndSwap(false, true) {
+		return
+	}
+	version := o.js.Conn().ConnectedServerVersion()
+	why := fmt.Sprintf("NATS server %s is older than %s, the first to reset consumers", version, natsx.MinResetVersion)
+	if ok, _ := natsx.ConsumerResetSupported(version); ok {
+		why = fmt.Sprintf("NATS server %s can reset consumers, so this replica's NATS user lacks the permission ($JS.API.CONSUMER.RESET.%s.*)", version, o.c.Stream)
+	}
+	o.c.OnError(fmt.Errorf("%w; %s: every handover of this replica now waits for the reset and redelivers after AckWait; "+
+		"the later failures are only counted (metabus_bus_consumer_reset_failures_total)", err, why))
 }
 
 // --- handlers ---

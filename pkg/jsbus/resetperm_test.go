@@ -2,14 +2,20 @@ package jsbus
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/ownership"
 	"github.com/metabus/metabus/pkg/testnats"
 )
 
@@ -60,7 +66,20 @@ func TestHandoverWithoutResetPermission(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	aDone := consumeDesired(ctx, connect(), "a", ackWait, slow("a"))
+	// a hands the partition over: its reset is the one that fails. It
+	// must be counted and reported, naming the server's version.
+	aObs := newOwnership()
+	var (
+		errMu   sync.Mutex
+		aErrors []error
+	)
+	aDone := make(chan struct{})
+	go func() {
+		defer close(aDone)
+		_ = Consume(ctx, connect(), ConsumeConfig{Stream: bus.DesiredStream, Prefix: bus.DesiredConsumerPrefix, Stage: bus.DesiredStage,
+			PerController: 8, AckWait: ackWait, Ordered: true, Member: "a", Ownership: aObs,
+			OnError: func(err error) { errMu.Lock(); aErrors = append(aErrors, err); errMu.Unlock() }}, slow("a"))
+	}()
 	time.Sleep(1500 * time.Millisecond)
 	b := winner("b", "a")
 	start := time.Now()
@@ -88,4 +107,39 @@ func TestHandoverWithoutResetPermission(t *testing.T) {
 	cancel()
 	<-aDone
 	<-bDone
+	aObs.mu.Lock()
+	unsupported := aObs.resetFailed[bus.DesiredStage+"/"+ResetUnsupported]
+	aObs.mu.Unlock()
+	if unsupported == 0 {
+		t.Errorf("resets counted as failed %v, want %s/%s", aObs.resetFailed, bus.DesiredStage, ResetUnsupported)
+	}
+	errMu.Lock()
+	defer errMu.Unlock()
+	var reported []error
+	for _, err := range aErrors {
+		if errors.Is(err, ownership.ErrCannotReset) {
+			reported = append(reported, err)
+		}
+	}
+	if len(reported) != 1 || !strings.Contains(reported[0].Error(), "NATS server "+server.VERSION) || !strings.Contains(reported[0].Error(), "permission") {
+		t.Errorf("a reported %d reset failures %v, want one naming server %s and the missing permission", len(reported), reported, server.VERSION)
+	}
+}
+
+// TestCannotResetReportedOnce: every handover of a replica meets a server
+// that cannot reset again; each is counted, the first alone reported.
+func TestCannotResetReportedOnce(t *testing.T) {
+	_, js := replicas(t, bus.Options{Partitions: 1})()
+	obs := newOwnership()
+	var reported []error
+	o := &owner{js: js, c: ConsumeConfig{Stage: bus.WorkStage, Ownership: obs, OnError: func(err error) { reported = append(reported, err) }}}
+	for i := range 3 {
+		o.cannotResetOnce(fmt.Errorf("reset consumer MC_WORK/p%d: %w", i, ownership.ErrCannotReset))
+	}
+	if diff := cmp.Diff(map[string]int{bus.WorkStage + "/" + ResetUnsupported: 3}, obs.resetFailed); diff != "" {
+		t.Errorf("counted (-want +got):\n%s", diff)
+	}
+	if len(reported) != 1 || !errors.Is(reported[0], ownership.ErrCannotReset) || !strings.Contains(reported[0].Error(), "MC_WORK/p0") {
+		t.Errorf("reported %v, want the first failure alone", reported)
+	}
 }

@@ -208,7 +208,12 @@ func (o ConnOptions) natsOptions() ([]nats.Option, error) {
 				log.Warn("nats disconnected", zap.Error(err))
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", zap.String("url", c.ConnectedUrlRedacted())) }),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("nats reconnected", zap.String("url", c.ConnectedUrlRedacted()), zap.String("serverVersion", c.ConnectedServerVersion()))
+			// Another server of a cluster may be of another release
+			// (a rolling upgrade): check each one connected to.
+			CheckServer(c, log)
+		}),
 		// Asynchronous errors are otherwise silent: a publish or
 		// subscription the server's permissions deny only shows up here.
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
@@ -258,6 +263,9 @@ func connect(o ConnOptions, opts []nats.Option) (*nats.Conn, jetstream.JetStream
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to nats %s: %w", redact(url), err)
 	}
+	// A server that cannot reset consumers still works, degraded: say so
+	// loudly at start rather than let every handover wait silently.
+	CheckServer(nc, o.Logger)
 	// An asynchronous publish whose acknowledgement never comes (a reply
 	// lost with a server restart) is failed after this long rather than
 	// tracked for ever; the lease renewals publish asynchronously.

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientmetrics "k8s.io/client-go/tools/metrics"
+
+	"github.com/metabus/metabus/pkg/natsx"
 )
 
 // Register registers c with reg, or returns the collector already
@@ -101,21 +103,81 @@ func (m *LeaderMetrics) Leading(name string, leading bool) {
 	m.status.WithLabelValues(name).Set(v)
 }
 
-// RegisterNATSConnected adds metabus_nats_connected{service}: 1 while the
-// service's NATS connection is up, 0 while it is down or reconnecting.
-// The "NATS unreachable" alert watches it.
-func RegisterNATSConnected(reg prometheus.Registerer, service string, connected func() bool) error {
+// NATSConn is what the NATS metrics read of a connection (*nats.Conn).
+type NATSConn interface {
+	IsConnected() bool
+	// ConnectedServerVersion is the version the server announced, "" while
+	// not connected.
+	ConnectedServerVersion() string
+}
+
+// RegisterNATS adds a service's NATS connection metrics:
+//
+//   - metabus_nats_connected{service}: 1 while the connection is up, 0
+//     while it is down or reconnecting (the "NATS unreachable" alert);
+//   - metabus_nats_server_info{service,version}: 1, labelled with the
+//     version of the server connected to (no series while disconnected);
+//   - metabus_nats_consumer_reset_supported{service}: 1 if that server can
+//     reset consumers (natsx.MinResetVersion or later), 0 if not, so that
+//     every partition handover waits and redelivers (the
+//     MetabusNATSConsumerResetUnsupported alert; no series while
+//     disconnected).
+//
+// They are read at each scrape, so a reconnection to a server of another
+// release (a rolling upgrade) shows at once.
+func RegisterNATS(reg prometheus.Registerer, service string, nc NATSConn) error {
 	_, err := Register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "metabus_nats_connected",
 		Help:        "1 while this service's NATS connection is up, 0 while it is down or reconnecting.",
 		ConstLabels: prometheus.Labels{"service": service},
 	}, func() float64 {
-		if connected() {
+		if nc.IsConnected() {
 			return 1
 		}
 		return 0
 	}))
-	return err
+	_, serr := Register(reg, &natsServerCollector{nc: nc, labels: prometheus.Labels{"service": service}})
+	return errors.Join(err, serr)
+}
+
+// natsServerCollector exports the connected server's version and whether
+// it can reset consumers.
+type natsServerCollector struct {
+	nc     NATSConn
+	labels prometheus.Labels
+}
+
+func (c *natsServerCollector) descs() (info, reset *prometheus.Desc) {
+	info = prometheus.NewDesc("metabus_nats_server_info",
+		"1, labelled with the version of the NATS server this service is connected to (no series while disconnected).",
+		[]string{"version"}, c.labels)
+	reset = prometheus.NewDesc("metabus_nats_consumer_reset_supported",
+		"1 if the NATS server this service is connected to can reset consumers (nats-server "+natsx.MinResetVersion+
+			" or later), 0 if not: then every partition handover waits for the reset to time out and redelivers what was pending.",
+		nil, c.labels)
+	return info, reset
+}
+
+// Describe implements prometheus.Collector.
+func (c *natsServerCollector) Describe(ch chan<- *prometheus.Desc) {
+	info, reset := c.descs()
+	ch <- info
+	ch <- reset
+}
+
+// Collect implements prometheus.Collector.
+func (c *natsServerCollector) Collect(ch chan<- prometheus.Metric) {
+	v := c.nc.ConnectedServerVersion()
+	if v == "" {
+		return
+	}
+	info, reset := c.descs()
+	ch <- prometheus.MustNewConstMetric(info, prometheus.GaugeValue, 1, v)
+	supported := 0.0
+	if ok, _ := natsx.ConsumerResetSupported(v); ok {
+		supported = 1
+	}
+	ch <- prometheus.MustNewConstMetric(reset, prometheus.GaugeValue, supported)
 }
 
 // PartitionMetrics count this replica's partition ownership (the bus's
@@ -123,9 +185,10 @@ func RegisterNATSConnected(reg prometheus.Registerer, service string, connected 
 // partitions it consumes, and every claim, hand-back and loss. They
 // implement jsbus.OwnershipObserver.
 type PartitionMetrics struct {
-	held     *prometheus.GaugeVec
-	claims   *prometheus.CounterVec
-	releases *prometheus.CounterVec
+	held        *prometheus.GaugeVec
+	claims      *prometheus.CounterVec
+	releases    *prometheus.CounterVec
+	resetFailed *prometheus.CounterVec
 }
 
 // NewPartitionMetrics registers the partition ownership metrics with reg
@@ -147,6 +210,12 @@ func NewPartitionMetrics(reg prometheus.Registerer) (*PartitionMetrics, error) {
 	m.releases, err = Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "metabus_bus_partition_releases_total",
 		Help: "Partitions this replica stopped consuming, by reason: handed_back (rebalance, shutdown, partition-count change) or lost (lease not renewed in time).",
+	}, []string{"stage", "reason"}))
+	errs = append(errs, err)
+	m.resetFailed, err = Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "metabus_bus_consumer_reset_failures_total",
+		Help: "Consumer resets at a partition handover that failed, by reason: unsupported (the NATS server, before " + natsx.MinResetVersion +
+			", or the user's permissions cannot reset: the handover redelivers after AckWait), no_answer or error (tried again).",
 	}, []string{"stage", "reason"}))
 	errs = append(errs, err)
 	return m, errors.Join(errs...)
@@ -172,4 +241,12 @@ func (m *PartitionMetrics) PartitionReleased(stage string, lost bool) {
 	}
 	m.held.WithLabelValues(stage).Dec()
 	m.releases.WithLabelValues(stage, reason).Inc()
+}
+
+// ConsumerResetFailed implements jsbus.OwnershipObserver.
+func (m *PartitionMetrics) ConsumerResetFailed(stage, reason string) {
+	if m == nil {
+		return
+	}
+	m.resetFailed.WithLabelValues(stage, reason).Inc()
 }

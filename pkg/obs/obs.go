@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/metabus/metabus/pkg/ownership"
 )
 
 // LogFlags are controller-runtime's zap flags, as upstream exposes them.
@@ -142,6 +144,21 @@ func NewLogger(f LogFlags) (*zap.Logger, error) {
 		return nil, fmt.Errorf("build logger: %w", err)
 	}
 	return l, nil
+}
+
+// ConsumerErrors is a partition consumer's error log (jsbus.ConsumeConfig's
+// OnError): at warn, as the consumer gets over most of them, except that a
+// consumer that cannot be reset (ownership.ErrCannotReset, which the
+// consumer reports once per replica) is at error: every handover is
+// degraded until NATS is upgraded or the permission granted.
+func ConsumerErrors(log *zap.Logger, what string) func(error) {
+	return func(err error) {
+		if errors.Is(err, ownership.ErrCannotReset) {
+			log.Error(what+": partition handovers degraded", zap.Error(err))
+			return
+		}
+		log.Warn(what, zap.Error(err))
+	}
 }
 
 // NewRegistry returns a registry with the Go and process collectors.

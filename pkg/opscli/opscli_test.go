@@ -336,3 +336,38 @@ func TestInboxPrefix(t *testing.T) {
 		t.Errorf("InboxPrefix %q, want %q", InboxPrefix, want)
 	}
 }
+
+func TestNATSServerStatus(t *testing.T) {
+	for _, tc := range []struct {
+		reason, version string
+		want            *NATSServer
+		line            []string // what the table's line says
+	}{
+		{reason: "the tested release", version: natsx.BuiltServerVersion,
+			want: &NATSServer{Name: "n1", Version: natsx.BuiltServerVersion, ConsumerReset: true, MinimumVersion: natsx.MinResetVersion},
+			line: []string{"NATS server " + natsx.BuiltServerVersion + " (n1)", "consumer reset supported"}},
+		{reason: "a server before 2.14", version: "2.12.15",
+			want: &NATSServer{Name: "n1", Version: "2.12.15", MinimumVersion: natsx.MinResetVersion},
+			line: []string{"NATS server 2.12.15 (n1)", "NOT supported", "needs " + natsx.MinResetVersion, "AckWait", natsx.ServerImage}},
+		{reason: "a version that does not parse", version: "banana",
+			want: &NATSServer{Name: "n1", Version: "banana", MinimumVersion: natsx.MinResetVersion, Error: `nats-server version "banana": want MAJOR.MINOR.PATCH`},
+			line: []string{"NATS server banana (n1)", "consumer reset unknown", "MAJOR.MINOR.PATCH"}},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			got := natsServerStatus(tc.version, "n1")
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			var out strings.Builder
+			if err := WriteStatus(&out, &Status{NATS: got}); err != nil {
+				t.Fatal(err)
+			}
+			first, _, _ := strings.Cut(out.String(), "\n")
+			for _, s := range tc.line {
+				if !strings.Contains(first, s) {
+					t.Errorf("first line %q does not say %q", first, s)
+				}
+			}
+		})
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/inspect"
+	"github.com/metabus/metabus/pkg/natsx"
 )
 
 // Bus is the operator's view of metabus: its NATS connection and the
@@ -75,9 +76,52 @@ type Status struct {
 	WindowSeconds float64            `json:"windowSeconds"`
 	Stages        []StageStatus      `json:"stages"`
 	Controllers   []ControllerStatus `json:"controllers"`
+	// NATS is the server this command is connected to.
+	NATS *NATSServer `json:"nats,omitempty"`
 	// Notes say what could not be known (replicas that did not answer,
 	// scans cut short).
 	Notes []string `json:"notes,omitempty"`
+}
+
+// NATSServer is a NATS server's release and whether it can reset consumers,
+// which every graceful partition handover does.
+type NATSServer struct {
+	Name    string `json:"name,omitempty"`
+	Version string `json:"version"`
+	// ConsumerReset: the server is natsx.MinResetVersion or later. If not,
+	// every handover waits for the reset to time out and what the
+	// previous owner held is redelivered after AckWait.
+	ConsumerReset  bool   `json:"consumerReset"`
+	MinimumVersion string `json:"minimumVersion"`
+	// Error says why the version could not be judged.
+	Error string `json:"error,omitempty"`
+}
+
+// natsServerStatus judges the version a server announced.
+func natsServerStatus(version, name string) *NATSServer {
+	s := &NATSServer{Name: name, Version: version, MinimumVersion: natsx.MinResetVersion}
+	ok, err := natsx.ConsumerResetSupported(version)
+	s.ConsumerReset = ok
+	if err != nil {
+		s.Error = err.Error()
+	}
+	return s
+}
+
+// line is the server's line of the table output.
+func (s *NATSServer) line() string {
+	server := s.Version
+	if s.Name != "" {
+		server += " (" + s.Name + ")"
+	}
+	switch {
+	case s.ConsumerReset:
+		return fmt.Sprintf("NATS server %s: consumer reset supported (%s or later)", server, s.MinimumVersion)
+	case s.Error != "":
+		return fmt.Sprintf("NATS server %s: consumer reset unknown (%s): handovers may wait and redeliver after AckWait", server, s.Error)
+	}
+	return fmt.Sprintf("NATS server %s: consumer reset NOT supported (needs %s or later): every partition handover waits for the reset to time out "+
+		"and redelivers after AckWait; upgrade NATS (%s is the tested release)", server, s.MinimumVersion, natsx.ServerImage)
 }
 
 // StageStatus is one stage: its replicas, and for the partitioned stages
@@ -272,6 +316,11 @@ func (b *Bus) GetStatus(ctx context.Context, o StatusOptions) (*Status, error) {
 		return nil, err
 	}
 	st := summarize(in)
+	if b.NC != nil {
+		// The server this command reached; in a cluster, the services'
+		// metabus_nats_consumer_reset_supported says it for theirs.
+		st.NATS = natsServerStatus(b.NC.ConnectedServerVersion(), b.NC.ConnectedServerName())
+	}
 	return &st, nil
 }
 
@@ -542,6 +591,10 @@ func contains(ss []string, s string) bool {
 
 // WriteStatus prints a status as tables.
 func WriteStatus(w io.Writer, st *Status) error {
+	if st.NATS != nil {
+		fmt.Fprintln(w, st.NATS.line())
+		fmt.Fprintln(w)
+	}
 	t := newTable(w, "STAGE", "REPLICAS", "PARTITIONS", "UNOWNED", "WAITING", "IN-FLIGHT", "REDELIVERED", "LEADER")
 	for _, s := range st.Stages {
 		parts, unowned, waiting, inflight, redelivered := "-", "-", "-", "-", "-"

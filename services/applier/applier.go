@@ -249,7 +249,7 @@ func (a *Applier) Run(ctx context.Context) error {
 			Stream: bus.DesiredStream, Prefix: bus.DesiredConsumerPrefix, Stage: bus.DesiredStage,
 			PerController: a.cfg.Workers, Total: a.cfg.MaxInFlight, AckWait: ackWait, Ordered: true, Member: a.member,
 			KeepOlder: isRelease,
-			OnError:   func(err error) { a.log.Warn("desired-state consumer", zap.Error(err)) },
+			OnError:   obs.ConsumerErrors(a.log, "desired-state consumer"),
 			Ownership: a.metrics.partitions,
 		}, a.handle)
 	}, func(err error) {

@@ -63,5 +63,5 @@ func (m *metrics) watchNATS(reg prometheus.Registerer, nc *nats.Conn) {
 	if nc == nil {
 		return
 	}
-	m.err = errors.Join(m.err, obs.RegisterNATSConnected(reg, "applier", nc.IsConnected))
+	m.err = errors.Join(m.err, obs.RegisterNATS(reg, "applier", nc))
 }

@@ -316,7 +316,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return jsbus.Consume(ctx, d.js, jsbus.ConsumeConfig{
 			Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
 			PerController: d.cfg.Workers, Total: d.cfg.MaxInFlight, AckWait: ackWait, Member: d.member,
-			OnError:   func(err error) { d.log.Warn("work consumer", zap.Error(err)) },
+			OnError:   obs.ConsumerErrors(d.log, "work consumer"),
 			Ownership: d.metrics.partitions,
 		}, d.handle)
 	})

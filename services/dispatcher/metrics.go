@@ -86,7 +86,7 @@ func (m *metrics) watchNATS(reg prometheus.Registerer, nc *nats.Conn) {
 	if nc == nil {
 		return
 	}
-	m.err = errors.Join(m.err, obs.RegisterNATSConnected(reg, "dispatcher", nc.IsConnected))
+	m.err = errors.Join(m.err, obs.RegisterNATS(reg, "dispatcher", nc))
 }
 
 // mergeWait records one wait for an item's previous answer.

@@ -37,7 +37,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 func (m *metrics) registerProcess(reg prometheus.Registerer, nc *nats.Conn) error {
 	err := obs.RegisterRESTClientMetrics(reg)
 	if nc != nil {
-		err = errors.Join(err, obs.RegisterNATSConnected(reg, "revisions", nc.IsConnected))
+		err = errors.Join(err, obs.RegisterNATS(reg, "revisions", nc))
 	}
 	return err
 }

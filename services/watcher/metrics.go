@@ -65,7 +65,7 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) *metrics {
 	m.leader, errs[1] = obs.NewLeaderMetrics(reg)
 	errs[2] = obs.RegisterRESTClientMetrics(reg)
 	if w.nc != nil {
-		errs[3] = obs.RegisterNATSConnected(reg, "watcher", w.nc.IsConnected)
+		errs[3] = obs.RegisterNATS(reg, "watcher", w.nc)
 	}
 	m.err = errors.Join(errs[:]...)
 	if w.js != nil {

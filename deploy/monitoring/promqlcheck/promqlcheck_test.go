@@ -258,8 +258,8 @@ func TestAlertRules(t *testing.T) {
 					t.Errorf("alert %s has no %s annotation", r.Alert, a)
 				}
 			}
-			if !strings.HasSuffix(r.Annotations["runbook_url"], "/docs/operating.md#dashboard-and-alerts") {
-				t.Errorf("alert %s: runbook_url %q does not lead to the runbook (docs/operating.md, \"Dashboard and alerts\")", r.Alert, r.Annotations["runbook_url"])
+			if _, _, err := runbookPage(r.Annotations["runbook_url"]); err != nil {
+				t.Errorf("alert %s: %v", r.Alert, err)
 			}
 		}
 	}
@@ -267,37 +267,122 @@ func TestAlertRules(t *testing.T) {
 	// DLQ not empty, oldest item too old, hook error ratio, a stage with
 	// no partition owner, NATS unreachable; and the bus unreadable, without
 	// which the first ones stay silent.
-	want := []string{"MetabusBusUnreadable", "MetabusDeadLetters", "MetabusHookErrors", "MetabusNATSUnreachable",
-		"MetabusPartitionsUnowned", "MetabusWorkItemTooOld"}
+	// And a NATS server too old to reset consumers (issue 32), which
+	// degrades every handover without failing anything.
+	want := []string{"MetabusBusUnreadable", "MetabusDeadLetters", "MetabusHookErrors", "MetabusNATSConsumerResetUnsupported",
+		"MetabusNATSUnreachable", "MetabusPartitionsUnowned", "MetabusWorkItemTooOld"}
 	if diff := cmp.Diff(want, alerts); diff != "" {
 		t.Errorf("alerts (-want +got):\n%s", diff)
 	}
 }
 
-// TestRunbook: every alert has its entry in the runbook, the "Dashboard
-// and alerts" section of docs/operating.md that the alerts' runbook_url
-// leads to.
-func TestRunbook(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "operating.md"))
-	if err != nil {
-		t.Fatal(err)
+// runbookBase is where a runbook_url must lead: a page of this repository.
+const runbookBase = "https://github.com/metabus/metabus/blob/main/"
+
+// runbookPage splits a runbook_url into the repository file it leads to
+// (README.md, where the runbook is, or a page under docs/) and its anchor.
+func runbookPage(url string) (file, anchor string, err error) {
+	rest, ok := strings.CutPrefix(url, runbookBase)
+	if !ok {
+		return "", "", fmt.Errorf("runbook_url %q is not a page of %s", url, runbookBase)
 	}
-	text := string(doc)
-	i := strings.Index(text, "\n## Dashboard and alerts\n")
-	if i < 0 {
-		t.Fatal(`docs/operating.md has no "## Dashboard and alerts" section`)
+	file, anchor, ok = strings.Cut(rest, "#")
+	if !ok || anchor == "" {
+		return "", "", fmt.Errorf("runbook_url %q names no section (#anchor)", url)
 	}
-	section := text[i+1:]
-	if j := strings.Index(section[3:], "\n## "); j >= 0 {
-		section = section[:j+3]
+	if file != "README.md" && !(strings.HasPrefix(file, "docs/") && strings.HasSuffix(file, ".md") && !strings.Contains(file, "..")) {
+		return "", "", fmt.Errorf("runbook_url %q leads to neither README.md nor a docs/ page", url)
 	}
+	return file, anchor, nil
+}
+
+// headingAnchor is the anchor GitHub gives a Markdown heading's text:
+// lower case, punctuation dropped, spaces as hyphens.
+func headingAnchor(text string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(text)) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+var heading = regexp.MustCompile(`(?m)^(#{1,6})\s+(.+?)\s*$`)
+
+// section returns the Markdown section whose heading has anchor: from its
+// heading to the next heading of the same or a higher level.
+func section(md, anchor string) (string, bool) {
+	hs := heading.FindAllStringSubmatchIndex(md, -1)
+	for i, h := range hs {
+		if headingAnchor(md[h[4]:h[5]]) != anchor {
+			continue
+		}
+		level := h[3] - h[2]
+		for _, next := range hs[i+1:] {
+			if next[3]-next[2] <= level {
+				return md[h[0]:next[0]], true
+			}
+		}
+		return md[h[0]:], true
+	}
+	return "", false
+}
+
+func TestSection(t *testing.T) {
+	md := "# T\n## Dashboard and alerts\n`A`\n### Sub\n`B`\n## Next\n`C`\n## Server version (2.14+)\n`D`\n"
+	for _, tc := range []struct {
+		reason, anchor, want string
+		found                bool
+	}{
+		{reason: "a section with its subsections", anchor: "dashboard-and-alerts", want: "## Dashboard and alerts\n`A`\n### Sub\n`B`\n", found: true},
+		{reason: "a subsection ends at the next section", anchor: "sub", want: "### Sub\n`B`\n", found: true},
+		{reason: "the last section runs to the end; punctuation leaves the anchor", anchor: "server-version-214", want: "## Server version (2.14+)\n`D`\n", found: true},
+		{reason: "no such heading", anchor: "missing"},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			got, found := section(md, tc.anchor)
+			if found != tc.found || got != tc.want {
+				t.Errorf("section(%q) = %q, %v; want %q, %v", tc.anchor, got, found, tc.want, tc.found)
+			}
+		})
+	}
+}
+
+// TestRunbooks: every alert's runbook_url leads to a section of the README
+// or of a docs/ page that covers it (names it in code).
+func TestRunbooks(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("..", "metabus-rules.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range regexp.MustCompile(`(?m)^\s*- alert: (\S+)`).FindAllStringSubmatch(string(data), -1) {
-		if !strings.Contains(section, "`"+m[1]+"`") {
-			t.Errorf("the runbook (docs/operating.md) does not cover %s", m[1])
+	var rf ruleFile
+	if err := yaml.UnmarshalStrict(data, &rf); err != nil {
+		t.Fatalf("metabus-rules.yaml: %v", err)
+	}
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			file, anchor, err := runbookPage(r.Annotations["runbook_url"])
+			if err != nil {
+				t.Errorf("alert %s: %v", r.Alert, err)
+				continue
+			}
+			md, err := os.ReadFile(filepath.Join("..", "..", "..", filepath.FromSlash(file)))
+			if err != nil {
+				t.Errorf("alert %s: runbook %s: %v", r.Alert, file, err)
+				continue
+			}
+			sec, ok := section(string(md), anchor)
+			if !ok {
+				t.Errorf("alert %s: %s has no section #%s", r.Alert, file, anchor)
+				continue
+			}
+			if !strings.Contains(sec, "`"+r.Alert+"`") {
+				t.Errorf("alert %s: its runbook, %s#%s, does not cover it", r.Alert, file, anchor)
+			}
 		}
 	}
 }
