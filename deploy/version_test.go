@@ -93,7 +93,7 @@ var pinRE = regexp.MustCompile(regexp.QuoteMeta(metabusImage) + `:([0-9A-Za-z_][
 
 // imagePins returns the tags of the metabus image each file under root
 // names as <image>:<tag>, except in Go tests (which render other tags on
-// purpose), build output and git's own files. The kustomizations' images:
+// purpose), build output, local state and git's own files. The kustomizations' images:
 // entries name the tag on a line of its own (newTag), checked apart.
 func imagePins(t *testing.T, root string) map[string][]string {
 	t.Helper()
@@ -104,13 +104,18 @@ func imagePins(t *testing.T, root string) map[string][]string {
 		}
 		if d.IsDir() {
 			switch d.Name() {
-			case ".git", "bin", "node_modules":
+			case ".git", ".metabus", "bin", "node_modules":
 				return filepath.SkipDir
 			}
 			return nil
 		}
 		if strings.HasSuffix(path, "_test.go") || !d.Type().IsRegular() {
 			return nil
+		}
+		// A manifest is small; a larger file is a stray build output
+		// (`go build ./cmd/metabus` at the root), not worth reading.
+		if info, err := d.Info(); err != nil || info.Size() > 4<<20 {
+			return err
 		}
 		data, err := os.ReadFile(path)
 		if err != nil {
