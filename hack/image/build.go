@@ -164,6 +164,7 @@ func compile(ctx context.Context, s spec, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	// GO names the toolchain as the Makefile's GO does.
 	goBin := os.Getenv("GO")
 	if goBin == "" {
 		goBin = "go"
