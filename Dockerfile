@@ -12,17 +12,20 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
-# The build's identity (pkg/version): `make image` passes both; .git is not
-# in the build context, so Go cannot record the revision itself.
-ARG VERSION=dev
+# The build's identity (pkg/version): `make image-docker` passes both; the
+# version defaults to the VERSION file (what every manifest pins, as `make
+# image` stamps it); .git is not in the build context, so Go cannot record
+# the revision itself.
+ARG VERSION=
 ARG REVISION=unknown
 # Static binaries (CGO_ENABLED=0) run on a distroless image without libc.
 ENV CGO_ENABLED=0
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     set -eu; \
+    version="${VERSION:-$(cat VERSION)}"; \
     v=github.com/metabus/metabus/pkg/version; \
-    ldflags="-s -w -X $v.Version=${VERSION} -X $v.Revision=${REVISION}"; \
+    ldflags="-s -w -X $v.Version=${version} -X $v.Revision=${REVISION}"; \
     go build -trimpath -ldflags "$ldflags" -o /out/metabus-watcher ./cmd/watcher; \
     go build -trimpath -ldflags "$ldflags" -o /out/metabus-dispatcher ./cmd/dispatcher; \
     go build -trimpath -ldflags "$ldflags" -o /out/metabus-applier ./cmd/applier; \

@@ -16,26 +16,39 @@ TEST_TIMEOUT ?= 30m
 
 # The build's identity, stamped into every binary (pkg/version) and shown
 # by --version, `metabus version`, the start-up log and metabus_build_info.
-# `make image TAG=v0.3.0` stamps and tags that version.
+# The version is the VERSION file's, the one every manifest pins
+# (deploy/version_test.go holds them equal); the revision tells builds of
+# one version apart, marked -dirty when tracked files differ from it.
+# `make image TAG=0.3.0-rc.1` stamps and tags that version instead.
 TAG ?=
-VERSION ?= $(or $(TAG),$(shell git describe --tags --always --dirty 2>/dev/null),dev)
-REVISION ?= $(or $(shell git rev-parse HEAD 2>/dev/null),unknown)
+VERSION ?= $(or $(TAG),$(shell cat VERSION 2>/dev/null),dev)
+REVISION ?= $(or $(shell git rev-parse HEAD 2>/dev/null),unknown)$(if $(shell git status --porcelain --untracked-files=no 2>/dev/null),-dirty)
 VERSION_PKG := github.com/metabus/metabus/pkg/version
 LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REVISION)
 IMAGE ?= ghcr.io/metabus/metabus
 DOCKER ?= docker
 
-.PHONY: all build image test unit e2e fuzz sim bench bench-bus bench-watcher bench-compare faults faults-cluster run vet fmt kube-bins clean
+.PHONY: all build image image-docker test unit e2e fuzz sim bench bench-bus bench-watcher bench-compare faults faults-cluster run vet fmt kube-bins clean
 
 all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
-# image builds the one image holding every binary (Dockerfile), stamped and
-# tagged $(IMAGE):$(TAG) (default: the version), the image deploy/ names.
+# image builds the one image holding every binary, stamped and tagged
+# $(IMAGE):$(VERSION), the image deploy/ names, with no container engine
+# (hack/image): bin/image/metabus-$(VERSION).tar (docker load -i, crane
+# push) and the OCI layout bin/image/oci (crane push). Reproducible: the
+# same commit, Go toolchain and IMAGE_ARCH give the same digest.
+# docs/releasing.md says how it is pushed and pinned.
+IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
 image:
-	$(DOCKER) build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMAGE):$(or $(TAG),$(VERSION)) .
+	$(GO) run ./hack/image -version $(VERSION) -revision $(REVISION) -repository $(IMAGE) -arch $(IMAGE_ARCH) -out bin/image
+
+# image-docker builds the same binaries with Docker (Dockerfile, on
+# distroless; what docker-compose.yaml builds), for machines with an engine.
+image-docker:
+	$(DOCKER) build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMAGE):$(VERSION) .
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }

@@ -1,5 +1,6 @@
 // Package version says which build of metabus is running: the version and
-// git revision stamped at link time (`make build`, the Dockerfile), or, for
+// git revision stamped at link time (`make build`, `make image`, the
+// Dockerfile; the version is the repository's VERSION file), or, for
 // a plain `go build`/`go install`, what the Go toolchain recorded in the
 // binary. Every binary prints it for --version, logs it at start and exports
 // it as metabus_build_info.

@@ -57,9 +57,15 @@ app.kubernetes.io/part-of: metabus
 app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 {{- end }}
 
-{{/* Container image of metabus (services and the credential generator). */}}
+{{/* Container image of metabus (services and the credential generator):
+by digest when image.digest is set (as kustomize's images: digest, which
+also drops the tag), otherwise by tag. */}}
 {{- define "metabus.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
 {{- end }}
 
 {{/* The profile, checked: upstream or hardened. */}}
