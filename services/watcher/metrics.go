@@ -7,6 +7,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/busstats"
+	"github.com/metabus/metabus/pkg/kindtable"
 	"github.com/metabus/metabus/pkg/obs"
 )
 
@@ -19,6 +20,9 @@ type metrics struct {
 	// queues count the work items stored (workqueue_adds_total).
 	queues *obs.WorkQueueMetrics
 	leader *obs.LeaderMetrics
+	// reconciles are controller-runtime's controller_runtime_* families
+	// of the controller objects' reconciles (runControllers), by kind.
+	reconciles map[string]*obs.Reconciles
 
 	// err is what failed to register (logged by New).
 	err error
@@ -60,13 +64,21 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) *metrics {
 					"that some parent's customize hook currently names (what it grows with).",
 			}, func() float64 { return float64(w.relatedBuckets()) }))
 	}
-	var errs [4]error
+	var errs [6]error
 	m.queues, errs[0] = obs.NewWorkQueueMetrics(reg)
 	m.leader, errs[1] = obs.NewLeaderMetrics(reg)
 	errs[2] = obs.RegisterRESTClientMetrics(reg)
 	if w.nc != nil {
 		errs[3] = obs.RegisterNATSConnected(reg, "watcher", w.nc.IsConnected)
 	}
+	reconciles, err := obs.NewReconcileMetrics(reg)
+	errs[4] = err
+	m.reconciles = map[string]*obs.Reconciles{}
+	for _, k := range kindtable.Kinds {
+		// One worker: runControllers.
+		m.reconciles[k.Name] = reconciles.Controller(obs.ReconcilerName(k.Name), 1)
+	}
+	errs[5] = obs.RegisterUnservedUpstreamMetrics(reg)
 	m.err = errors.Join(errs[:]...)
 	if w.js != nil {
 		// The bus's state, reported by the leading watcher only (one
