@@ -237,14 +237,23 @@ func scrapeUntilComplete(t *testing.T, exported []monitoring.Metric, addrs map[s
 
 // wantReconciled checks that the watcher counted the CompositeController's
 // reconcile under upstream's controller-runtime controller name, with the
-// worker count of its one worker.
+// worker count of its one worker, and the queue of CompositeController
+// objects under the same name.
 func wantReconciled(fams map[string]*dto.MetricFamily) error {
-	for _, m := range fams["controller_runtime_reconcile_total"].GetMetric() {
-		if matchLabels(m, map[string]string{"controller": "composite-metacontroller", "result": "success"}) && m.GetCounter().GetValue() >= 1 {
-			return wantSeries(fams, "controller_runtime_max_concurrent_reconciles", map[string]string{"controller": "composite-metacontroller"}, 1)
+	const name = "composite-metacontroller"
+	atLeastOne := func(family string, labels map[string]string) error {
+		for _, m := range fams[family].GetMetric() {
+			if matchLabels(m, labels) && m.GetCounter().GetValue()+float64(m.GetHistogram().GetSampleCount()) >= 1 {
+				return nil
+			}
 		}
+		return fmt.Errorf("no series %s%v >= 1 in %v", family, labels, fams[family].GetMetric())
 	}
-	return fmt.Errorf("no successful reconcile of composite-metacontroller in %v", fams["controller_runtime_reconcile_total"].GetMetric())
+	return errors.Join(
+		atLeastOne("controller_runtime_reconcile_total", map[string]string{"controller": name, "result": "success"}),
+		atLeastOne("controller_runtime_reconcile_time_seconds", map[string]string{"controller": name}),
+		atLeastOne("workqueue_adds_total", map[string]string{"name": name, "controller": name}),
+		wantSeries(fams, "controller_runtime_max_concurrent_reconciles", map[string]string{"controller": name}, 1))
 }
 
 // upstreamNamespace: the prefixes whose every family must be listed.

@@ -146,6 +146,26 @@ func TestCollectorInactive(t *testing.T) {
 	}
 }
 
+// The process's own queues are reported whether or not it leads: they are
+// its own, not the bus's.
+func TestCollectorLocalQueues(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := NewCollector(nil, CollectorOptions{
+		Active:      func() bool { return false },
+		LocalQueues: func() map[string]int { return map[string]int{"composite-metacontroller": 2, "decorator-metacontroller": 0} },
+	})
+	if err := c.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{
+		`workqueue_depth{controller="composite-metacontroller",name="composite-metacontroller",priority=""}`: 2,
+		`workqueue_depth{controller="decorator-metacontroller",name="decorator-metacontroller",priority=""}`: 0,
+	}
+	if diff := cmp.Diff(want, gather(t, reg)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
 // gather flattens a registry to "name{labels}" → value, plus "sum" and
 // "count" entries per (name, stage) of the per-partition series.
 func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {

@@ -29,35 +29,36 @@ func (w *Watcher) enqueueController(kind string, obj any) {
 		obj = d.Obj
 	}
 	if m, err := meta.Accessor(obj); err == nil {
-		w.ctrlQueue.Add(kind + "/" + m.GetName())
+		w.ctrlQueues[kind].Add(kind + "/" + m.GetName())
 	}
 }
 
-func (w *Watcher) runControllers(ctx context.Context) {
+// runControllers works the queue of kind's controller objects until it
+// shuts down.
+func (w *Watcher) runControllers(ctx context.Context, kind string) {
+	queue, rec := w.ctrlQueues[kind], w.metrics.reconciles[kind]
 	for {
-		id, shutdown := w.ctrlQueue.Get()
+		id, shutdown := queue.Get()
 		if shutdown {
 			return
 		}
-		kind, _, _ := strings.Cut(id, "/")
-		rec := w.metrics.reconciles[kind]
 		begin := rec.Begin()
 		err := w.reconcileController(ctx, id, rec)
 		var final *terminalError
 		switch {
 		case errors.As(err, &final):
 			// Reported on the object already; retried when it changes.
-			w.ctrlQueue.Forget(id)
+			queue.Forget(id)
 			rec.End(begin, obs.ReconcileError, true)
 		case err != nil:
 			w.log.Warn("wire controller; will retry", zap.String("controller", id), zap.Error(err))
-			w.ctrlQueue.AddRateLimited(id)
+			queue.AddRateLimited(id)
 			rec.End(begin, obs.ReconcileError, false)
 		default:
-			w.ctrlQueue.Forget(id)
+			queue.Forget(id)
 			rec.End(begin, obs.ReconcileSuccess, false)
 		}
-		w.ctrlQueue.Done(id)
+		queue.Done(id)
 	}
 }
 

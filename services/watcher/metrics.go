@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/busstats"
@@ -66,6 +67,14 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) *metrics {
 	}
 	var errs [6]error
 	m.queues, errs[0] = obs.NewWorkQueueMetrics(reg)
+	// The queues of controller objects report to m.queues; they are made
+	// here, before the collector reading their depth is registered.
+	w.ctrlQueues = map[string]workqueue.TypedRateLimitingInterface[string]{}
+	for _, k := range kindtable.Kinds {
+		w.ctrlQueues[k.Name] = workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: obs.ReconcilerName(k.Name), MetricsProvider: m.queues.Provider()})
+	}
 	m.leader, errs[1] = obs.NewLeaderMetrics(reg)
 	errs[2] = obs.RegisterRESTClientMetrics(reg)
 	if w.nc != nil {
@@ -87,6 +96,7 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) *metrics {
 		stats := busstats.NewCollector(w.js, busstats.CollectorOptions{
 			Active:      w.leader.Load,
 			Controllers: w.controllerRefs,
+			LocalQueues: w.controllerQueueDepths,
 			Log:         w.log,
 		})
 		m.err = errors.Join(m.err, stats.Register(reg))
@@ -106,6 +116,16 @@ func (w *Watcher) controllerRefs() []bus.ControllerRef {
 	out := make([]bus.ControllerRef, 0, len(w.wirings))
 	for _, wr := range w.wirings {
 		out = append(out, wr.ref)
+	}
+	return out
+}
+
+// controllerQueueDepths returns the items waiting in the queues of
+// controller objects, by queue name.
+func (w *Watcher) controllerQueueDepths() map[string]int {
+	out := make(map[string]int, len(w.ctrlQueues))
+	for kind, q := range w.ctrlQueues {
+		out[obs.ReconcilerName(kind)] = q.Len()
 	}
 	return out
 }
