@@ -3,7 +3,6 @@ package busstats
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -11,10 +10,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/pkg/obs/obstest"
 )
 
 // TestCollectorReadsTheBus puts work items, a desired state and a dead
@@ -151,8 +152,10 @@ func TestCollectorInactive(t *testing.T) {
 func TestCollectorLocalQueues(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c := NewCollector(nil, CollectorOptions{
-		Active:      func() bool { return false },
-		LocalQueues: func() map[string]int { return map[string]int{"composite-metacontroller": 2, "decorator-metacontroller": 0} },
+		Active: func() bool { return false },
+		LocalQueues: func() map[string]int {
+			return map[string]int{"composite-metacontroller": 2, "decorator-metacontroller": 0}
+		},
 	})
 	if err := c.Register(reg); err != nil {
 		t.Fatal(err)
@@ -170,34 +173,20 @@ func TestCollectorLocalQueues(t *testing.T) {
 // "count" entries per (name, stage) of the per-partition series.
 func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			var labels []string
+	obstest.Each(t, reg, func(mf *dto.MetricFamily, m *dto.Metric, key string, v float64) {
+		out[key] = v
+		if strings.HasPrefix(mf.GetName(), "metabus_bus_consumer_") {
 			stage := ""
 			for _, l := range m.GetLabel() {
-				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
 				if l.GetName() == "stage" {
 					stage = l.GetValue()
 				}
 			}
-			sort.Strings(labels)
-			v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
-			name := mf.GetName()
-			if len(labels) > 0 {
-				name += "{" + strings.Join(labels, ",") + "}"
-			}
-			out[name] = v
-			if strings.HasPrefix(mf.GetName(), "metabus_bus_consumer_") {
-				out["sum "+mf.GetName()+"{stage="+stage+"}"] += v
-				out["count "+mf.GetName()+"{stage="+stage+"}"]++
-			}
+			out["sum "+mf.GetName()+"{stage="+stage+"}"] += v
+			out["count "+mf.GetName()+"{stage="+stage+"}"]++
 		}
-	}
+	})
 	return out
 }
 

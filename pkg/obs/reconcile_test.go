@@ -1,13 +1,13 @@
 package obs
 
 import (
-	"sort"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/metabus/metabus/pkg/obs/obstest"
 )
 
 func TestReconcilerName(t *testing.T) {
@@ -66,12 +66,12 @@ func TestReconcileMetrics(t *testing.T) {
 		`controller_runtime_reconcile_time_seconds{controller="composite-metacontroller"}`:                 0,
 		`controller_runtime_reconcile_time_seconds{controller="decorator-metacontroller"}`:                 0,
 	}
-	if diff := cmp.Diff(wantStart, series(t, reg)); diff != "" {
+	if diff := cmp.Diff(wantStart, obstest.Series(t, reg)); diff != "" {
 		t.Errorf("before any reconcile (-want +got):\n%s", diff)
 	}
 
 	begin := c.Begin()
-	if got := series(t, reg)[`controller_runtime_active_workers{controller="composite-metacontroller"}`]; got != 1 {
+	if got := obstest.Series(t, reg)[`controller_runtime_active_workers{controller="composite-metacontroller"}`]; got != 1 {
 		t.Errorf("active workers during a reconcile = %v, want 1", got)
 	}
 	c.End(begin, ReconcileSuccess, false)
@@ -81,7 +81,7 @@ func TestReconcileMetrics(t *testing.T) {
 	c.End(c.Begin(), ReconcileError, true)
 	c.End(c.Begin(), ReconcileRequeueAfter, false)
 
-	got := series(t, reg)
+	got := obstest.Series(t, reg)
 	want := map[string]float64{
 		`controller_runtime_active_workers{controller="composite-metacontroller"}`:                         0,
 		`controller_runtime_reconcile_errors_total{controller="composite-metacontroller"}`:                 3,
@@ -126,33 +126,7 @@ func TestRegisterUnservedUpstreamMetrics(t *testing.T) {
 		"controller_runtime_conversion_webhook_panics_total": 0,
 		"controller_runtime_webhook_panics_total":            0,
 	}
-	if diff := cmp.Diff(want, series(t, reg)); diff != "" {
+	if diff := cmp.Diff(want, obstest.Series(t, reg)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
-}
-
-// series returns every series of reg by name{labels} (sorted label pairs):
-// counter and gauge values, a histogram's sample count.
-func series(t *testing.T, reg *prometheus.Registry) map[string]float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			var pairs []string
-			for _, l := range m.GetLabel() {
-				pairs = append(pairs, l.GetName()+`="`+l.GetValue()+`"`)
-			}
-			sort.Strings(pairs)
-			key := mf.GetName()
-			if len(pairs) > 0 {
-				key += "{" + strings.Join(pairs, ",") + "}"
-			}
-			out[key] = m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	return out
 }

@@ -8,6 +8,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/metabus/metabus/pkg/obs/obstest"
 )
 
 // The workqueue_* families carry controller-runtime's names and labels
@@ -97,13 +99,13 @@ func TestWorkQueueProvider(t *testing.T) {
 	q.Add("CompositeController/a")
 	item, _ := q.Get()
 	time.Sleep(600 * time.Millisecond) // client-go updates unfinished work every 500ms
-	running := series(t, reg)
+	running := obstest.Series(t, reg)
 	if got := running[`workqueue_longest_running_processor_seconds{controller="composite-metacontroller",name="composite-metacontroller"}`]; got < 0.4 {
 		t.Errorf("longest running while an item is worked on for 600ms = %v", got)
 	}
 	q.AddRateLimited(item) // a retry
 	q.Done(item)
-	got := series(t, reg)
+	got := obstest.Series(t, reg)
 	want := map[string]float64{
 		`workqueue_adds_total{controller="composite-metacontroller",name="composite-metacontroller"}`:             1,
 		`workqueue_retries_total{controller="composite-metacontroller",name="composite-metacontroller"}`:          1,
