@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -65,7 +66,8 @@ func TestMetrics(t *testing.T) {
 			"--nats-store-dir="+t.TempDir(), "--nats-listen=-")
 		exerciseForMetrics(t, ns, label)
 		scrapeUntilComplete(t, exported, map[string]string{"metabus": addr}, func(got map[string]map[string]*dto.MetricFamily) error {
-			return wantSeries(got["metabus"], "leader_election_master_status", map[string]string{"name": "metabus-metrics"}, 1)
+			return errors.Join(wantSeries(got["metabus"], "leader_election_master_status", map[string]string{"name": "metabus-metrics"}, 1),
+				wantReconciled(got["metabus"]))
 		})
 	})
 
@@ -91,7 +93,7 @@ func TestMetrics(t *testing.T) {
 		exerciseForMetrics(t, ns, label)
 		scrapeUntilComplete(t, exported, addrs, func(got map[string]map[string]*dto.MetricFamily) error {
 			// The bus's state comes from the (only, hence leading) watcher.
-			return wantSeries(got["watcher"], "metabus_bus_stats_up", nil, 1)
+			return errors.Join(wantSeries(got["watcher"], "metabus_bus_stats_up", nil, 1), wantReconciled(got["watcher"]))
 		})
 	})
 }
@@ -233,9 +235,30 @@ func scrapeUntilComplete(t *testing.T, exported []monitoring.Metric, addrs map[s
 	t.Logf("checked %d series of %d processes against %d listed families", count, len(got), len(exported))
 }
 
+// wantReconciled checks that the watcher counted the CompositeController's
+// reconcile under upstream's controller-runtime controller name, with the
+// worker count of its one worker, and the queue of CompositeController
+// objects under the same name.
+func wantReconciled(fams map[string]*dto.MetricFamily) error {
+	const name = "composite-metacontroller"
+	atLeastOne := func(family string, labels map[string]string) error {
+		for _, m := range fams[family].GetMetric() {
+			if matchLabels(m, labels) && m.GetCounter().GetValue()+float64(m.GetHistogram().GetSampleCount()) >= 1 {
+				return nil
+			}
+		}
+		return fmt.Errorf("no series %s%v >= 1 in %v", family, labels, fams[family].GetMetric())
+	}
+	return errors.Join(
+		atLeastOne("controller_runtime_reconcile_total", map[string]string{"controller": name, "result": "success"}),
+		atLeastOne("controller_runtime_reconcile_time_seconds", map[string]string{"controller": name}),
+		atLeastOne("workqueue_adds_total", map[string]string{"name": name, "controller": name}),
+		wantSeries(fams, "controller_runtime_max_concurrent_reconciles", map[string]string{"controller": name}, 1))
+}
+
 // upstreamNamespace: the prefixes whose every family must be listed.
 func upstreamNamespace(name string) bool {
-	for _, p := range []string{"metabus_", "metacontroller_", "workqueue_", "rest_client_", "leader_election_"} {
+	for _, p := range []string{"metabus_", "metacontroller_", "workqueue_", "rest_client_", "leader_election_", "controller_runtime_", "certwatcher_"} {
 		if strings.HasPrefix(name, p) {
 			return true
 		}

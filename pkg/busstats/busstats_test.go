@@ -3,7 +3,6 @@ package busstats
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -11,10 +10,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/pkg/obs/obstest"
 )
 
 // TestCollectorReadsTheBus puts work items, a desired state and a dead
@@ -146,38 +147,46 @@ func TestCollectorInactive(t *testing.T) {
 	}
 }
 
+// The process's own queues are reported whether or not it leads: they are
+// its own, not the bus's.
+func TestCollectorLocalQueues(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := NewCollector(nil, CollectorOptions{
+		Active: func() bool { return false },
+		LocalQueues: func() map[string]int {
+			return map[string]int{"composite-metacontroller": 2, "decorator-metacontroller": 0}
+		},
+	})
+	if err := c.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{
+		`workqueue_depth{controller="composite-metacontroller",name="composite-metacontroller",priority=""}`: 2,
+		`workqueue_depth{controller="decorator-metacontroller",name="decorator-metacontroller",priority=""}`: 0,
+	}
+	if diff := cmp.Diff(want, gather(t, reg)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
 // gather flattens a registry to "name{labels}" → value, plus "sum" and
 // "count" entries per (name, stage) of the per-partition series.
 func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			var labels []string
+	obstest.Each(t, reg, func(mf *dto.MetricFamily, m *dto.Metric, key string, v float64) {
+		out[key] = v
+		if strings.HasPrefix(mf.GetName(), "metabus_bus_consumer_") {
 			stage := ""
 			for _, l := range m.GetLabel() {
-				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
 				if l.GetName() == "stage" {
 					stage = l.GetValue()
 				}
 			}
-			sort.Strings(labels)
-			v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
-			name := mf.GetName()
-			if len(labels) > 0 {
-				name += "{" + strings.Join(labels, ",") + "}"
-			}
-			out[name] = v
-			if strings.HasPrefix(mf.GetName(), "metabus_bus_consumer_") {
-				out["sum "+mf.GetName()+"{stage="+stage+"}"] += v
-				out["count "+mf.GetName()+"{stage="+stage+"}"]++
-			}
+			out["sum "+mf.GetName()+"{stage="+stage+"}"] += v
+			out["count "+mf.GetName()+"{stage="+stage+"}"]++
 		}
-	}
+	})
 	return out
 }
 

@@ -32,6 +32,11 @@ type CollectorOptions struct {
 	// one reports 0). Stream, partition and stage series cover the whole
 	// bus.
 	Controllers func() []bus.ControllerRef
+	// LocalQueues returns the depth (Len) of this process's own in-memory
+	// work queues by name, reported under workqueue_depth whether or not
+	// the process is Active: they are this process's, not the bus's
+	// (obs.WorkQueueMetrics.Provider reports their other figures).
+	LocalQueues func() map[string]int
 	// Interval is DefaultInterval when zero.
 	Interval time.Duration
 	Read     Options
@@ -75,7 +80,8 @@ func NewCollector(js jetstream.JetStream, o CollectorOptions) *Collector {
 		// empty priority, as client-go queues report it); see
 		// obs.WorkQueueMetrics for the other workqueue_* families.
 		depth: prometheus.NewDesc("workqueue_depth",
-			"Work items of the controller in MC_WORK: waiting, or being synced (at most --workers per dispatcher replica).",
+			"Work items of the controller in MC_WORK: waiting, or being synced (at most --workers per dispatcher replica); "+
+				"for this process's in-memory queues (the watcher's controller objects), the items waiting in it.",
 			[]string{"name", "controller", "priority"}, nil),
 		streamMsgs:  prometheus.NewDesc("metabus_bus_stream_messages", "Messages in the stream.", []string{"stream"}, nil),
 		streamBytes: prometheus.NewDesc("metabus_bus_stream_bytes", "Bytes of the stream's messages.", []string{"stream"}, nil),
@@ -145,13 +151,18 @@ func (c *Collector) reading() (*Stats, error, time.Duration) {
 
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	if c.opts.LocalQueues != nil {
+		for name, n := range c.opts.LocalQueues() {
+			gauge(c.depth, float64(n), name, name, "")
+		}
+	}
 	if c.opts.Active != nil && !c.opts.Active() {
 		return
 	}
 	st, err, took := c.reading()
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
 	c.mu.Lock()
 	errs := c.errors
 	c.mu.Unlock()

@@ -2,10 +2,13 @@ package obs
 
 import (
 	"errors"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/workqueue"
 )
 
 // QueueName is the workqueue_* name of a controller's work queue, as
@@ -38,6 +41,9 @@ func QueueName(kind, name string) string { return kind + "-" + name }
 //     in this dispatcher replica, computed when scraped;
 //   - workqueue_depth is read from the stream, not counted here (package
 //     busstats).
+//
+// Provider reports the process's own in-memory client-go queues under the
+// same families (the watcher's queues of controller objects).
 //
 // Every process counts what it does; sum over processes by name.
 type WorkQueueMetrics struct {
@@ -120,16 +126,84 @@ func (m *WorkQueueMetrics) Started(queue string) (done func()) {
 	}
 }
 
+// Provider reports a client-go work queue of this process (an in-memory
+// queue, not the bus) under the workqueue_* families, as controller-runtime
+// reports its controllers' queues: adds, queue and work durations, retries
+// (items added with a delay: AddRateLimited, AddAfter), and the unfinished
+// and longest-running figures the queue computes itself. Its depth is
+// workqueue_depth of the bus collector (package busstats), which reports
+// such queues' Len(): one collector owns that family. A nil m provides
+// nothing (the queue then uses client-go's global provider, which records
+// nothing unless set).
+func (m *WorkQueueMetrics) Provider() workqueue.MetricsProvider {
+	if m == nil {
+		return nil
+	}
+	return queueProvider{m}
+}
+
+type queueProvider struct{ m *WorkQueueMetrics }
+
+// noDepth: see Provider.
+type noDepth struct{}
+
+func (noDepth) Inc() {}
+func (noDepth) Dec() {}
+
+func (queueProvider) NewDepthMetric(string) workqueue.GaugeMetric { return noDepth{} }
+func (p queueProvider) NewAddsMetric(name string) workqueue.CounterMetric {
+	return p.m.adds.WithLabelValues(name, name)
+}
+func (p queueProvider) NewLatencyMetric(name string) workqueue.HistogramMetric {
+	return p.m.queueDuration.WithLabelValues(name, name)
+}
+func (p queueProvider) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
+	return p.m.workDuration.WithLabelValues(name, name)
+}
+func (p queueProvider) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return p.m.running.settable(name).unfinished
+}
+func (p queueProvider) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return p.m.running.settable(name).longest
+}
+func (p queueProvider) NewRetriesMetric(name string) workqueue.CounterMetric {
+	return p.m.retries.WithLabelValues(name, name)
+}
+
+// settableGauge is a gauge a client-go queue sets; runningWork reports it.
+type settableGauge struct{ bits atomic.Uint64 }
+
+func (g *settableGauge) Set(v float64) { g.bits.Store(math.Float64bits(v)) }
+func (g *settableGauge) get() float64  { return math.Float64frombits(g.bits.Load()) }
+
+// queueGauges are a client-go queue's unfinished and longest-running
+// figures.
+type queueGauges struct{ unfinished, longest *settableGauge }
+
 // runningWork knows the syncs running in this process and reports
 // workqueue_unfinished_work_seconds and
 // workqueue_longest_running_processor_seconds when scraped: no timer, and
-// a queue that ran once reports 0 while idle, as client-go's does.
+// a queue that ran once reports 0 while idle, as client-go's does. It
+// also reports the figures client-go queues set (Provider).
 type runningWork struct {
 	unfinished, longest *prometheus.Desc
 
 	mu     sync.Mutex
 	next   uint64
 	queues map[string]map[uint64]time.Time
+	set    map[string]queueGauges
+}
+
+// settable returns the gauges of the client-go queue called name.
+func (r *runningWork) settable(name string) queueGauges {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g, ok := r.set[name]
+	if !ok {
+		g = queueGauges{&settableGauge{}, &settableGauge{}}
+		r.set[name] = g
+	}
+	return g
 }
 
 func newRunningWork() *runningWork {
@@ -140,6 +214,7 @@ func newRunningWork() *runningWork {
 		longest: prometheus.NewDesc("workqueue_longest_running_processor_seconds",
 			"Seconds the longest sync in progress has been running.", labels, nil),
 		queues: map[string]map[uint64]time.Time{},
+		set:    map[string]queueGauges{},
 	}
 }
 
@@ -181,5 +256,12 @@ func (r *runningWork) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(r.unfinished, prometheus.GaugeValue, total, queue, queue)
 		ch <- prometheus.MustNewConstMetric(r.longest, prometheus.GaugeValue, longest, queue, queue)
+	}
+	for queue, g := range r.set {
+		if _, dup := r.queues[queue]; dup {
+			continue // a name is either kind; never both
+		}
+		ch <- prometheus.MustNewConstMetric(r.unfinished, prometheus.GaugeValue, g.unfinished.get(), queue, queue)
+		ch <- prometheus.MustNewConstMetric(r.longest, prometheus.GaugeValue, g.longest.get(), queue, queue)
 	}
 }

@@ -1,11 +1,15 @@
 package obs
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/metabus/metabus/pkg/obs/obstest"
 )
 
 // The workqueue_* families carry controller-runtime's names and labels
@@ -77,4 +81,49 @@ func values(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// A client-go queue given Provider reports its adds, waits, work, retries
+// (items added with a delay) and, once its own ticker ran, its unfinished
+// and longest-running figures under the queue's name; depth is left to
+// the bus collector, so the registry has no second workqueue_depth.
+func TestWorkQueueProvider(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewWorkQueueMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "composite-metacontroller", MetricsProvider: m.Provider()})
+	defer q.ShutDown()
+	q.Add("CompositeController/a")
+	item, _ := q.Get()
+	time.Sleep(600 * time.Millisecond) // client-go updates unfinished work every 500ms
+	running := obstest.Series(t, reg)
+	if got := running[`workqueue_longest_running_processor_seconds{controller="composite-metacontroller",name="composite-metacontroller"}`]; got < 0.4 {
+		t.Errorf("longest running while an item is worked on for 600ms = %v", got)
+	}
+	q.AddRateLimited(item) // a retry
+	q.Done(item)
+	got := obstest.Series(t, reg)
+	want := map[string]float64{
+		`workqueue_adds_total{controller="composite-metacontroller",name="composite-metacontroller"}`:             1,
+		`workqueue_retries_total{controller="composite-metacontroller",name="composite-metacontroller"}`:          1,
+		`workqueue_queue_duration_seconds{controller="composite-metacontroller",name="composite-metacontroller"}`: 1,
+		`workqueue_work_duration_seconds{controller="composite-metacontroller",name="composite-metacontroller"}`:  1,
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	for k := range got {
+		if strings.HasPrefix(k, "workqueue_depth") {
+			t.Errorf("the provider reports %s: the bus collector owns workqueue_depth", k)
+		}
+	}
+	var nilMetrics *WorkQueueMetrics
+	if p := nilMetrics.Provider(); p != nil {
+		t.Errorf("nil metrics provide %v, want nil (client-go's global provider)", p)
+	}
 }

@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/kindtable"
+	"github.com/metabus/metabus/pkg/obs"
 )
 
 // The lifecycle of controller objects, the same for every kind: a change
@@ -27,31 +29,64 @@ func (w *Watcher) enqueueController(kind string, obj any) {
 		obj = d.Obj
 	}
 	if m, err := meta.Accessor(obj); err == nil {
-		w.ctrlQueue.Add(kind + "/" + m.GetName())
+		w.ctrlQueues[kind].Add(kind + "/" + m.GetName())
 	}
 }
 
-func (w *Watcher) runControllers(ctx context.Context) {
+// runControllers works the queue of kind's controller objects until it
+// shuts down.
+func (w *Watcher) runControllers(ctx context.Context, kind string) {
+	queue, rec := w.ctrlQueues[kind], w.metrics.reconciles[kind]
 	for {
-		id, shutdown := w.ctrlQueue.Get()
+		id, shutdown := queue.Get()
 		if shutdown {
 			return
 		}
-		err := w.syncController(ctx, id)
-		if err != nil {
+		begin := rec.Begin()
+		err := w.reconcileController(ctx, id, rec)
+		var final *terminalError
+		switch {
+		case errors.As(err, &final):
+			// Reported on the object already; retried when it changes.
+			queue.Forget(id)
+			rec.End(begin, obs.ReconcileError, true)
+		case err != nil:
 			w.log.Warn("wire controller; will retry", zap.String("controller", id), zap.Error(err))
-			w.ctrlQueue.AddRateLimited(id)
-		} else {
-			w.ctrlQueue.Forget(id)
+			queue.AddRateLimited(id)
+			rec.End(begin, obs.ReconcileError, false)
+		default:
+			queue.Forget(id)
+			rec.End(begin, obs.ReconcileSuccess, false)
 		}
-		w.ctrlQueue.Done(id)
+		queue.Done(id)
 	}
 }
+
+// reconcileController is syncController, with a panic turned into an
+// error that is retried with backoff (and counted, as controller-runtime
+// counts its reconcilers' panics) rather than ending the process: one
+// controller object that trips a bug must not stop every other one.
+func (w *Watcher) reconcileController(ctx context.Context, id string, rec *obs.Reconciles) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			rec.Panicked()
+			err = fmt.Errorf("panic wiring controller %s: %v [recovered]", id, p)
+			w.log.Error("panic wiring controller", zap.String("controller", id), zap.Any("panic", p), zap.StackSkip("stack", 2))
+		}
+	}()
+	return w.syncController(ctx, id)
+}
+
+// terminalError is a controller object that cannot be wired as it is:
+// reported on the object, not retried until it changes.
+type terminalError struct{ error }
+
+func (e *terminalError) Unwrap() error { return e.error }
 
 // syncController (re)wires or unwires one controller object, queued as
 // "<kind>/<name>". An error is retried with backoff; a controller that is
 // invalid as it is, or refused by the admin's policy, is reported on its
-// object and not retried until it changes.
+// object and not retried until it changes (a *terminalError).
 func (w *Watcher) syncController(ctx context.Context, key string) error {
 	kind, name, ok := strings.Cut(key, "/")
 	if !ok {
@@ -70,12 +105,13 @@ func (w *Watcher) syncController(ctx context.Context, key string) error {
 	}
 	ctrl, err := kindtable.Decode(obj)
 	if err != nil {
-		w.invalidController(id, obj, fmt.Errorf("invalid spec: %w", err))
-		return nil // nothing to retry until the spec changes
+		err = fmt.Errorf("invalid spec: %w", err)
+		w.invalidController(id, obj, err)
+		return &terminalError{err}
 	}
 	if err := refuse(w.resources, ctrl.WatchResources()); err != nil {
 		w.refusedController(id, obj, err)
-		return nil
+		return &terminalError{err}
 	}
 	plan, err := ctrl.WatchPlan(func(apiVersion, resource string) (*discovery.Resource, error) {
 		return w.disc.Resolve(ctx, apiVersion, resource)

@@ -4,9 +4,11 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/busstats"
+	"github.com/metabus/metabus/pkg/kindtable"
 	"github.com/metabus/metabus/pkg/obs"
 )
 
@@ -19,6 +21,9 @@ type metrics struct {
 	// queues count the work items stored (workqueue_adds_total).
 	queues *obs.WorkQueueMetrics
 	leader *obs.LeaderMetrics
+	// reconciles are controller-runtime's controller_runtime_* families
+	// of the controller objects' reconciles (runControllers), by kind.
+	reconciles map[string]*obs.Reconciles
 
 	// err is what failed to register (logged by New).
 	err error
@@ -60,13 +65,29 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) *metrics {
 					"that some parent's customize hook currently names (what it grows with).",
 			}, func() float64 { return float64(w.relatedBuckets()) }))
 	}
-	var errs [4]error
+	var errs [6]error
 	m.queues, errs[0] = obs.NewWorkQueueMetrics(reg)
+	// The queues of controller objects report to m.queues; they are made
+	// here, before the collector reading their depth is registered.
+	w.ctrlQueues = map[string]workqueue.TypedRateLimitingInterface[string]{}
+	for _, k := range kindtable.Kinds {
+		w.ctrlQueues[k.Name] = workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: obs.ReconcilerName(k.Name), MetricsProvider: m.queues.Provider()})
+	}
 	m.leader, errs[1] = obs.NewLeaderMetrics(reg)
 	errs[2] = obs.RegisterRESTClientMetrics(reg)
 	if w.nc != nil {
 		errs[3] = obs.RegisterNATS(reg, "watcher", w.nc)
 	}
+	reconciles, err := obs.NewReconcileMetrics(reg)
+	errs[4] = err
+	m.reconciles = map[string]*obs.Reconciles{}
+	for _, k := range kindtable.Kinds {
+		// One worker: runControllers.
+		m.reconciles[k.Name] = reconciles.Controller(obs.ReconcilerName(k.Name), 1)
+	}
+	errs[5] = obs.RegisterUnservedUpstreamMetrics(reg)
 	m.err = errors.Join(errs[:]...)
 	if w.js != nil {
 		// The bus's state, reported by the leading watcher only (one
@@ -75,6 +96,7 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) *metrics {
 		stats := busstats.NewCollector(w.js, busstats.CollectorOptions{
 			Active:      w.leader.Load,
 			Controllers: w.controllerRefs,
+			LocalQueues: w.controllerQueueDepths,
 			Log:         w.log,
 		})
 		m.err = errors.Join(m.err, stats.Register(reg))
@@ -94,6 +116,16 @@ func (w *Watcher) controllerRefs() []bus.ControllerRef {
 	out := make([]bus.ControllerRef, 0, len(w.wirings))
 	for _, wr := range w.wirings {
 		out = append(out, wr.ref)
+	}
+	return out
+}
+
+// controllerQueueDepths returns the items waiting in the queues of
+// controller objects, by queue name.
+func (w *Watcher) controllerQueueDepths() map[string]int {
+	out := make(map[string]int, len(w.ctrlQueues))
+	for kind, q := range w.ctrlQueues {
+		out[obs.ReconcilerName(kind)] = q.Len()
 	}
 	return out
 }

@@ -166,10 +166,12 @@ type Watcher struct {
 	// elector campaigns for the Lease (with --leader-elect).
 	elector *leader.Elector
 
-	// Controllers: one informer per kind of the kind table, and one
-	// wiring per controller object.
-	ctrlQueue   workqueue.TypedRateLimitingInterface[string]
-	ctrlHandles map[string]*informers.Handle // by controller kind
+	// Controllers: one informer and one queue of changed objects per kind
+	// of the kind table (each worked by one runControllers, as upstream
+	// runs one controller-runtime controller per kind, and named like it:
+	// obs.ReconcilerName), and one wiring per controller object.
+	ctrlQueues  map[string]workqueue.TypedRateLimitingInterface[string] // by controller kind
+	ctrlHandles map[string]*informers.Handle                            // by controller kind
 	mu          sync.RWMutex
 	wirings     map[string]*wiring // by controller ID
 
@@ -241,11 +243,8 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 		resources:   resources,
 		wirings:     map[string]*wiring{},
 		ctrlHandles: map[string]*informers.Handle{},
-		ctrlQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "metabus-watcher-controllers"}),
 	}
-	w.metrics = newMetrics(deps.Metrics, w)
+	w.metrics = newMetrics(deps.Metrics, w) // makes w.ctrlQueues too
 	if w.metrics.err != nil {
 		w.log.Warn("some metrics are not exported", zap.Error(w.metrics.err))
 	}
@@ -305,7 +304,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer w.out.shutDown()
-	defer w.ctrlQueue.ShutDown()
+	for _, q := range w.ctrlQueues {
+		defer q.ShutDown()
+	}
 
 	sub, err := w.subscribeRelated()
 	if err != nil {
@@ -359,8 +360,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return nil
 	})
 
-	wg.Add(1)
-	go func() { defer wg.Done(); w.runControllers(ctx) }()
+	for kind := range w.ctrlQueues {
+		wg.Add(1)
+		go func() { defer wg.Done(); w.runControllers(ctx, kind) }()
+	}
 	for i := 0; i < w.cfg.PublishWorkers; i++ {
 		wg.Add(1)
 		go func() { defer wg.Done(); w.out.runPublisher(ctx) }()
