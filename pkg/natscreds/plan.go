@@ -76,6 +76,8 @@ type Secret struct {
 	Name   string
 	Labels map[string]string
 	Data   map[string][]byte
+	// Type is the Secret's type; empty means Opaque.
+	Type string
 	// ResourceVersion of an existing Secret; an update carries it so that
 	// the API server refuses it if someone else wrote in between.
 	ResourceVersion string
