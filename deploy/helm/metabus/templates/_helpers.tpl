@@ -142,6 +142,34 @@ YAML, read back with fromYaml.
 {{ .Values.natsURL | default (printf "%s://%s.%s:4222" (ternary "tls" "nats" .Values.nats.tls.enabled) (include "metabus.natsName" .) (include "metabus.namespace" .)) }}
 {{- end }}
 
+{{/*
+Where NATS TLS certificates come from: "generate" (the NATS pods' init
+container makes them; "helm", the name of the install-time generation of
+earlier versions, means the same) or "cert-manager".
+*/}}
+{{- define "metabus.natsTLSSource" -}}
+{{- $src := .Values.nats.tls.certificates | default "generate" }}
+{{- if eq $src "helm" }}generate
+{{- else if has $src (list "generate" "cert-manager") }}{{ $src }}
+{{- else }}{{ fail (printf "nats.tls.certificates: %q, want generate or cert-manager" $src) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Arguments of the credential generator (`metabus credentials ensure`, the
+NATS pods' init container): the Services its server certificate is for, or
+--tls=false when it makes no certificate (TLS off, or cert-manager's).
+*/}}
+{{- define "metabus.credentialsArgs" -}}
+{{- if and .Values.nats.tls.enabled (eq (include "metabus.natsTLSSource" .) "generate") }}
+- --tls-service={{ include "metabus.natsName" . }}
+- --tls-peers={{ include "metabus.natsName" . }}-headless
+- --tls-validity={{ mul (int .Values.nats.tls.validityDays) 24 }}h
+{{- else }}
+- --tls=false
+{{- end }}
+{{- end }}
+
 {{/* A service's NATS client TLS flags (nats.tls.enabled): its certificate, key and the CA. */}}
 {{- define "metabus.natsTLSArgs" -}}
 {{- if .Values.nats.tls.enabled }}
