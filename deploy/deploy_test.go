@@ -130,8 +130,10 @@ func TestManifestsParse(t *testing.T) {
 		"kustomization.yaml": true,
 		filepath.Join("overlays", "hardened", "kustomization.yaml"):  true,
 		filepath.Join("overlays", "plaintext", "kustomization.yaml"): true,
-		filepath.Join("helm", "metabus", "Chart.yaml"):               true,
-		filepath.Join("helm", "metabus", "values.yaml"):              true,
+		// Upstream Metacontroller's chart values (a test fixture).
+		filepath.Join("testdata", "upstream-v4.17.2-values.yaml"): true,
+		filepath.Join("helm", "metabus", "Chart.yaml"):            true,
+		filepath.Join("helm", "metabus", "values.yaml"):           true,
 		// Prometheus rule files (the PrometheusRule's spec).
 		filepath.Join("monitoring", "metabus-rules.yaml"):                             true,
 		filepath.Join("helm", "metabus", "files", "monitoring", "metabus-rules.yaml"): true,

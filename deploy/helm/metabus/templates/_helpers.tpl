@@ -59,7 +59,57 @@ app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 
 {{/* Container image of metabus (services and the credential generator). */}}
 {{- define "metabus.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ include "metabus.imageRepository" . }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/*
+The image repository: image.repository, except upstream Metacontroller's
+own image (upstream's values file sets it), which has no metabus binaries:
+then metabus's, and NOTES.txt says so.
+*/}}
+{{- define "metabus.imageRepository" -}}
+{{- if include "metabus.upstreamImage" . }}ghcr.io/metabus/metabus{{ else }}{{ .Values.image.repository }}{{ end }}
+{{- end }}
+
+{{/* Non-empty when image.repository is upstream Metacontroller's image. */}}
+{{- define "metabus.upstreamImage" -}}
+{{- if regexMatch "^((docker\\.io/)?metacontrollerio|ghcr\\.io/metacontroller)/metacontroller$" .Values.image.repository }}true{{ end }}
+{{- end }}
+
+{{/* The services' health port: upstream's probes.port where set, else healthPort. */}}
+{{- define "metabus.healthPort" -}}
+{{- (.Values.probes | default dict).port | default .Values.healthPort }}
+{{- end }}
+
+{{/*
+Upstream Metacontroller chart values metabus accepts but cannot honour, one
+"ignored: <key> (<why>)" line each, for NOTES.txt. Only values set to
+something are listed: an empty one changes nothing.
+*/}}
+{{- define "metabus.ignoredUpstreamValues" -}}
+{{- if .Values.command }}
+ignored: command ({{ .Values.command }}: each metabus service runs its own binary, /usr/local/bin/metabus-<service>; commandArgs still go to all four)
+{{- end }}
+{{- with .Values.clusterRole }}
+{{- if or .rules .aggregationRule }}
+ignored: clusterRole (metabus gives each service its own ClusterRole, <service>.clusterRole; narrow the applier's writes with profile=hardened or applier.rbac.allResources=false and applier.rbac.extraRules)
+{{- end }}
+{{- end }}
+{{- if (.Values.serviceAccount | default dict).name }}
+ignored: serviceAccount.name ({{ .Values.serviceAccount.name }}: one account shared by the four services would undo their per-service RBAC; set <service>.serviceAccount.name)
+{{- end }}
+{{- if include "metabus.upstreamImage" . }}
+ignored: image.repository ({{ .Values.image.repository }} is upstream Metacontroller's image, without metabus's binaries; ghcr.io/metabus/metabus is used)
+{{- end }}
+{{- if .Values.resources }}
+{{- $own := list }}
+{{- range $svc := list "watcher" "dispatcher" "applier" "revisions" }}
+{{- if (index $.Values $svc | default dict).resources }}{{ $own = append $own $svc }}{{ end }}
+{{- end }}
+{{- if $own }}
+ignored: resources (for {{ join ", " $own }}: each sets its own, <service>.resources, which applies)
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* The profile, checked: upstream or hardened. */}}
@@ -305,7 +355,7 @@ spec:
         - --nats-nkey=/etc/metabus/nats/nkey.seed
         {{- include "metabus.natsTLSArgs" $root | nindent 8 }}
         - --metrics-address=:{{ $root.Values.metrics.port }}
-        - --health-probe-bind-address=:{{ $root.Values.healthPort }}
+        - --health-probe-bind-address=:{{ include "metabus.healthPort" $root }}
         {{- include "metabus.serviceArgs" . | nindent 8 }}
         {{- with $v.commandArgs }}
         {{- toYaml . | nindent 8 }}
@@ -328,7 +378,7 @@ spec:
         - name: metrics
           containerPort: {{ $root.Values.metrics.port }}
         - name: health
-          containerPort: {{ $root.Values.healthPort }}
+          containerPort: {{ include "metabus.healthPort" $root }}
         livenessProbe:
           httpGet:
             path: /healthz
