@@ -227,14 +227,7 @@ func TestHelmRender(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.reason, func(t *testing.T) {
-			values := map[string]any{}
-			if tt.values != "" {
-				docs, err := parseDocs([]byte(tt.values))
-				if err != nil {
-					t.Fatal(err)
-				}
-				values = docs[0]
-			}
+			values := yamlValues(t, tt.values)
 			objs, err := renderChart(values)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
@@ -248,6 +241,19 @@ func TestHelmRender(t *testing.T) {
 			tt.check(t, objs)
 		})
 	}
+}
+
+// yamlValues parses Helm values written as YAML; "" is no values.
+func yamlValues(t *testing.T, y string) map[string]any {
+	t.Helper()
+	if y == "" {
+		return map[string]any{}
+	}
+	docs, err := parseDocs([]byte(y))
+	if err != nil {
+		t.Fatalf("values %q: %v", y, err)
+	}
+	return docs[0]
 }
 
 // initArgs returns the arguments of the NATS pods' init container (the
@@ -399,14 +405,7 @@ func TestHelmTemplateStable(t *testing.T) {
 		{reason: "cert-manager", values: "nats: {tls: {certificates: cert-manager, certManager: {issuerRef: {name: ca}}}}"},
 	} {
 		t.Run(tt.reason, func(t *testing.T) {
-			values := map[string]any{}
-			if tt.values != "" {
-				docs, err := parseDocs([]byte(tt.values))
-				if err != nil {
-					t.Fatal(err)
-				}
-				values = docs[0]
-			}
+			values := yamlValues(t, tt.values)
 			first, err := helmRenderFiles(values, defaultRelease)
 			if err != nil {
 				t.Fatal(err)

@@ -76,6 +76,7 @@ func TestInstall(t *testing.T) {
 		{"kubectl apply -k deploy/", must(kustomizeBuild(kustomizeDefault)), "metabus", true},
 		// Same names as deploy/, so dry-run only.
 		{"kubectl apply -k deploy/overlays/hardened", must(kustomizeBuild(kustomizeHardened)), "metabus", false},
+		{"kubectl apply -k deploy/overlays/plaintext", must(kustomizeBuild(kustomizePlaintext)), "metabus", false},
 		{"helm install metabus -n mb-helm", must(helmRender(nil, release{"metabus", "mb-helm"})), "mb-helm", true},
 		{"helm install metabus -n mb-hardened --set profile=hardened", must(helmRender(map[string]any{"profile": "hardened"}, release{"metabus", "mb-hardened"})), "mb-hardened", true},
 		{"helm install other -n mb-two (every value changed)", must(helmRender(everything, release{"other", "mb-two"})), "mb-two", true},

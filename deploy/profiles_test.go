@@ -219,9 +219,9 @@ func ruleLines(rules []policyRule) []string {
 	return slices.Compact(out)
 }
 
-// TestCredentialsRBAC: the credential generator may create Secrets and get
-// and update the credential Secrets (seeds, public keys, NATS CA and
-// certificates) by name, in metabus's namespace
+// TestCredentialsRBAC: the credential generator may create Secrets, get and
+// update the seed and public key Secrets by name, and get the NATS CA and
+// certificate Secrets by name, in metabus's namespace
 // only, and nothing else; the NATS pods run as it, with its token mounted
 // into the init container only.
 func TestCredentialsRBAC(t *testing.T) {
@@ -232,7 +232,7 @@ func TestCredentialsRBAC(t *testing.T) {
 			if !bound {
 				t.Fatal("metabus-credentials is not bound")
 			}
-			var named []string
+			var named, readOnly []string
 			for _, rule := range rules {
 				if !strings.HasPrefix(rule.role, "Role/") || !strings.HasSuffix(rule.role, "(metabus)") {
 					t.Errorf("granted by %s; want a Role in metabus only", rule.role)
@@ -244,12 +244,19 @@ func TestCredentialsRBAC(t *testing.T) {
 				case len(rule.names) == 0 && slices.Equal(rule.verbs, []string{"create"}):
 				case len(rule.names) > 0 && slices.Equal(rule.verbs, []string{"get", "update"}):
 					named = append(named, rule.names...)
+				case len(rule.names) > 0 && slices.Equal(rule.verbs, []string{"get"}):
+					readOnly = append(readOnly, rule.names...)
 				default:
-					t.Errorf("%s: want create, or get and update on named Secrets", rule)
+					t.Errorf("%s: want create, or get (and update) on named Secrets", rule)
 				}
 			}
-			if diff := cmp.Diff(append(natscreds.Names(natscreds.Users), natscreds.TLSNames(natscreds.Users)...), named); diff != "" {
+			if diff := cmp.Diff(natscreds.Names(natscreds.Users), named); diff != "" {
 				t.Errorf("Secrets it may get and update (-want +got):\n%s", diff)
+			}
+			// The TLS material is only ever created and read (EnsureTLS
+			// never updates).
+			if diff := cmp.Diff(natscreds.TLSNames(natscreds.Users), readOnly); diff != "" {
+				t.Errorf("Secrets it may only get (-want +got):\n%s", diff)
 			}
 
 			var sts map[string]any

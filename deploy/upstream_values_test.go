@@ -253,21 +253,13 @@ func TestUpstreamKeysAreExplicit(t *testing.T) {
 		{"an upstream key of the wrong type", "{command: [/usr/bin/metacontroller]}"},
 	} {
 		t.Run(tt.reason, func(t *testing.T) {
-			docs, err := parseDocs([]byte(tt.values))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := helmRenderFiles(docs[0], defaultRelease); err == nil || !strings.Contains(err.Error(), "values don't meet the specifications of the schema") {
+			if _, err := helmRenderFiles(yamlValues(t, tt.values), defaultRelease); err == nil || !strings.Contains(err.Error(), "values don't meet the specifications of the schema") {
 				t.Errorf("rendered (error %v), want the schema to refuse %s", err, tt.values)
 			}
 		})
 	}
 	t.Run("empty ignored values are not reported", func(t *testing.T) {
-		docs, err := parseDocs([]byte("{command: '', serviceAccount: {name: ''}, clusterRole: {rules: [], aggregationRule: {}}}"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, notes := renderWithNotes(t, docs[0]); len(ignoredLines(notes)) != 0 {
+		if _, notes := renderWithNotes(t, yamlValues(t, "{command: '', serviceAccount: {name: ''}, clusterRole: {rules: [], aggregationRule: {}}}")); len(ignoredLines(notes)) != 0 {
 			t.Errorf("NOTES names %v", ignoredLines(notes))
 		}
 	})
