@@ -84,12 +84,12 @@ signed by that CA. Existing ones are never replaced.`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			done, err := natscreds.Run(ctx, s, natscreds.Users, natscreds.GenerateSeed)
-			report(cmd.OutOrStdout(), s.Namespace, done)
+			report(cmd.OutOrStdout(), "NATS credentials", s.Namespace, done)
 			if err != nil || !tlsOpts.enabled {
 				return err
 			}
 			done, err = natscreds.RunTLS(ctx, s, tlsOpts.spec(s.Namespace, time.Now()))
-			report(cmd.OutOrStdout(), s.Namespace, done)
+			report(cmd.OutOrStdout(), "NATS TLS certificates", s.Namespace, done)
 			return err
 		},
 	}
@@ -123,7 +123,7 @@ service its seed when it connects, so restart both afterwards, NATS first
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			done, err := natscreds.RunRotate(ctx, s, natscreds.Users, service, natscreds.GenerateSeed)
-			report(cmd.OutOrStdout(), s.Namespace, done)
+			report(cmd.OutOrStdout(), "NATS credentials", s.Namespace, done)
 			if err != nil {
 				return err
 			}
@@ -153,10 +153,11 @@ func credentialsNamespace(flag string) string {
 	return defaultNamespace
 }
 
-// report prints what was written; never a seed.
-func report(w io.Writer, namespace string, done []natscreds.Action) {
+// report prints what was written of what (the credentials, the TLS
+// certificates); never a seed or a key.
+func report(w io.Writer, what, namespace string, done []natscreds.Action) {
 	if len(done) == 0 {
-		fmt.Fprintf(w, "NATS credentials in namespace %s are complete: nothing to do\n", namespace)
+		fmt.Fprintf(w, "%s in namespace %s are complete: nothing to do\n", what, namespace)
 		return
 	}
 	for _, a := range done {

@@ -129,7 +129,8 @@ func TestCredentialsAgainstAPIServer(t *testing.T) {
 	}
 
 	out, err = runCredentials(t, "ensure", "--kubeconfig", env.Kubeconfig, "-n", ns)
-	if err != nil || !strings.Contains(out, "complete: nothing to do") {
+	if err != nil || !strings.Contains(out, "NATS credentials in namespace "+ns+" are complete: nothing to do") ||
+		!strings.Contains(out, "NATS TLS certificates in namespace "+ns+" are complete: nothing to do") {
 		t.Fatalf("second ensure: %v\n%s", err, out)
 	}
 	for name, s := range read() {
