@@ -128,9 +128,12 @@ func skipDir(rel string) bool {
 func TestManifestsParse(t *testing.T) {
 	notObjects := map[string]bool{
 		"kustomization.yaml": true,
-		filepath.Join("overlays", "hardened", "kustomization.yaml"): true,
-		filepath.Join("helm", "metabus", "Chart.yaml"):              true,
-		filepath.Join("helm", "metabus", "values.yaml"):             true,
+		filepath.Join("overlays", "hardened", "kustomization.yaml"):  true,
+		filepath.Join("overlays", "plaintext", "kustomization.yaml"): true,
+		// Upstream Metacontroller's chart values (a test fixture).
+		filepath.Join("testdata", "upstream-v4.17.2-values.yaml"): true,
+		filepath.Join("helm", "metabus", "Chart.yaml"):            true,
+		filepath.Join("helm", "metabus", "values.yaml"):           true,
 		// Prometheus rule files (the PrometheusRule's spec).
 		filepath.Join("monitoring", "metabus-rules.yaml"):                             true,
 		filepath.Join("helm", "metabus", "files", "monitoring", "metabus-rules.yaml"): true,
@@ -1280,6 +1283,27 @@ type deployed struct {
 	image, natsURL string
 }
 
+// mountedSecret returns the Secret whose volume container c of workload o
+// mounts at path's directory, or "".
+func mountedSecret(o map[string]any, c container, path string) string {
+	if path == "" {
+		return ""
+	}
+	for _, vm := range slice(c.obj, "volumeMounts") {
+		m := vm.(map[string]any)
+		if filepath.Dir(path) != m["mountPath"] {
+			continue
+		}
+		for _, v := range slice(o, "spec", "template", "spec", "volumes") {
+			vv := v.(map[string]any)
+			if vv["name"] == m["name"] {
+				return str(vv, "secret", "secretName")
+			}
+		}
+	}
+	return ""
+}
+
 // checkServiceDeployment checks the invariants every metabus Deployment
 // must keep, whether it comes from deploy/apps, kustomize or Helm.
 func checkServiceDeployment(t *testing.T, o map[string]any, svc string, binaries map[string]string, want deployed) {
@@ -1328,20 +1352,31 @@ func checkServiceDeployment(t *testing.T, o map[string]any, svc string, binaries
 			t.Errorf("credentials in args: %s", a)
 		}
 	}
-	mounted := false
-	for _, vm := range slice(c.obj, "volumeMounts") {
-		m := vm.(map[string]any)
-		if seedPath != "" && filepath.Dir(seedPath) == m["mountPath"] {
-			for _, v := range slice(o, "spec", "template", "spec", "volumes") {
-				vv := v.(map[string]any)
-				if vv["name"] == m["name"] && str(vv, "secret", "secretName") == "metabus-nats-"+svc {
-					mounted = true
-				}
+	if got := mountedSecret(o, c, seedPath); got != "metabus-nats-"+svc {
+		t.Errorf("--nats-nkey %q is not a file of the mounted Secret metabus-nats-%s (%q)", seedPath, svc, got)
+	}
+	// NATS TLS: with a tls:// URL, the CA, certificate and key of this
+	// service's Secret, the one `metabus credentials ensure` makes; with
+	// nats://, none (no half-configured TLS).
+	tlsSecret := natscreds.ClientTLSSecret(svc)
+	for _, flag := range []string{"--nats-ca", "--nats-cert", "--nats-key"} {
+		var path string
+		for _, a := range args {
+			if v, ok := strings.CutPrefix(a, flag+"="); ok {
+				path = v
 			}
 		}
-	}
-	if !mounted {
-		t.Errorf("--nats-nkey %q is not a file of the mounted Secret metabus-nats-%s", seedPath, svc)
+		switch {
+		case strings.HasPrefix(want.natsURL, "tls://"):
+			if got := mountedSecret(o, c, path); got != tlsSecret {
+				t.Errorf("%s %q is not a file of the mounted Secret %s (%q)", flag, path, tlsSecret, got)
+			}
+			if base := filepath.Base(path); base != map[string]string{"--nats-ca": natscreds.CACertKey, "--nats-cert": natscreds.CertKey, "--nats-key": natscreds.KeyKey}[flag] {
+				t.Errorf("%s reads %s, not the Secret's key for it", flag, base)
+			}
+		case path != "":
+			t.Errorf("%s=%s with a plaintext URL %s", flag, path, want.natsURL)
+		}
 	}
 	for probe, path := range map[string]string{"livenessProbe": "/healthz", "readinessProbe": "/readyz"} {
 		hg := mapping(c.obj, probe, "httpGet")
@@ -1375,7 +1410,7 @@ func TestDeployments(t *testing.T) {
 				t.Fatalf("want one Deployment")
 			}
 			// The tag comes from kustomization.yaml's images: (TestVersioned).
-			checkServiceDeployment(t, docs[0], svc, binaries, deployed{image: "ghcr.io/metabus/metabus", natsURL: "nats://nats.metabus:4222"})
+			checkServiceDeployment(t, docs[0], svc, binaries, deployed{image: "ghcr.io/metabus/metabus", natsURL: "tls://nats.metabus:4222"})
 		})
 	}
 }
@@ -1864,7 +1899,7 @@ func TestKustomize(t *testing.T) {
 	for _, svc := range services {
 		if o := byKey["Deployment/metabus-"+svc]; o != nil {
 			t.Run(svc, func(t *testing.T) {
-				checkServiceDeployment(t, o, svc, binaries, deployed{image: "ghcr.io/metabus/metabus:" + app, natsURL: "nats://nats.metabus:4222"})
+				checkServiceDeployment(t, o, svc, binaries, deployed{image: "ghcr.io/metabus/metabus:" + app, natsURL: "tls://nats.metabus:4222"})
 			})
 		}
 	}
@@ -2008,7 +2043,7 @@ func TestHelmChart(t *testing.T) {
 		for _, svc := range services {
 			t.Run(svc, func(t *testing.T) {
 				checkServiceDeployment(t, objs["Deployment/metabus-"+svc], svc, binaries,
-					deployed{image: "ghcr.io/metabus/metabus:" + app, natsURL: "nats://metabus-nats.metabus:4222"})
+					deployed{image: "ghcr.io/metabus/metabus:" + app, natsURL: "tls://metabus-nats.metabus:4222"})
 			})
 		}
 	})

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,6 +76,7 @@ func TestInstall(t *testing.T) {
 		{"kubectl apply -k deploy/", must(kustomizeBuild(kustomizeDefault)), "metabus", true},
 		// Same names as deploy/, so dry-run only.
 		{"kubectl apply -k deploy/overlays/hardened", must(kustomizeBuild(kustomizeHardened)), "metabus", false},
+		{"kubectl apply -k deploy/overlays/plaintext", must(kustomizeBuild(kustomizePlaintext)), "metabus", false},
 		{"helm install metabus -n mb-helm", must(helmRender(nil, release{"metabus", "mb-helm"})), "mb-helm", true},
 		{"helm install metabus -n mb-hardened --set profile=hardened", must(helmRender(map[string]any{"profile": "hardened"}, release{"metabus", "mb-hardened"})), "mb-hardened", true},
 		{"helm install other -n mb-two (every value changed)", must(helmRender(everything, release{"other", "mb-two"})), "mb-two", true},
@@ -140,21 +142,37 @@ func TestInstall(t *testing.T) {
 			refs := secretRefs(in.objs)
 			// The manifests reference the services' credentials; the
 			// operator users' Secrets are mounted nowhere, but written too.
+			// And the TLS certificates of the server and of each service.
 			referenced := natscreds.Names(natscreds.Services)
+			referenced = append(referenced, natscreds.ServerTLSSecret)
+			for _, svc := range natscreds.Services {
+				referenced = append(referenced, natscreds.ClientTLSSecret(svc))
+			}
 			sort.Strings(referenced)
 			if missing := cl.missingSecrets(t, ctx, refs); !slices.Equal(missing, prefixed(in.namespace, referenced)) {
 				t.Fatalf("before the generator ran, missing Secrets %v; want exactly the credentials %v", missing, referenced)
 			}
-			want := natscreds.Names(natscreds.Users)
+			want := append(natscreds.Names(natscreds.Users), natscreds.TLSNames(natscreds.Users)...)
 
-			// The generator as the NATS pods run it: their ServiceAccount.
-			sa := str(find(in.objs, "StatefulSet", natsStatefulSet(in.objs)), "spec", "template", "spec", "serviceAccountName")
+			// The generator as the NATS pods run it: their ServiceAccount,
+			// the arguments of their init container.
+			sts := find(in.objs, "StatefulSet", natsStatefulSet(in.objs))
+			sa := str(sts, "spec", "template", "spec", "serviceAccountName")
 			store := natscreds.Store{Kube: cl.as(t, in.namespace, sa), Namespace: in.namespace}
-			done, err := natscreds.Run(ctx, store, natscreds.Users, natscreds.GenerateSeed)
-			if err != nil {
-				t.Fatalf("generator as %s: %v", sa, err)
+			spec := generatorTLSSpec(t, sts, in.namespace)
+			generate := func() []natscreds.Action {
+				t.Helper()
+				done, err := natscreds.Run(ctx, store, natscreds.Users, natscreds.GenerateSeed)
+				if err != nil {
+					t.Fatalf("generator as %s: %v", sa, err)
+				}
+				tlsDone, err := natscreds.RunTLS(ctx, store, spec)
+				if err != nil {
+					t.Fatalf("TLS generator as %s: %v", sa, err)
+				}
+				return append(done, tlsDone...)
 			}
-			if len(done) != len(want) {
+			if done := generate(); len(done) != len(want) {
 				t.Errorf("generator wrote %v, want the %d credential Secrets", done, len(want))
 			}
 			if missing := cl.missingSecrets(t, ctx, refs); len(missing) != 0 {
@@ -162,15 +180,39 @@ func TestInstall(t *testing.T) {
 			}
 
 			before := cl.secretVersions(t, ctx, in.namespace)
-			done, err = natscreds.Run(ctx, store, natscreds.Users, natscreds.GenerateSeed)
-			if err != nil || len(done) != 0 {
-				t.Errorf("second run wrote %v (%v), want nothing", done, err)
+			if done := generate(); len(done) != 0 {
+				t.Errorf("second run wrote %v, want nothing", done)
 			}
 			if after := cl.secretVersions(t, ctx, in.namespace); !maps.Equal(before, after) {
 				t.Errorf("resourceVersions changed by the second run: %v -> %v", before, after)
 			}
 		})
 	}
+}
+
+// generatorTLSSpec is what `metabus credentials ensure` makes with the
+// arguments of sts's init container in namespace (cmd/metabus's flags:
+// --tls-service, --tls-peers, --tls-validity).
+func generatorTLSSpec(t *testing.T, sts map[string]any, namespace string) natscreds.TLSSpec {
+	t.Helper()
+	flags := map[string]string{}
+	c, _ := slice(sts, "spec", "template", "spec", "initContainers")[0].(map[string]any)
+	for _, a := range stringList(slice(c, "args")) {
+		k, v, _ := strings.Cut(a, "=")
+		flags[k] = v
+	}
+	if flags["--tls"] == "false" || flags["--tls-service"] == "" {
+		t.Fatalf("init container args %v: no TLS", stringList(slice(c, "args")))
+	}
+	validity := natscreds.DefaultValidity
+	if v, ok := flags["--tls-validity"]; ok {
+		var err error
+		if validity, err = time.ParseDuration(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return natscreds.TLSSpec{Users: natscreds.Users, ServerDNS: natscreds.ServerDNSNames(flags["--tls-service"], flags["--tls-peers"], namespace),
+		Validity: validity, Now: time.Now()}
 }
 
 func natsStatefulSet(objs []map[string]any) string {

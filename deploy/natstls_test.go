@@ -8,14 +8,19 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/metabus/metabus/pkg/cli"
+	"github.com/metabus/metabus/pkg/natscreds"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/testnats"
 	"github.com/metabus/metabus/pkg/testpki"
@@ -163,4 +168,145 @@ func startTLSServer(t *testing.T, conf string, adjust func(*server.Options)) str
 		adjust(opts)
 	}
 	return testnats.Serve(t, opts).Addr().String()
+}
+
+// kustomizePlaintext is the overlay that turns NATS TLS off.
+const kustomizePlaintext = "overlays/plaintext"
+
+// loadRenderedNATSConfig writes the files of the NATS ConfigMap of a
+// kustomize build into a directory, with the server certificate's mount
+// point moved to certificates the generator made there, and loads them as
+// nats-server would (the users' public keys and the pod name from the
+// environment, as the StatefulSet passes them).
+func loadRenderedNATSConfig(t *testing.T, objs []map[string]any) *server.Options {
+	t.Helper()
+	var data map[string]any
+	for _, o := range objs {
+		if str(o, "kind") == "ConfigMap" && strings.HasPrefix(str(o, "metadata", "name"), "nats-config") {
+			data = mapping(o, "data")
+		}
+	}
+	if data == nil {
+		t.Fatal("no NATS ConfigMap")
+	}
+	dir := t.TempDir()
+	plan, err := natscreds.EnsureTLS(natscreds.TLSSpec{Users: natscreds.Users, ServerDNS: natscreds.ServerDNSNames("nats", "nats-headless", "metabus"),
+		Validity: time.Hour, Now: time.Now()}, map[string]natscreds.Secret{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range plan {
+		if a.Secret.Name != natscreds.ServerTLSSecret {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Join(dir, "tls"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range a.Secret.Data {
+			writeTestFile(t, filepath.Join(dir, "tls", k), v)
+		}
+	}
+	for name, text := range data {
+		writeTestFile(t, filepath.Join(dir, name), []byte(strings.ReplaceAll(text.(string), `"/etc/nats/tls/`, `"`+filepath.Join(dir, "tls")+"/")))
+	}
+	t.Setenv("POD_NAME", "nats-0")
+	for _, u := range natscreds.Users {
+		pub, _ := testnats.NewUser(t, dir, u)
+		t.Setenv(natscreds.UserKey(u), pub)
+	}
+	opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats-server.conf"))
+	if err != nil {
+		t.Fatalf("load the rendered nats-server.conf: %v", err)
+	}
+	return opts
+}
+
+// TestKustomizeNATSTLS (issue #32): `kubectl apply -k deploy/` runs NATS with
+// TLS and client certificates on clients and routes, with the certificates
+// the init container makes, and every service connects with them
+// (TestKustomize checks each service's flags and mounts);
+// deploy/overlays/plaintext turns it off, and changes nothing else.
+func TestKustomizeNATSTLS(t *testing.T) {
+	def, err := kustomizeBuild(kustomizeDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := kustomizeBuild(kustomizePlaintext)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("default: TLS on clients and routes, client certificates required", func(t *testing.T) {
+		opts := loadRenderedNATSConfig(t, def)
+		if opts.TLSConfig == nil || opts.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert {
+			t.Errorf("clients: TLS %v, want TLS with verified client certificates", opts.TLSConfig != nil)
+		}
+		if opts.Cluster.TLSConfig == nil || opts.Cluster.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert {
+			t.Errorf("routes: TLS %v, want TLS with verified certificates", opts.Cluster.TLSConfig != nil)
+		}
+		if len(opts.Routes) != 3 {
+			t.Errorf("%d routes, want 3", len(opts.Routes))
+		}
+		sts := find(def, "StatefulSet", "nats")
+		if v := volumeSecretAt(mapping(sts, "spec", "template", "spec"), "nats", "/etc/nats/tls"); v != natscreds.ServerTLSSecret {
+			t.Errorf("nats-server mounts %q at /etc/nats/tls, want %s", v, natscreds.ServerTLSSecret)
+		}
+	})
+
+	t.Run("plaintext overlay: no TLS anywhere", func(t *testing.T) {
+		opts := loadRenderedNATSConfig(t, plain)
+		if opts.TLSConfig != nil || opts.Cluster.TLSConfig != nil {
+			t.Errorf("TLS on clients %v, routes %v; want neither", opts.TLSConfig != nil, opts.Cluster.TLSConfig != nil)
+		}
+		if len(opts.Routes) != 3 {
+			t.Errorf("%d routes, want 3", len(opts.Routes))
+		}
+		for _, svc := range services {
+			a := containerArgs(t, plain, "metabus-"+svc)
+			if !slices.Contains(a, "--nats-url=nats://nats.metabus:4222") || slices.ContainsFunc(a, func(s string) bool { return strings.HasPrefix(s, "--nats-c") || strings.HasPrefix(s, "--nats-key") }) {
+				t.Errorf("%s args %v: want nats:// and no TLS flags", svc, a)
+			}
+		}
+	})
+
+	// Last: it rewrites the objects it compares.
+	t.Run("plaintext overlay changes only the NATS URL, the TLS flags and config", func(t *testing.T) {
+		normalize := func(objs []map[string]any) map[string]map[string]any {
+			out := map[string]map[string]any{}
+			for _, o := range objs {
+				name := str(o, "metadata", "name")
+				switch str(o, "kind") {
+				case "ConfigMap":
+					if strings.HasPrefix(name, "nats-config") {
+						name = "nats-config"
+						o["metadata"].(map[string]any)["name"] = name
+						delete(o, "data")
+					}
+				case "StatefulSet":
+					vols, _, _ := unstructured.NestedFieldNoCopy(o, "spec", "template", "spec", "volumes")
+					for _, v := range vols.([]any) {
+						if cm, ok := v.(map[string]any)["configMap"].(map[string]any); ok {
+							cm["name"] = "nats-config"
+						}
+					}
+				case "Deployment":
+					cs, _, _ := unstructured.NestedFieldNoCopy(o, "spec", "template", "spec", "containers")
+					c := cs.([]any)[0].(map[string]any)
+					var kept []any
+					for _, a := range slice(c, "args") {
+						s := strings.Replace(a.(string), "--nats-url=tls://", "--nats-url=nats://", 1)
+						if !strings.HasPrefix(s, "--nats-ca=") && !strings.HasPrefix(s, "--nats-cert=") && !strings.HasPrefix(s, "--nats-key=") {
+							kept = append(kept, s)
+						}
+					}
+					c["args"] = kept
+				}
+				out[str(o, "kind")+"/"+name] = o
+			}
+			return out
+		}
+		if diff := cmp.Diff(normalize(def), normalize(plain)); diff != "" {
+			t.Errorf("deploy/ and overlays/plaintext differ beyond TLS (-default +plaintext):\n%s", diff)
+		}
+	})
 }

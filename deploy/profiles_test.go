@@ -219,8 +219,9 @@ func ruleLines(rules []policyRule) []string {
 	return slices.Compact(out)
 }
 
-// TestCredentialsRBAC: the credential generator may create Secrets and get
-// and update the five credential Secrets by name, in metabus's namespace
+// TestCredentialsRBAC: the credential generator may create Secrets, get and
+// update the seed and public key Secrets by name, and get the NATS CA and
+// certificate Secrets by name, in metabus's namespace
 // only, and nothing else; the NATS pods run as it, with its token mounted
 // into the init container only.
 func TestCredentialsRBAC(t *testing.T) {
@@ -231,7 +232,7 @@ func TestCredentialsRBAC(t *testing.T) {
 			if !bound {
 				t.Fatal("metabus-credentials is not bound")
 			}
-			var named []string
+			var named, readOnly []string
 			for _, rule := range rules {
 				if !strings.HasPrefix(rule.role, "Role/") || !strings.HasSuffix(rule.role, "(metabus)") {
 					t.Errorf("granted by %s; want a Role in metabus only", rule.role)
@@ -243,12 +244,19 @@ func TestCredentialsRBAC(t *testing.T) {
 				case len(rule.names) == 0 && slices.Equal(rule.verbs, []string{"create"}):
 				case len(rule.names) > 0 && slices.Equal(rule.verbs, []string{"get", "update"}):
 					named = append(named, rule.names...)
+				case len(rule.names) > 0 && slices.Equal(rule.verbs, []string{"get"}):
+					readOnly = append(readOnly, rule.names...)
 				default:
-					t.Errorf("%s: want create, or get and update on named Secrets", rule)
+					t.Errorf("%s: want create, or get (and update) on named Secrets", rule)
 				}
 			}
 			if diff := cmp.Diff(natscreds.Names(natscreds.Users), named); diff != "" {
 				t.Errorf("Secrets it may get and update (-want +got):\n%s", diff)
+			}
+			// The TLS material is only ever created and read (EnsureTLS
+			// never updates).
+			if diff := cmp.Diff(natscreds.TLSNames(natscreds.Users), readOnly); diff != "" {
+				t.Errorf("Secrets it may only get (-want +got):\n%s", diff)
 			}
 
 			var sts map[string]any
@@ -279,6 +287,15 @@ func TestCredentialsRBAC(t *testing.T) {
 			}
 			if !tokenMounted(gen) {
 				t.Error("the init container has no API token")
+			}
+			// The server certificate it makes is for the Services the
+			// services and the routes dial, and is what nats-server mounts.
+			wantArgs := []string{"--tls-service=" + str(sts, "metadata", "name"), "--tls-peers=" + str(sts, "spec", "serviceName")}
+			if got := stringList(slice(gen, "args")); len(got) < 2 || !slices.Equal(got[:2], wantArgs) {
+				t.Errorf("init container args %v, want %v first", got, wantArgs)
+			}
+			if v := volumeSecretAt(spec, "nats", "/etc/nats/tls"); v != natscreds.ServerTLSSecret {
+				t.Errorf("nats-server mounts %q at /etc/nats/tls, want %s", v, natscreds.ServerTLSSecret)
 			}
 			for _, c := range slice(spec, "containers") {
 				if tokenMounted(c.(map[string]any)) {
@@ -411,3 +428,24 @@ nats: {replicas: 1, streamReplicas: 1, partitions: 16, tls: {enabled: true}, mon
 }
 
 func matches(pattern, s string) bool { return regexp.MustCompile(pattern).MatchString(s) }
+
+// volumeSecretAt returns the Secret that container name of pod spec mounts
+// at path, or "".
+func volumeSecretAt(spec map[string]any, name, path string) string {
+	for _, c := range slice(spec, "containers") {
+		if str(c.(map[string]any), "name") != name {
+			continue
+		}
+		for _, m := range slice(c.(map[string]any), "volumeMounts") {
+			if str(m.(map[string]any), "mountPath") != path {
+				continue
+			}
+			for _, v := range slice(spec, "volumes") {
+				if str(v.(map[string]any), "name") == str(m.(map[string]any), "name") {
+					return str(v.(map[string]any), "secret", "secretName")
+				}
+			}
+		}
+	}
+	return ""
+}

@@ -48,15 +48,7 @@ var defaultRelease = release{"metabus", "metabus"}
 // `helm install` does, and returns the objects in a stable order. The
 // chart's crds/ are not included (Helm installs them before the release).
 func helmRender(values map[string]any, rel release) ([]map[string]any, error) {
-	ch, err := loader.Load(chartDir)
-	if err != nil {
-		return nil, fmt.Errorf("load chart: %w", err)
-	}
-	rv, err := chartutil.ToRenderValues(ch, values, chartutil.ReleaseOptions{Name: rel.name, Namespace: rel.namespace, IsInstall: true}, chartutil.DefaultCapabilities)
-	if err != nil {
-		return nil, fmt.Errorf("values: %w", err)
-	}
-	files, err := engine.Render(ch, rv)
+	files, err := helmRenderFiles(values, rel)
 	if err != nil {
 		return nil, err
 	}
@@ -93,4 +85,18 @@ func byKindName(objs []map[string]any) (map[string]map[string]any, error) {
 		}
 	}
 	return out, nil
+}
+
+// helmRenderFiles renders the chart as helmRender does and returns the
+// rendered text of each template (NOTES.txt included), by path.
+func helmRenderFiles(values map[string]any, rel release) (map[string]string, error) {
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		return nil, fmt.Errorf("load chart: %w", err)
+	}
+	rv, err := chartutil.ToRenderValues(ch, values, chartutil.ReleaseOptions{Name: rel.name, Namespace: rel.namespace, IsInstall: true}, chartutil.DefaultCapabilities)
+	if err != nil {
+		return nil, fmt.Errorf("values: %w", err)
+	}
+	return engine.Render(ch, rv)
 }

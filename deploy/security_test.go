@@ -51,18 +51,19 @@ func TestNATSMonitoringPortClosed(t *testing.T) {
 	}
 }
 
-// TestHelmNATSTLS: the chart's NATS TLS (nats.tls) is off by default and
-// uses a byte-identical copy of the shipped tls.conf; TestHelmRender checks
-// what it renders.
+// TestHelmNATSTLS: the chart's NATS TLS (nats.tls) is on by default, with
+// certificates the NATS pods' init container makes, and uses a
+// byte-identical copy of the shipped tls.conf; TestHelmRender checks what
+// it renders.
 func TestHelmNATSTLS(t *testing.T) {
 	if readFile(t, filepath.Join(chartDir, "files", "nats-tls.conf")) != readFile(t, filepath.Join("nats", "tls.conf")) {
 		t.Error("helm/metabus/files/nats-tls.conf differs from nats/tls.conf; copy it: cp deploy/nats/tls.conf deploy/helm/metabus/files/nats-tls.conf")
 	}
 	values := readDocs(t, filepath.Join(chartDir, "values.yaml"))[0]
-	if on, _, _ := unstructured.NestedBool(values, "nats", "tls", "enabled"); on {
-		t.Error("values nats.tls.enabled is true; TLS is opt-in (it needs certificates)")
+	if on, _, _ := unstructured.NestedBool(values, "nats", "tls", "enabled"); !on {
+		t.Error("values nats.tls.enabled is false; TLS is on by default, plaintext an explicit choice")
 	}
-	if got, _, _ := unstructured.NestedString(values, "nats", "tls", "certificates"); got != "helm" {
-		t.Errorf("values nats.tls.certificates = %q, want helm", got)
+	if got, _, _ := unstructured.NestedString(values, "nats", "tls", "certificates"); got != "generate" {
+		t.Errorf("values nats.tls.certificates = %q, want generate", got)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -27,6 +28,7 @@ func credentialsCommand() *cobra.Command {
 		kubeconfig string
 		namespace  string
 		timeout    time.Duration
+		tlsOpts    tlsFlags
 	)
 	store := func() (natscreds.Store, error) {
 		cfg, err := (&cli.KubeFlags{Kubeconfig: kubeconfig, QPS: -1}).Config()
@@ -66,7 +68,13 @@ so nothing has to be created by hand.`,
 		Long: `Creates a seed Secret for each service that has none, and writes each seed's
 public key into metabus-nats-users where it is missing or does not match.
 Existing seeds are never replaced, so running it again changes nothing;
-a run that stopped half way is completed by the next one.`,
+a run that stopped half way is completed by the next one.
+
+With --tls (the default) it then does the same for NATS TLS: a CA
+(metabus-nats-ca), the server's certificate (metabus-nats-server-tls, valid
+for --tls-service and the pods of --tls-peers in the namespace, localhost and
+127.0.0.1) and a client certificate per user (metabus-nats-<user>-tls),
+signed by that CA. Existing ones are never replaced.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := store()
@@ -76,10 +84,20 @@ a run that stopped half way is completed by the next one.`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			done, err := natscreds.Run(ctx, s, natscreds.Users, natscreds.GenerateSeed)
-			report(cmd.OutOrStdout(), s.Namespace, done)
+			report(cmd.OutOrStdout(), "NATS credentials", s.Namespace, done)
+			if err != nil || !tlsOpts.enabled {
+				return err
+			}
+			done, err = natscreds.RunTLS(ctx, s, tlsOpts.spec(s.Namespace, time.Now()))
+			report(cmd.OutOrStdout(), "NATS TLS certificates", s.Namespace, done)
 			return err
 		},
 	}
+	ensure.Flags().BoolVar(&tlsOpts.enabled, "tls", true, "also create the NATS CA and the server's and every user's certificates that are missing (Secrets "+
+		natscreds.CASecret+", "+natscreds.ServerTLSSecret+", metabus-nats-<user>-tls)")
+	ensure.Flags().StringVar(&tlsOpts.service, "tls-service", "nats", "the NATS client Service the server certificate is for (<name>, <name>.<namespace>, .svc, .svc.cluster.local)")
+	ensure.Flags().StringVar(&tlsOpts.peers, "tls-peers", "nats-headless", "the headless Service of the NATS pods, whose addresses the routes dial (*.<name>.<namespace>.svc); empty for none")
+	ensure.Flags().DurationVar(&tlsOpts.validity, "tls-validity", natscreds.DefaultValidity, "validity of new certificates")
 
 	var service string
 	rotate := &cobra.Command{
@@ -105,7 +123,7 @@ service its seed when it connects, so restart both afterwards, NATS first
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			done, err := natscreds.RunRotate(ctx, s, natscreds.Users, service, natscreds.GenerateSeed)
-			report(cmd.OutOrStdout(), s.Namespace, done)
+			report(cmd.OutOrStdout(), "NATS credentials", s.Namespace, done)
 			if err != nil {
 				return err
 			}
@@ -135,13 +153,33 @@ func credentialsNamespace(flag string) string {
 	return defaultNamespace
 }
 
-// report prints what was written; never a seed.
-func report(w io.Writer, namespace string, done []natscreds.Action) {
+// report prints what was written of what (the credentials, the TLS
+// certificates); never a seed or a key.
+func report(w io.Writer, what, namespace string, done []natscreds.Action) {
 	if len(done) == 0 {
-		fmt.Fprintf(w, "NATS credentials in namespace %s are complete: nothing to do\n", namespace)
+		fmt.Fprintf(w, "%s in namespace %s are complete: nothing to do\n", what, namespace)
 		return
 	}
 	for _, a := range done {
 		fmt.Fprintf(w, "namespace %s: %s\n", namespace, a)
+	}
+}
+
+// tlsFlags are ensure's TLS settings.
+type tlsFlags struct {
+	enabled        bool
+	service, peers string
+	validity       time.Duration
+}
+
+// spec is what ensure makes in namespace: certificates for every user,
+// the server's valid for the Services' names and for a port-forward.
+func (f tlsFlags) spec(namespace string, now time.Time) natscreds.TLSSpec {
+	return natscreds.TLSSpec{
+		Users:     natscreds.Users,
+		ServerDNS: natscreds.ServerDNSNames(f.service, f.peers, namespace),
+		ServerIPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		Validity:  f.validity,
+		Now:       now,
 	}
 }

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -86,13 +89,35 @@ func TestCredentialsAgainstAPIServer(t *testing.T) {
 		return have
 	}
 
-	out, err := runCredentials(t, "ensure", "--kubeconfig", env.Kubeconfig, "-n", ns)
+	out, err := runCredentials(t, "ensure", "--kubeconfig", env.Kubeconfig, "-n", ns, "--tls-service=mb-nats", "--tls-peers=mb-nats-headless")
 	if err != nil {
 		t.Fatalf("ensure: %v\n%s", err, out)
 	}
 	first := read()
 	if len(first) != 5 {
 		t.Fatalf("ensure made %d Secrets, want 5:\n%s", len(first), out)
+	}
+	certs, err := store.Read(ctx, natscreds.TLSNames(natscreds.Users))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(certs) != len(natscreds.TLSNames(natscreds.Users)) {
+		t.Fatalf("ensure made %d TLS Secrets, want %d:\n%s", len(certs), len(natscreds.TLSNames(natscreds.Users)), out)
+	}
+	serverCert := certs[natscreds.ServerTLSSecret].Data[natscreds.CertKey]
+	if block, _ := pem.Decode(serverCert); block == nil {
+		t.Errorf("server certificate is not PEM")
+	} else if c, err := x509.ParseCertificate(block.Bytes); err != nil || c.VerifyHostname("mb-nats."+ns+".svc") != nil ||
+		c.VerifyHostname("mb-nats-1.mb-nats-headless."+ns+".svc") != nil || c.VerifyHostname("127.0.0.1") != nil {
+		t.Errorf("server certificate (%v) is not valid for the flags' Services: %v", err, c.DNSNames)
+	}
+	for name, s := range certs {
+		if s.Labels[natsx.CredentialsLabel] != "true" {
+			t.Errorf("%s lacks %s", name, natsx.CredentialsLabel)
+		}
+	}
+	if strings.Contains(out, "PRIVATE KEY") {
+		t.Errorf("ensure printed a private key")
 	}
 	for name, s := range first {
 		if s.Labels[natsx.CredentialsLabel] != "true" {
@@ -104,13 +129,32 @@ func TestCredentialsAgainstAPIServer(t *testing.T) {
 	}
 
 	out, err = runCredentials(t, "ensure", "--kubeconfig", env.Kubeconfig, "-n", ns)
-	if err != nil || !strings.Contains(out, "complete: nothing to do") {
+	if err != nil || !strings.Contains(out, "NATS credentials in namespace "+ns+" are complete: nothing to do") ||
+		!strings.Contains(out, "NATS TLS certificates in namespace "+ns+" are complete: nothing to do") {
 		t.Fatalf("second ensure: %v\n%s", err, out)
 	}
 	for name, s := range read() {
 		if s.ResourceVersion != first[name].ResourceVersion {
 			t.Errorf("second ensure wrote %s", name)
 		}
+	}
+	if again, err := store.Read(ctx, natscreds.TLSNames(natscreds.Users)); err != nil || !maps.EqualFunc(again, certs, func(a, b natscreds.Secret) bool {
+		return a.ResourceVersion == b.ResourceVersion
+	}) {
+		t.Errorf("second ensure rewrote TLS Secrets (%v)", err)
+	}
+
+	// --tls=false (Helm with cert-manager, or TLS off): seeds only.
+	const plain = "mb-creds-plain"
+	if err := kube.Create(ctx, kubeapi.Path(corev1.SchemeGroupVersion.WithResource("namespaces"), "", "", ""),
+		&corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: metav1.ObjectMeta{Name: plain}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCredentials(t, "ensure", "--kubeconfig", env.Kubeconfig, "-n", plain, "--tls=false"); err != nil {
+		t.Fatalf("ensure --tls=false: %v\n%s", err, out)
+	}
+	if made, err := (natscreds.Store{Kube: kube, Namespace: plain}).Read(ctx, natscreds.TLSNames(natscreds.Users)); err != nil || len(made) != 0 {
+		t.Errorf("ensure --tls=false made TLS Secrets %v (%v)", made, err)
 	}
 
 	out, err = runCredentials(t, "rotate", "--service", "applier", "--kubeconfig", env.Kubeconfig, "-n", ns)

@@ -15,9 +15,17 @@
 // half way (a seed created, the users Secret not yet written) is completed
 // by the next one. Rotate replaces one service's seed on purpose.
 //
-// The planning (Ensure, RotateSeed) is pure: given the Secrets that exist,
-// which to create or update. Run and RunRotate do the I/O against the API
-// server.
+// The NATS TLS material is made the same way (EnsureTLS, RunTLS): a CA in
+// metabus-nats-ca, and certificates signed by it for the server
+// (metabus-nats-server-tls) and each user (metabus-nats-<user>-tls),
+// created when missing and never replaced, so that TLS needs no hand step
+// and no template generates key material. Every Secret this package writes
+// is labelled natsx.CredentialsLabel.
+//
+// The planning (Ensure, RotateSeed, EnsureTLS) is pure but for the
+// randomness of new keys: given the Secrets that exist,
+// which to create or update. Run, RunTLS and RunRotate do the I/O against
+// the API server.
 package natscreds
 
 import (
@@ -76,6 +84,8 @@ type Secret struct {
 	Name   string
 	Labels map[string]string
 	Data   map[string][]byte
+	// Type is the Secret's type; empty means Opaque.
+	Type string
 	// ResourceVersion of an existing Secret; an update carries it so that
 	// the API server refuses it if someone else wrote in between.
 	ResourceVersion string

@@ -40,7 +40,7 @@ func (s Store) Read(ctx context.Context, names []string) (map[string]Secret, err
 		case err != nil:
 			return nil, s.explain(fmt.Errorf("read Secret %s/%s: %w", s.Namespace, name, err))
 		}
-		have[name] = Secret{Name: name, Labels: sec.Labels, Data: sec.Data, ResourceVersion: sec.ResourceVersion}
+		have[name] = Secret{Name: name, Labels: sec.Labels, Data: sec.Data, Type: string(sec.Type), ResourceVersion: sec.ResourceVersion}
 	}
 	return have, nil
 }
@@ -56,6 +56,9 @@ func (s Store) Do(ctx context.Context, a Action) error {
 		},
 		Type: corev1.SecretTypeOpaque,
 		Data: a.Secret.Data,
+	}
+	if a.Secret.Type != "" {
+		sec.Type = corev1.SecretType(a.Secret.Type)
 	}
 	var err error
 	switch a.Verb {
@@ -94,19 +97,36 @@ func raced(err error) bool { return apierrors.IsAlreadyExists(err) || apierrors.
 // place. A write that loses a race with another generator is retried on a
 // fresh read, so concurrent runs agree on one seed per service.
 func Run(ctx context.Context, store Store, services []string, newSeed NewSeed) ([]Action, error) {
+	return converge(ctx, store, Names(services), func(have map[string]Secret) ([]Action, error) {
+		return Ensure(services, have, newSeed)
+	})
+}
+
+// RunTLS makes the NATS TLS material complete in the store's namespace
+// (EnsureTLS), as Run does the seeds: concurrent runs agree on one CA, and
+// existing Secrets are never replaced.
+func RunTLS(ctx context.Context, store Store, spec TLSSpec) ([]Action, error) {
+	return converge(ctx, store, TLSNames(spec.Users), func(have map[string]Secret) ([]Action, error) {
+		return EnsureTLS(spec, have)
+	})
+}
+
+// converge reads the Secrets names, plans and makes the writes, and starts
+// over on a fresh read when a write lost a race (another generator wrote
+// first), until a plan is written whole or a write fails otherwise.
+func converge(ctx context.Context, store Store, names []string, plan func(map[string]Secret) ([]Action, error)) ([]Action, error) {
 	var done []Action
-	names := Names(services)
 	for try := 1; ; try++ {
 		have, err := store.Read(ctx, names)
 		if err != nil {
 			return done, err
 		}
-		plan, err := Ensure(services, have, newSeed)
+		actions, err := plan(have)
 		if err != nil {
 			return done, err
 		}
 		lost := false
-		for _, a := range plan {
+		for _, a := range actions {
 			if err := store.Do(ctx, a); err != nil {
 				if raced(err) && try < attempts {
 					lost = true

@@ -2,6 +2,7 @@ package natscreds
 
 import (
 	"context"
+	"crypto/x509"
 	"sync"
 	"testing"
 	"time"
@@ -128,6 +129,49 @@ func TestRunAgainstAPIServer(t *testing.T) {
 			changed := string(after[SeedSecret(svc)].Data[SeedKey]) != string(before[SeedSecret(svc)].Data[SeedKey])
 			if changed != (svc == "revisions") {
 				t.Errorf("%s seed changed: %v", svc, changed)
+			}
+		}
+	})
+
+	t.Run("TLS: concurrent generators agree on one CA, a second run writes nothing", func(t *testing.T) {
+		s := namespace(t, "tls")
+		spec := testSpec(time.Now())
+		var wg sync.WaitGroup
+		errs := make([]error, 3)
+		for i := range errs {
+			wg.Go(func() { _, errs[i] = RunTLS(ctx, s, spec) })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("generator %d: %v", i, err)
+			}
+		}
+		before, err := s.Read(ctx, TLSNames(spec.Users))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(before) != len(TLSNames(spec.Users)) {
+			t.Fatalf("Secrets %d, want %d", len(before), len(TLSNames(spec.Users)))
+		}
+		for _, name := range TLSNames(spec.Users)[1:] {
+			verify(t, before, name, "", x509.ExtKeyUsageClientAuth)
+			if before[name].Type != "kubernetes.io/tls" {
+				t.Errorf("%s: type %q", name, before[name].Type)
+			}
+		}
+		verify(t, before, ServerTLSSecret, "nats.metabus.svc", x509.ExtKeyUsageServerAuth)
+		done, err := RunTLS(ctx, s, spec)
+		if err != nil || len(done) != 0 {
+			t.Errorf("a run after them wrote %v (%v), want nothing", done, err)
+		}
+		after, err := s.Read(ctx, TLSNames(spec.Users))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, sec := range after {
+			if sec.ResourceVersion != before[name].ResourceVersion {
+				t.Errorf("%s rewritten", name)
 			}
 		}
 	})

@@ -339,6 +339,11 @@ func renderNode(mainConf, clusterConf string, n *Node, routes []string, syncInte
 			"${1}# clients the nodes' own URLs (test bed only).\n"+
 			"${1}advertise: \"127.0.0.1:1\"\n${1}no_advertise: true", n.ClusterPort)},
 		{`(?s)routes:\s*\[.*?\]`, "routes: [\n" + rs.String() + "  ]"},
+		// Plaintext, as deploy/overlays/plaintext runs it: the test bed has
+		// no certificates, and its routes go through proxies on loopback.
+		// deploy's tests check TLS (natstls_test.go).
+		{`(?m)^include[ \t]+\./tls\.conf[ \t]*$`, "# TLS of clients: off in the test bed"},
+		{`(?m)^([ \t]*)include[ \t]+\./route-tls\.conf[ \t]*$`, "${1}# TLS of routes: off in the test bed"},
 	})
 	if err != nil {
 		return "", "", err

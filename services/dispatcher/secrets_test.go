@@ -25,6 +25,7 @@ import (
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/hooks"
 	"github.com/metabus/metabus/pkg/kubeapi"
+	"github.com/metabus/metabus/pkg/natscreds"
 	"github.com/metabus/metabus/pkg/natsx"
 )
 
@@ -207,13 +208,14 @@ func TestOwnCredentialsRefused(t *testing.T) {
 		Err   string
 		Reads []string
 	}
-	tests := []struct {
+	type testCase struct {
 		reason    string
 		scope     []string
 		namespace string
 		name      string
 		want      result
-	}{
+	}
+	tests := []testCase{
 		{
 			reason: "a seed in the own namespace, all namespaces allowed: refused before reading", namespace: "metabus", name: natsx.CredentialsSecretPrefix + "applier",
 			want: result{Err: "Secret metabus/metabus-nats-applier holds metabus's own NATS credentials"},
@@ -230,6 +232,14 @@ func TestOwnCredentialsRefused(t *testing.T) {
 			reason: "the prefix alone means nothing outside the own namespace", namespace: "team-b", name: natsx.CredentialsSecretPrefix + "mine",
 			want: result{Data: map[string][]byte{"token": []byte("t")}, Reads: []string{"get secrets team-b/metabus-nats-mine"}},
 		},
+	}
+	// The NATS CA (its private key included) and the TLS certificates the
+	// credential generator makes are credentials too (issue #32).
+	for _, name := range natscreds.TLSNames(natscreds.Users) {
+		tests = append(tests, testCase{
+			reason: "NATS TLS material " + name + ": refused before reading", namespace: "metabus", name: name,
+			want: result{Err: "Secret metabus/" + name + " holds metabus's own NATS credentials"},
+		})
 	}
 	for _, tt := range tests {
 		t.Run(tt.reason, func(t *testing.T) {

@@ -62,9 +62,59 @@ by digest when image.digest is set (as kustomize's images: digest, which
 also drops the tag), otherwise by tag. */}}
 {{- define "metabus.image" -}}
 {{- if .Values.image.digest -}}
-{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{ include "metabus.imageRepository" . }}@{{ .Values.image.digest }}
 {{- else -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ include "metabus.imageRepository" . }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+{{- end }}
+
+{{/*
+The image repository: image.repository, except upstream Metacontroller's
+own image (upstream's values file sets it), which has no metabus binaries:
+then metabus's, and NOTES.txt says so.
+*/}}
+{{- define "metabus.imageRepository" -}}
+{{- if include "metabus.upstreamImage" . }}ghcr.io/metabus/metabus{{ else }}{{ .Values.image.repository }}{{ end }}
+{{- end }}
+
+{{/* Non-empty when image.repository is upstream Metacontroller's image. */}}
+{{- define "metabus.upstreamImage" -}}
+{{- if regexMatch "^((docker\\.io/)?metacontrollerio|ghcr\\.io/metacontroller)/metacontroller$" .Values.image.repository }}true{{ end }}
+{{- end }}
+
+{{/* The services' health port: upstream's probes.port where set, else healthPort. */}}
+{{- define "metabus.healthPort" -}}
+{{- (.Values.probes | default dict).port | default .Values.healthPort }}
+{{- end }}
+
+{{/*
+Upstream Metacontroller chart values metabus accepts but cannot honour, one
+"ignored: <key> (<why>)" line each, for NOTES.txt. Only values set to
+something are listed: an empty one changes nothing.
+*/}}
+{{- define "metabus.ignoredUpstreamValues" -}}
+{{- if .Values.command }}
+ignored: command ({{ .Values.command }}: each metabus service runs its own binary, /usr/local/bin/metabus-<service>; commandArgs still go to all four)
+{{- end }}
+{{- with .Values.clusterRole }}
+{{- if or .rules .aggregationRule }}
+ignored: clusterRole (metabus gives each service its own ClusterRole, <service>.clusterRole; narrow the applier's writes with profile=hardened or applier.rbac.allResources=false and applier.rbac.extraRules)
+{{- end }}
+{{- end }}
+{{- if (.Values.serviceAccount | default dict).name }}
+ignored: serviceAccount.name ({{ .Values.serviceAccount.name }}: one account shared by the four services would undo their per-service RBAC; set <service>.serviceAccount.name)
+{{- end }}
+{{- if include "metabus.upstreamImage" . }}
+ignored: image.repository ({{ .Values.image.repository }} is upstream Metacontroller's image, without metabus's binaries; ghcr.io/metabus/metabus is used)
+{{- end }}
+{{- if .Values.resources }}
+{{- $own := list }}
+{{- range $svc := list "watcher" "dispatcher" "applier" "revisions" }}
+{{- if (index $.Values $svc | default dict).resources }}{{ $own = append $own $svc }}{{ end }}
+{{- end }}
+{{- if $own }}
+ignored: resources (for {{ join ", " $own }}: each sets its own, <service>.resources, which applies)
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -146,6 +196,34 @@ YAML, read back with fromYaml.
 {{/* NATS URL of the services: tls:// when nats.tls.enabled, so a client never falls back to plaintext. */}}
 {{- define "metabus.natsURL" -}}
 {{ .Values.natsURL | default (printf "%s://%s.%s:4222" (ternary "tls" "nats" .Values.nats.tls.enabled) (include "metabus.natsName" .) (include "metabus.namespace" .)) }}
+{{- end }}
+
+{{/*
+Where NATS TLS certificates come from: "generate" (the NATS pods' init
+container makes them; "helm", the name of the install-time generation of
+earlier versions, means the same) or "cert-manager".
+*/}}
+{{- define "metabus.natsTLSSource" -}}
+{{- $src := .Values.nats.tls.certificates | default "generate" }}
+{{- if eq $src "helm" }}generate
+{{- else if has $src (list "generate" "cert-manager") }}{{ $src }}
+{{- else }}{{ fail (printf "nats.tls.certificates: %q, want generate or cert-manager" $src) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Arguments of the credential generator (`metabus credentials ensure`, the
+NATS pods' init container): the Services its server certificate is for, or
+--tls=false when it makes no certificate (TLS off, or cert-manager's).
+*/}}
+{{- define "metabus.credentialsArgs" -}}
+{{- if and .Values.nats.tls.enabled (eq (include "metabus.natsTLSSource" .) "generate") }}
+- --tls-service={{ include "metabus.natsName" . }}
+- --tls-peers={{ include "metabus.natsName" . }}-headless
+- --tls-validity={{ mul (int .Values.nats.tls.validityDays) 24 }}h
+{{- else }}
+- --tls=false
+{{- end }}
 {{- end }}
 
 {{/* A service's NATS client TLS flags (nats.tls.enabled): its certificate, key and the CA. */}}
@@ -283,7 +361,7 @@ spec:
         - --nats-nkey=/etc/metabus/nats/nkey.seed
         {{- include "metabus.natsTLSArgs" $root | nindent 8 }}
         - --metrics-address=:{{ $root.Values.metrics.port }}
-        - --health-probe-bind-address=:{{ $root.Values.healthPort }}
+        - --health-probe-bind-address=:{{ include "metabus.healthPort" $root }}
         {{- include "metabus.serviceArgs" . | nindent 8 }}
         {{- with $v.commandArgs }}
         {{- toYaml . | nindent 8 }}
@@ -306,7 +384,7 @@ spec:
         - name: metrics
           containerPort: {{ $root.Values.metrics.port }}
         - name: health
-          containerPort: {{ $root.Values.healthPort }}
+          containerPort: {{ include "metabus.healthPort" $root }}
         livenessProbe:
           httpGet:
             path: /healthz
