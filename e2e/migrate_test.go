@@ -232,10 +232,16 @@ func migrateHooks(t *testing.T) (*hookCalls, map[string]string) {
 		return widgetHook(nil)(req)
 	}
 	rollHook := func(req map[string]any) (int, any) {
+		code, sync := rollsetHook(req)
 		if done, resp := finalizing(req, "children"); done {
+			// Upstream v4.17.2 puts its Updated condition into a rolling
+			// parent's status while finalizing too, and panics (the
+			// process exits) on an answer without status: a finalize hook
+			// of a rolling controller must answer one for upstream.
+			resp["status"] = sync.(map[string]any)["status"]
 			return 200, resp
 		}
-		return rollsetHook(req)
+		return code, sync
 	}
 	return calls, map[string]string{
 		migratePlain:   hookServer(t, jsonHook(calls.wrap(plainHook))),
