@@ -164,7 +164,8 @@ clean:
 # migrate-upstream runs the migration tests with upstream Metacontroller's
 # own binary (docs/migrating.md): upstream converges three controllers,
 # metabus takes over without recreating or rewriting anything, then hands
-# back to upstream the same way, in both apply strategies (~3 min).
+# back to upstream the same way, in both apply strategies (~1 min after
+# the build).
 # `make test` runs the same tests without the upstream half.
 #   make migrate-upstream MC_BIN=/path/to/metacontroller
 migrate-upstream:

@@ -423,18 +423,7 @@ func testMigrateFromUpstream(t *testing.T, s apply.Strategy) {
 
 	// The answers change: the composite's version, the decorator
 	// target's version, the rolling parent's replicas.
-	for _, p := range []struct {
-		gvr        schema.GroupVersionResource
-		name, body string
-	}{
-		{widgetsGVR, "plain", `{"spec":{"version":2}}`},
-		{widgetsGVR, "deco", `{"spec":{"version":2}}`},
-		{rollsetsGVR, "cats", `{"spec":{"replicas":3}}`},
-	} {
-		if _, err := dyn.Resource(p.gvr).Namespace(ns).Patch(ctx, p.name, types.MergePatchType, []byte(p.body), metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	roundTripChange(ctx, t, ns, 2, 3)
 	uidOf := func(gvr schema.GroupVersionResource, name string) types.UID {
 		obj, err := dyn.Resource(gvr).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -456,17 +445,8 @@ func testMigrateFromUpstream(t *testing.T, s apply.Strategy) {
 		})
 	}
 	eventually(t, 30*time.Second, "the composite's status", func() error {
-		if err := wantWidgetStatus(ctx, ns, "plain", 2, 2)(); err != nil {
-			return err
-		}
-		w, err := dyn.Resource(widgetsGVR).Namespace(ns).Get(ctx, "plain", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if og, _ := nestedInt(w, "status", "observedGeneration"); og != w.GetGeneration() {
-			return fmt.Errorf("observedGeneration %d, generation %d", og, w.GetGeneration())
-		}
-		return nil
+		_, err := plainStatusAt(ctx, ns, 2)
+		return err
 	})
 	eventually(t, 30*time.Second, "the decorator's label and attachment", func() error {
 		w, err := dyn.Resource(widgetsGVR).Namespace(ns).Get(ctx, "deco", metav1.GetOptions{})
