@@ -28,7 +28,7 @@ LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REV
 IMAGE ?= ghcr.io/metabus/metabus
 DOCKER ?= docker
 
-.PHONY: all build image image-docker test unit e2e fuzz sim bench bench-bus bench-watcher bench-compare faults faults-cluster run vet fmt kube-bins clean
+.PHONY: all build image image-docker test unit e2e fuzz sim bench bench-bus bench-watcher bench-compare faults faults-cluster run vet fmt kube-bins clean migrate-upstream
 
 all: build
 
@@ -173,3 +173,15 @@ run:
 
 clean:
 	rm -rf bin
+
+# migrate-upstream runs the migration tests with upstream Metacontroller's
+# own binary (docs/migrating.md): upstream converges three controllers,
+# metabus takes over without recreating or rewriting anything, then hands
+# back to upstream the same way, in both apply strategies (~1 min after
+# the build).
+# `make test` runs the same tests without the upstream half.
+#   make migrate-upstream MC_BIN=/path/to/metacontroller
+migrate-upstream:
+	@test -n "$(MC_BIN)" || { echo "migrate-upstream: set MC_BIN to an upstream metacontroller binary" >&2; exit 1; }
+	@KUBE_BIN_DIR=$${KUBE_BIN_DIR:-$$(hack/kubeenv/build.sh | tail -1)}; export KUBE_BIN_DIR; \
+	MC_BIN=$(abspath $(MC_BIN)) $(GO) test -count=1 -timeout 20m -v -run '^TestMigrate' ./e2e/

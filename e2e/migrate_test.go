@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -192,18 +191,12 @@ func (m *migrated) current(ctx context.Context, t *testing.T) map[string]string 
 	return out
 }
 
-// upstreamState writes what upstream v4.17.2 leaves behind after
-// converging, for the three controllers (created here, before metabus
-// starts, labelled for the instance the test starts later): children
-// written with strategy s.
-func upstreamState(t *testing.T, s apply.Strategy, urls map[string]string) *migrated {
+// migrateControllers creates the three migrated controllers, each with
+// its sync and finalize hooks at urls[name], labelled for the instances
+// the test starts (metabus's, and upstream's started with the same
+// --target-label-selector).
+func migrateControllers(t *testing.T, urls map[string]string) {
 	t.Helper()
-	ctx := context.Background()
-	m := &migrated{ns: newNamespace(t), versions: map[string]string{}}
-	ns := m.ns
-	// If the test ends before metabus released them, upstream's
-	// finalizers would keep the parents (and the namespace) forever.
-	t.Cleanup(func() { stripFinalizers(m) })
 	label := &instance{selector: selectorOf(t)}
 	hooks := func(url string) map[string]any {
 		return map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url}},
@@ -225,6 +218,51 @@ func upstreamState(t *testing.T, s apply.Strategy, urls map[string]string) *migr
 		"attachments": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": map[string]any{"method": "InPlace"}}},
 		"hooks":       hooks(urls[migrateDeco]),
 	})
+}
+
+// migrateHooks serves the three controllers' hooks (each answering its
+// finalize calls with nothing desired, finalized), counting calls per
+// parent, and returns their URLs by controller name.
+func migrateHooks(t *testing.T) (*hookCalls, map[string]string) {
+	calls := &hookCalls{n: map[string]int{}}
+	plainHook := func(req map[string]any) (int, any) {
+		if done, resp := finalizing(req, "children"); done {
+			return 200, resp
+		}
+		return widgetHook(nil)(req)
+	}
+	rollHook := func(req map[string]any) (int, any) {
+		code, sync := rollsetHook(req)
+		if done, resp := finalizing(req, "children"); done {
+			// Upstream v4.17.2 puts its Updated condition into a rolling
+			// parent's status while finalizing too, and panics (the
+			// process exits) on an answer without status: a finalize hook
+			// of a rolling controller must answer one for upstream.
+			resp["status"] = sync.(map[string]any)["status"]
+			return 200, resp
+		}
+		return code, sync
+	}
+	return calls, map[string]string{
+		migratePlain:   hookServer(t, jsonHook(calls.wrap(plainHook))),
+		migrateRolling: hookServer(t, jsonHook(calls.wrap(rollHook))),
+		migrateDeco:    hookServer(t, jsonHook(calls.wrap(decoHook))),
+	}
+}
+
+// upstreamState writes what upstream v4.17.2 leaves behind after
+// converging, for the three controllers (created here, before metabus
+// starts, labelled for the instance the test starts later): children
+// written with strategy s.
+func upstreamState(t *testing.T, s apply.Strategy, urls map[string]string) *migrated {
+	t.Helper()
+	ctx := context.Background()
+	m := &migrated{ns: newNamespace(t), versions: map[string]string{}}
+	ns := m.ns
+	// If the test ends before metabus released them, upstream's
+	// finalizers would keep the parents (and the namespace) forever.
+	t.Cleanup(func() { stripParentFinalizers(ns) })
+	migrateControllers(t, urls)
 
 	// The composite: a Widget with two ConfigMaps; its status is the
 	// hook's with observedGeneration (updateParentStatus).
@@ -351,24 +389,7 @@ func TestMigrateFromUpstream(t *testing.T) {
 
 func testMigrateFromUpstream(t *testing.T, s apply.Strategy) {
 	ctx := context.Background()
-	calls := &hookCalls{n: map[string]int{}}
-	plainHook := func(req map[string]any) (int, any) {
-		if done, resp := finalizing(req, "children"); done {
-			return 200, resp
-		}
-		return widgetHook(nil)(req)
-	}
-	rollHook := func(req map[string]any) (int, any) {
-		if done, resp := finalizing(req, "children"); done {
-			return 200, resp
-		}
-		return rollsetHook(req)
-	}
-	urls := map[string]string{
-		migratePlain:   hookServer(t, jsonHook(calls.wrap(plainHook))),
-		migrateRolling: hookServer(t, jsonHook(calls.wrap(rollHook))),
-		migrateDeco:    hookServer(t, jsonHook(calls.wrap(decoHook))),
-	}
+	calls, urls := migrateHooks(t)
 	m := upstreamState(t, s, urls)
 	ns := m.ns
 	before := m.current(ctx, t)
@@ -402,18 +423,7 @@ func testMigrateFromUpstream(t *testing.T, s apply.Strategy) {
 
 	// The answers change: the composite's version, the decorator
 	// target's version, the rolling parent's replicas.
-	for _, p := range []struct {
-		gvr        schema.GroupVersionResource
-		name, body string
-	}{
-		{widgetsGVR, "plain", `{"spec":{"version":2}}`},
-		{widgetsGVR, "deco", `{"spec":{"version":2}}`},
-		{rollsetsGVR, "cats", `{"spec":{"replicas":3}}`},
-	} {
-		if _, err := dyn.Resource(p.gvr).Namespace(ns).Patch(ctx, p.name, types.MergePatchType, []byte(p.body), metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	roundTripChange(ctx, t, ns, 2, 3)
 	uidOf := func(gvr schema.GroupVersionResource, name string) types.UID {
 		obj, err := dyn.Resource(gvr).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -435,17 +445,8 @@ func testMigrateFromUpstream(t *testing.T, s apply.Strategy) {
 		})
 	}
 	eventually(t, 30*time.Second, "the composite's status", func() error {
-		if err := wantWidgetStatus(ctx, ns, "plain", 2, 2)(); err != nil {
-			return err
-		}
-		w, err := dyn.Resource(widgetsGVR).Namespace(ns).Get(ctx, "plain", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if og, _ := nestedInt(w, "status", "observedGeneration"); og != w.GetGeneration() {
-			return fmt.Errorf("observedGeneration %d, generation %d", og, w.GetGeneration())
-		}
-		return nil
+		_, err := plainStatusAt(ctx, ns, 2)
+		return err
 	})
 	eventually(t, 30*time.Second, "the decorator's label and attachment", func() error {
 		w, err := dyn.Resource(widgetsGVR).Namespace(ns).Get(ctx, "deco", metav1.GetOptions{})
@@ -496,38 +497,10 @@ func testMigrateFromUpstream(t *testing.T, s apply.Strategy) {
 // gone: their upstream finalizers released by metabus.
 func deleteMigrated(t *testing.T, m *migrated) {
 	ctx := context.Background()
-	parents := []struct {
-		gvr  schema.GroupVersionResource
-		name string
-	}{{widgetsGVR, "plain"}, {widgetsGVR, "deco"}, {rollsetsGVR, "cats"}}
-	for _, p := range parents {
+	for _, p := range roundTripParents {
 		_ = dyn.Resource(p.gvr).Namespace(m.ns).Delete(ctx, p.name, metav1.DeleteOptions{})
 	}
-	eventually(t, 30*time.Second, "the parents' finalizers released by their finalize hooks", func() error {
-		for _, p := range parents {
-			obj, err := dyn.Resource(p.gvr).Namespace(m.ns).Get(ctx, p.name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			return fmt.Errorf("%s still there, finalizers %v", p.name, obj.GetFinalizers())
-		}
-		return nil
-	})
-}
-
-// stripFinalizers removes whatever finalizers the migrated parents still
-// hold.
-func stripFinalizers(m *migrated) {
-	ctx := context.Background()
-	for _, p := range []struct {
-		gvr  schema.GroupVersionResource
-		name string
-	}{{widgetsGVR, "plain"}, {widgetsGVR, "deco"}, {rollsetsGVR, "cats"}} {
-		_, _ = dyn.Resource(p.gvr).Namespace(m.ns).Patch(ctx, p.name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
-	}
+	eventually(t, 30*time.Second, "the parents' finalizers released by their finalize hooks", parentsGone(ctx, m.ns))
 }
 
 // describeMigrated renders an object for a failure message.

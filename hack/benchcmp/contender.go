@@ -2,160 +2,40 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/metabus/metabus/pkg/childproc"
 )
 
 // controller is a contender under test: a separate process (metabus,
 // upstream Metacontroller) or the harness's own raw writer.
 type controller interface {
-	// pid of the controller process; 0 when it runs inside the harness.
-	pid() int
-	stop() error
+	// PID of the controller process; 0 when it runs inside the harness.
+	PID() int
+	Stop() error
 }
 
 // proc is a controller running as a child process, its output in a log file.
-type proc struct {
-	name    string
-	logPath string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	waitErr error
-	// metricsURL, if set, is scraped into <log>.metrics just before stop,
-	// so a run can be explained afterwards (syncs by result, echoes...).
-	metricsURL string
-}
-
-// startProc starts path with args (and extra environment) and waits until
-// GET readyURL answers 200. The child is killed by the kernel if the harness
-// dies (Pdeathsig), so a crashed run leaves no controller behind.
-func startProc(ctx context.Context, name, path string, args, env []string, logPath, readyURL string) (*proc, error) {
-	logFile, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(path, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	p := &proc{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		// Pdeathsig fires when the forking *thread* exits, so fork on a
-		// locked thread that stays blocked in Wait while the child lives.
-		runtime.LockOSThread()
-		defer logFile.Close()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			close(p.done)
-			return
-		}
-		started <- nil
-		p.waitErr = cmd.Wait()
-		close(p.done)
-	}()
-	if err := <-started; err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	if err := p.waitReady(ctx, readyURL, 2*time.Minute); err != nil {
-		_ = p.stop()
-		return nil, fmt.Errorf("%s: %w (log: %s)", name, err, logPath)
-	}
-	return p, nil
-}
-
-func (p *proc) waitReady(ctx context.Context, url string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	client := &http.Client{Timeout: 5 * time.Second}
-	var last error
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = errors.New(resp.Status)
-		}
-		last = err
-		select {
-		case <-p.done:
-			return fmt.Errorf("exited during startup: %v", p.waitErr)
-		case <-ctx.Done():
-			return fmt.Errorf("not ready at %s: %v", url, last)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-// stop saves the final metrics, sends SIGTERM and, after 15s, SIGKILL.
-func (p *proc) stop() error {
-	select {
-	case <-p.done:
-		return nil
-	default:
-	}
-	if p.metricsURL != "" {
-		client := &http.Client{Timeout: 5 * time.Second}
-		if resp, err := client.Get(p.metricsURL); err == nil {
-			if data, err := io.ReadAll(resp.Body); err == nil {
-				_ = os.WriteFile(strings.TrimSuffix(p.logPath, ".log")+".metrics", data, 0o644)
-			}
-			resp.Body.Close()
-		}
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(15 * time.Second):
-	}
-	_ = p.cmd.Process.Kill()
-	<-p.done
-	return fmt.Errorf("%s ignored SIGTERM for 15s and was killed", p.name)
-}
-
-// freeAddr returns 127.0.0.1:<a port free right now>.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+type proc = childproc.Proc
 
 // startMetabus runs the all-in-one binary at its defaults, with an
 // in-process-only embedded JetStream and loopback metrics/health ports.
 func startMetabus(ctx context.Context, bin, kubeconfig, dir, logPath string, extra []string) (*proc, error) {
-	metrics, err := freeAddr()
+	metrics, err := childproc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	health, err := freeAddr()
+	health, err := childproc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -167,9 +47,9 @@ func startMetabus(ctx context.Context, bin, kubeconfig, dir, logPath string, ext
 		"--health-probe-bind-address", health,
 	}
 	args = append(args, extra...)
-	p, err := startProc(ctx, "metabus", bin, args, nil, logPath, "http://"+health+"/readyz")
+	p, err := childproc.Start(ctx, "metabus", bin, args, nil, logPath, "http://"+health+"/readyz")
 	if p != nil {
-		p.metricsURL = "http://" + metrics + "/metrics"
+		p.MetricsURL = "http://" + metrics + "/metrics"
 	}
 	return p, err
 }
@@ -178,23 +58,9 @@ func startMetabus(ctx context.Context, bin, kubeconfig, dir, logPath string, ext
 // client-side rate limit far above what the workload needs.
 var upstreamTuned = []string{"--workers=50", "--client-go-qps=500", "--client-go-burst=1000"}
 
-// startUpstream runs upstream Metacontroller, tuned. It reads its
-// kubeconfig from $KUBECONFIG (controller-runtime's GetConfig).
+// startUpstream runs upstream Metacontroller, tuned.
 func startUpstream(ctx context.Context, bin, kubeconfig, logPath string) (*proc, error) {
-	metrics, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	health, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	args := append(slices.Clone(upstreamTuned),
-		"--metrics-address="+metrics,
-		"--health-probe-bind-address="+health,
-		"--pprof-address=0",
-	)
-	return startProc(ctx, "upstream", bin, args, []string{"KUBECONFIG=" + kubeconfig}, logPath, "http://"+health+"/readyz")
+	return childproc.StartUpstream(ctx, bin, kubeconfig, logPath, upstreamTuned)
 }
 
 // rawWorkers is how many concurrent writers the raw contender runs.
@@ -280,9 +146,9 @@ func (r *rawController) sync(ctx context.Context, parent *unstructured.Unstructu
 	})
 }
 
-func (r *rawController) pid() int { return 0 }
+func (r *rawController) PID() int { return 0 }
 
-func (r *rawController) stop() error {
+func (r *rawController) Stop() error {
 	if r.cancel != nil {
 		r.cancel()
 	}

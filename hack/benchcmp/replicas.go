@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/childproc"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kubeenv"
 	"github.com/metabus/metabus/pkg/natsx"
@@ -69,7 +70,7 @@ func dispatcherRows(scenario, what string) []row {
 // b7Listen adds a TCP listener for the all-in-one's embedded server to its
 // arguments, so that B7's dispatcher processes can join it.
 func (r *run) b7Listen(args []string) ([]string, error) {
-	addr, err := freeAddr()
+	addr, err := childproc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +310,7 @@ func (r *run) dispatcherRuns(ctx context.Context, scenario, dispBin string, hook
 	var extra []*proc
 	defer func() {
 		for _, p := range extra {
-			_ = p.stop()
+			_ = p.Stop()
 		}
 	}()
 	for _, n := range b7Replicas {
@@ -331,9 +332,9 @@ func (r *run) dispatcherRuns(ctx context.Context, scenario, dispBin string, hook
 		ps := parents(n)
 		calls0 := hook.calls.Load()
 		hook.peak.Store(hook.inflight.Load())
-		pids := []int{r.ctrl.pid(), r.cl.pid("kube-apiserver"), r.cl.pid("etcd"), os.Getpid()}
+		pids := []int{r.ctrl.PID(), r.cl.pid("kube-apiserver"), r.cl.pid("etcd"), os.Getpid()}
 		for _, p := range extra {
-			pids = append(pids, p.pid())
+			pids = append(pids, p.PID())
 		}
 		cpu0 := cpuOf(pids)
 		t0 = time.Now()
@@ -380,11 +381,11 @@ func cpuOf(pids []int) float64 {
 // server and cluster, without the relay and DLQ workers (the all-in-one
 // runs those).
 func (r *run) startDispatcher(ctx context.Context, bin string, i int) (*proc, error) {
-	metrics, err := freeAddr()
+	metrics, err := childproc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	health, err := freeAddr()
+	health, err := childproc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -396,12 +397,12 @@ func (r *run) startDispatcher(ctx context.Context, bin string, i int) (*proc, er
 		"--run-schedule-relay=false", "--run-dead-letter=false",
 	}
 	logPath := filepath.Join(r.dir, fmt.Sprintf("dispatcher-%d.log", i))
-	p, err := startProc(ctx, fmt.Sprintf("dispatcher-%d", i), bin, args, nil, logPath, "http://"+health+"/readyz")
+	p, err := childproc.Start(ctx, fmt.Sprintf("dispatcher-%d", i), bin, args, nil, logPath, "http://"+health+"/readyz")
 	if err != nil {
 		return nil, err
 	}
-	p.metricsURL = "http://" + metrics + "/metrics"
-	r.logf("%s: dispatcher-%d ready (pid %d, log %s)", r.name, i, p.pid(), logPath)
+	p.MetricsURL = "http://" + metrics + "/metrics"
+	r.logf("%s: dispatcher-%d ready (pid %d, log %s)", r.name, i, p.PID(), logPath)
 	return p, nil
 }
 

@@ -103,7 +103,7 @@ func (r *run) do(ctx context.Context) error {
 		if err := r.b1(ctx); err != nil {
 			return fmt.Errorf("B1: %w", err)
 		}
-		if pid := r.ctrl.pid(); pid != 0 && sc["B5"] {
+		if pid := r.ctrl.PID(); pid != 0 && sc["B5"] {
 			rss, err := procRSS(pid)
 			if err != nil {
 				return fmt.Errorf("B5: %w", err)
@@ -192,7 +192,7 @@ func (r *run) startController(ctx context.Context) error {
 		}
 		r.ctrl = p
 	}
-	r.logf("%s: controller ready (pid %d, log %s)", r.name, r.ctrl.pid(), logPath)
+	r.logf("%s: controller ready (pid %d, log %s)", r.name, r.ctrl.PID(), logPath)
 	return r.createCompositeController(ctx)
 }
 
@@ -226,7 +226,7 @@ func (r *run) createCompositeController(ctx context.Context) error {
 func (r *run) teardown() error {
 	var errs []error
 	if r.ctrl != nil {
-		errs = append(errs, r.ctrl.stop())
+		errs = append(errs, r.ctrl.Stop())
 	}
 	if r.track != nil {
 		r.track.close()
@@ -310,7 +310,7 @@ func (r *run) setGen(ctx context.Context, name string, gen int64) error {
 //
 // key names the figure.
 func (r *run) idleCPU(ctx context.Context, key string, settle, d time.Duration) error {
-	pid := r.ctrl.pid()
+	pid := r.ctrl.PID()
 	if pid == 0 {
 		return nil
 	}
@@ -368,7 +368,7 @@ func (r *run) waitQuiet(ctx context.Context, d, max time.Duration) {
 // pids are the processes whose CPU time the figures report.
 func (r *run) pids() map[string]int {
 	return map[string]int{
-		"controller": r.ctrl.pid(),
+		"controller": r.ctrl.PID(),
 		"apiserver":  r.cl.pid("kube-apiserver"),
 		"etcd":       r.cl.pid("etcd"),
 	}
@@ -426,7 +426,7 @@ func (r *run) b1(ctx context.Context) error {
 	}
 	r.fig["b1.req.total"] = float64(total) / n
 	for role, t := range after.cpu {
-		if role == "controller" && r.ctrl.pid() == 0 {
+		if role == "controller" && r.ctrl.PID() == 0 {
 			continue
 		}
 		r.fig["b1.cpu."+role] = (t - before.cpu[role]) * 1000 / n
@@ -591,7 +591,7 @@ func (r *run) b5(ctx context.Context) error {
 		return err
 	}
 	r.waitQuiet(ctx, 2*time.Second, time.Minute)
-	rss, err := procRSS(r.ctrl.pid())
+	rss, err := procRSS(r.ctrl.PID())
 	if err != nil {
 		return err
 	}
