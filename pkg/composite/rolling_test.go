@@ -43,9 +43,12 @@ func TestRolls(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, applies := c.ApplyRollout(parent, "things")
-			if Rolls(cc) != tc.want || (revs != nil) != tc.want || c.SyncEchoable() == tc.want || applies != tc.want {
-				t.Errorf("Rolls %v, SyncRevisions %v, SyncEchoable %v, ApplyRollout %v; want rolling %v",
-					Rolls(cc), revs != nil, c.SyncEchoable(), applies, tc.want)
+			// A rolling parent's request also depends on its revisions:
+			// never merged into a previous call either.
+			if Rolls(cc) != tc.want || (revs != nil) != tc.want || c.SyncEchoable() == tc.want || applies != tc.want ||
+				c.SyncInputsComplete() == tc.want {
+				t.Errorf("Rolls %v, SyncRevisions %v, SyncEchoable %v, ApplyRollout %v, SyncInputsComplete %v; want rolling %v",
+					Rolls(cc), revs != nil, c.SyncEchoable(), applies, c.SyncInputsComplete(), tc.want)
 			}
 		})
 	}

@@ -598,8 +598,11 @@ func TestSyncTraits(t *testing.T) {
 			want:   []v1alpha1.EndpointConfig{{Host: "hooks.example.com", WebhookAuth: v1alpha1.WebhookAuth{AllowInsecureCredentials: &yes}}},
 		},
 		{reason: "no customize hook: nothing related", got: func() any { return plain.SyncCustomizeHook() }, want: (*v1alpha1.Hook)(nil)},
-		{reason: "every change reaches the map hook by default", got: func() any { return plain.SyncEchoable() }, want: false},
-		{reason: "opted in: a key's answer depends only on the objects shown", got: func() any { return optedIn.SyncEchoable() }, want: true},
+		{reason: "the echo of a key's own outputs never calls the map hook, even without the opt-in (one call per input change)",
+			got: func() any { return plain.SyncEchoable() }, want: true},
+		{reason: "opted in: the same", got: func() any { return optedIn.SyncEchoable() }, want: true},
+		{reason: "a key's request is the objects it is shown: a repeat of the latest call merges into it",
+			got: func() any { return plain.SyncInputsComplete() }, want: true},
 		{
 			reason: "outputs never roll out: no revisions",
 			got: func() any {
