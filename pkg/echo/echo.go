@@ -291,10 +291,7 @@ func (b *Book) Expect(ctrlID, parentUID, mapKey string, seq uint64) (cancel func
 // doneLocked ends the expected answer of key if the note is for its work
 // sequence or a later one (desired states of an item apply in order).
 func (b *Book) doneLocked(key string, seq uint64, fresh map[string]string) {
-	a := b.answers[key]
-	if a == nil {
-		a = b.aold[key]
-	}
+	a := b.answerLocked(key)
 	if a == nil || a.ended || seq < a.seq {
 		return
 	}
@@ -311,17 +308,21 @@ func (b *Book) Applying(ctrlID, parentUID, mapKey string) <-chan struct{} {
 	if b == nil {
 		return nil
 	}
-	key := bus.ItemKey(ctrlID, parentUID, mapKey)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	a := b.answers[key]
-	if a == nil {
-		a = b.aold[key]
-	}
+	a := b.answerLocked(bus.ItemKey(ctrlID, parentUID, mapKey))
 	if a == nil || a.ended {
 		return nil
 	}
 	return a.done
+}
+
+// answerLocked is the expected answer of key, nil if none.
+func (b *Book) answerLocked(key string) *answer {
+	if a := b.answers[key]; a != nil {
+		return a
+	}
+	return b.aold[key]
 }
 
 // Written returns, and forgets, the resourceVersions the writes of the
@@ -335,10 +336,7 @@ func (b *Book) Written(ctrlID, parentUID, mapKey string) map[string]string {
 	key := bus.ItemKey(ctrlID, parentUID, mapKey)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	a := b.answers[key]
-	if a == nil {
-		a = b.aold[key]
-	}
+	a := b.answerLocked(key)
 	if a == nil || !a.ended {
 		return nil
 	}

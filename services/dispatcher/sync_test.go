@@ -357,8 +357,7 @@ func TestSyncParent(t *testing.T) {
 		}
 	}
 	fresh := func(uid string) map[string]string { return map[string]string{"example.com/things": "10"} }
-
-	tests := []struct {
+	type syncCase struct {
 		reason string
 		kind   string // controller kind of the work item
 		why    string // work item reason (event if empty)
@@ -371,7 +370,29 @@ func TestSyncParent(t *testing.T) {
 		before    func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error))
 		cancelled bool
 		want      func(uid string) syncResult
-	}{
+	}
+	// repeatCalls is an item of the given reason whose snapshot is exactly
+	// what the latest call was shown: only an event's is merged.
+	repeatCalls := func(why string) syncCase {
+		return syncCase{
+			reason: "composite: a " + why + " whose snapshot is what the latest call was shown still calls the hook",
+			kind:   v1alpha1.CompositeControllerKind,
+			why:    why,
+			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
+				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
+			},
+			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
+				s, _ := snap(snapshot.Request{})
+				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
+			},
+			want: func(uid string) syncResult {
+				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
+					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, MinRVs: fresh(uid)}}
+			},
+		}
+	}
+
+	tests := []syncCase{
 		{
 			reason: "composite: the sync hook's answer is published",
 			kind:   v1alpha1.CompositeControllerKind,
@@ -747,38 +768,9 @@ func TestSyncParent(t *testing.T) {
 			},
 			want: func(string) syncResult { return syncResult{Result: "merged"} },
 		},
-		{
-			reason: "composite: a retry whose snapshot is what the latest call was shown still calls the hook",
-			kind:   v1alpha1.CompositeControllerKind,
-			why:    bus.ReasonRetry,
-			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
-				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
-			},
-			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
-				s, _ := snap(snapshot.Request{})
-				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
-			},
-			want: func(uid string) syncResult {
-				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
-					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, MinRVs: fresh(uid)}}
-			},
-		},
-		{
-			reason: "composite: a resync whose snapshot is what the latest call was shown still calls the hook",
-			kind:   v1alpha1.CompositeControllerKind,
-			why:    bus.ReasonResync,
-			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
-				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
-			},
-			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
-				s, _ := snap(snapshot.Request{})
-				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
-			},
-			want: func(uid string) syncResult {
-				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
-					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, MinRVs: fresh(uid)}}
-			},
-		},
+		repeatCalls(bus.ReasonRetry),
+		repeatCalls(bus.ReasonResync),
+		repeatCalls(bus.ReasonResyncAfter),
 		{
 			reason: "composite: an event after a failed call is never merged, even when the snapshot is what the last answered call was shown",
 			kind:   v1alpha1.CompositeControllerKind,
