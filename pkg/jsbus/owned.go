@@ -134,8 +134,9 @@ func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Han
 		parts:   map[ownership.Partition]*dpart{},
 		msgs:    map[uint64]*held{},
 		weights: map[string]int{},
-		jobs:    make(chan job),
-		quit:    make(chan struct{}),
+		jobs:     make(chan job),
+		heldWake: make(chan struct{}, 1),
+		quit:     make(chan struct{}),
 		left:    make(chan struct{}),
 	}
 	weight := c.Weight
@@ -148,8 +149,14 @@ func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Han
 		Limits: fairq.Limits{PerGroup: c.PerController, Total: c.Total}, Weight: weight,
 	}, n, time.Now())
 	defer close(o.quit)
+	if testOwner != nil {
+		testOwner(o)
+	}
 	return o.run(ctx)
 }
+
+// testOwner (tests) is given each Consume's owner before it runs.
+var testOwner func(*owner)
 
 // NewMemberID returns a replica id: hostname, pid and a random suffix, as
 // a KV key token.
@@ -194,6 +201,12 @@ type owner struct {
 	// minBeat is the shortest keep-alive period of any partition (the
 	// consumers' AckWait may be shorter than this replica's setting).
 	minBeat atomic.Int64
+	// held wakes the heartbeat when a message is taken in hand: with
+	// nothing in hand it sleeps (an idle replica has nothing to keep
+	// alive, and a ticker would wake it four times a second for nothing).
+	heldWake chan struct{}
+	// beatScans counts the heartbeat's scans (tests).
+	beatScans atomic.Int64
 	// cannotReset remembers that a consumer reset proved impossible (a
 	// server before 2.14, a user without the permission): that is
 	// reported to OnError once, the later ones are only counted.
@@ -901,6 +914,10 @@ func (o *owner) receive(dp *dpart, epoch uint64, m jetstream.Msg) {
 	// of one parent in one partition run side by side, each in order.
 	hm := &held{Msg: m, o: o, id: o.nextID, part: dp, lease: dp.cur, group: ctrlID, key: ctrlID + "." + parentUID, seq: md.Sequence.Stream, lastBeat: time.Now()}
 	o.msgs[hm.id] = hm
+	select {
+	case o.heldWake <- struct{}{}:
+	default: // already signalled
+	}
 	o.core.Deliver(ownership.Msg{ID: hm.id, Part: dp.id, Epoch: epoch, Group: hm.group, Key: hm.key,
 		Seq: md.Sequence.Stream, DSeq: md.Sequence.Consumer}, time.Now())
 	o.flushLocked()
@@ -1069,8 +1086,21 @@ func (o *owner) handle(j job) {
 
 // heartbeat keeps every held message alive: the server must not redeliver
 // a message this replica still holds, running or waiting its parent's turn.
+// While nothing is in hand it waits for receive's signal instead of
+// ticking: a message's first keep-alive is due a third of its AckWait
+// after it arrived, so starting the ticks then misses nothing.
 func (o *owner) heartbeat(ctx context.Context) {
 	for {
+		o.mu.Lock()
+		empty := len(o.msgs) == 0
+		o.mu.Unlock()
+		if empty {
+			select {
+			case <-ctx.Done():
+				return
+			case <-o.heldWake:
+			}
+		}
 		period := time.Duration(o.minBeat.Load())
 		if period == 0 {
 			period = o.c.AckWait
@@ -1082,6 +1112,7 @@ func (o *owner) heartbeat(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		o.beatScans.Add(1)
 		now := time.Now()
 		var due []*held
 		o.mu.Lock()
