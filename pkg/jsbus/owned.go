@@ -131,13 +131,13 @@ func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Han
 	}
 	o := &owner{
 		js: js, kv: kv, c: c, h: h,
-		parts:   map[ownership.Partition]*dpart{},
-		msgs:    map[uint64]*held{},
-		weights: map[string]int{},
+		parts:    map[ownership.Partition]*dpart{},
+		msgs:     map[uint64]*held{},
+		weights:  map[string]int{},
 		jobs:     make(chan job),
 		heldWake: make(chan struct{}, 1),
 		quit:     make(chan struct{}),
-		left:    make(chan struct{}),
+		left:     make(chan struct{}),
 	}
 	weight := c.Weight
 	if weight == nil {
