@@ -127,7 +127,7 @@ func reportPercentiles(b *testing.B, lat []time.Duration, unit time.Duration, su
 	b.ReportMetric(pct(0.50), "p50-"+suffix)
 	b.ReportMetric(pct(0.99), "p99-"+suffix)
 	// The maximum shows partition stalls: a partition whose pull request
-	// is lost waits for the client's missing-heartbeat timer (2 × PullExpiry/2).
+	// is lost waits for the client's missing-heartbeat timer (2 × pullHeartbeat).
 	b.ReportMetric(float64(lat[len(lat)-1])/float64(time.Millisecond), "max-ms")
 }
 

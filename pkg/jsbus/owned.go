@@ -131,12 +131,13 @@ func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Han
 	}
 	o := &owner{
 		js: js, kv: kv, c: c, h: h,
-		parts:   map[ownership.Partition]*dpart{},
-		msgs:    map[uint64]*held{},
-		weights: map[string]int{},
-		jobs:    make(chan job),
-		quit:    make(chan struct{}),
-		left:    make(chan struct{}),
+		parts:    map[ownership.Partition]*dpart{},
+		msgs:     map[uint64]*held{},
+		weights:  map[string]int{},
+		jobs:     make(chan job),
+		heldWake: make(chan struct{}, 1),
+		quit:     make(chan struct{}),
+		left:     make(chan struct{}),
 	}
 	weight := c.Weight
 	if weight == nil {
@@ -148,8 +149,20 @@ func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Han
 		Limits: fairq.Limits{PerGroup: c.PerController, Total: c.Total}, Weight: weight,
 	}, n, time.Now())
 	defer close(o.quit)
+	if testOwner != nil {
+		testOwner(o)
+	}
 	return o.run(ctx)
 }
+
+// The partition consumers' pull expiry and idle heartbeat (see consume).
+const (
+	pullExpiry    = 30 * time.Second
+	pullHeartbeat = 2500 * time.Millisecond
+)
+
+// testOwner (tests) is given each Consume's owner before it runs.
+var testOwner func(*owner)
 
 // NewMemberID returns a replica id: hostname, pid and a random suffix, as
 // a KV key token.
@@ -194,6 +207,12 @@ type owner struct {
 	// minBeat is the shortest keep-alive period of any partition (the
 	// consumers' AckWait may be shorter than this replica's setting).
 	minBeat atomic.Int64
+	// held wakes the heartbeat when a message is taken in hand: with
+	// nothing in hand it sleeps (an idle replica has nothing to keep
+	// alive, and a ticker would wake it four times a second for nothing).
+	heldWake chan struct{}
+	// beatScans counts the heartbeat's scans (tests).
+	beatScans atomic.Int64
 	// cannotReset remembers that a consumer reset proved impossible (a
 	// server before 2.14, a user without the permission): that is
 	// reported to OnError once, the later ones are only counted.
@@ -850,9 +869,15 @@ func (o *owner) consume(dp *dpart, epoch uint64) {
 	var once sync.Once
 	cc, err := cons.Consume(func(m jetstream.Msg) { o.receive(dp, epoch, m) },
 		jetstream.PullMaxMessages(256),
-		// A short pull expiry bounds how long a partition can sit idle
-		// when the server loses a pull request.
-		jetstream.PullExpiry(5*time.Second),
+		// The idle heartbeat bounds how long a partition can sit idle
+		// when the server loses a pull request (a consumer leader move):
+		// the client pulls again after two missed ones, within 5 s. The
+		// expiry only paces the renewal of a pull request while nothing
+		// arrives (a 408 from the server, a new pull from the client),
+		// so it is long: an idle partition costs 14 messages in 30 s,
+		// not 24 (a 5 s expiry with its default 2.5 s heartbeat).
+		jetstream.PullExpiry(pullExpiry),
+		jetstream.PullHeartbeat(pullHeartbeat),
 		jetstream.ConsumeErrHandler(func(cc jetstream.ConsumeContext, err error) {
 			switch {
 			case errors.Is(err, jetstream.ErrNoHeartbeat):
@@ -901,6 +926,10 @@ func (o *owner) receive(dp *dpart, epoch uint64, m jetstream.Msg) {
 	// of one parent in one partition run side by side, each in order.
 	hm := &held{Msg: m, o: o, id: o.nextID, part: dp, lease: dp.cur, group: ctrlID, key: ctrlID + "." + parentUID, seq: md.Sequence.Stream, lastBeat: time.Now()}
 	o.msgs[hm.id] = hm
+	select {
+	case o.heldWake <- struct{}{}:
+	default: // already signalled
+	}
 	o.core.Deliver(ownership.Msg{ID: hm.id, Part: dp.id, Epoch: epoch, Group: hm.group, Key: hm.key,
 		Seq: md.Sequence.Stream, DSeq: md.Sequence.Consumer}, time.Now())
 	o.flushLocked()
@@ -1069,8 +1098,21 @@ func (o *owner) handle(j job) {
 
 // heartbeat keeps every held message alive: the server must not redeliver
 // a message this replica still holds, running or waiting its parent's turn.
+// While nothing is in hand it waits for receive's signal instead of
+// ticking: a message's first keep-alive is due a third of its AckWait
+// after it arrived, so starting the ticks then misses nothing.
 func (o *owner) heartbeat(ctx context.Context) {
 	for {
+		o.mu.Lock()
+		empty := len(o.msgs) == 0
+		o.mu.Unlock()
+		if empty {
+			select {
+			case <-ctx.Done():
+				return
+			case <-o.heldWake:
+			}
+		}
 		period := time.Duration(o.minBeat.Load())
 		if period == 0 {
 			period = o.c.AckWait
@@ -1082,6 +1124,7 @@ func (o *owner) heartbeat(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		o.beatScans.Add(1)
 		now := time.Now()
 		var due []*held
 		o.mu.Lock()

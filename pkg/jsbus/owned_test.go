@@ -537,3 +537,54 @@ func TestHandoverWaitsForRunningHandler(t *testing.T) {
 		t.Error("b never got a partition")
 	}
 }
+
+// TestHeartbeatSleepsWhileNothingHeld (issue 31): an idle replica's
+// keep-alive loop does not tick while it holds no message; it starts when
+// one is taken in hand (and keeps it alive: TestWaitingMessageKeptAlive)
+// and stops again once it is settled.
+func TestHeartbeatSleepsWhileNothingHeld(t *testing.T) {
+	connect := replicas(t, bus.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, js := connect()
+	owners := make(chan *owner, 1)
+	testOwner = func(o *owner) { owners <- o }
+	defer func() { testOwner = nil }()
+	ran := make(chan struct{}, 1)
+	go func() {
+		_ = Consume(ctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
+			AckWait: 3 * time.Second}, func(_ context.Context, m jetstream.Msg) {
+			time.Sleep(time.Second) // several heartbeat periods (AckWait/12)
+			_ = m.Ack()
+			ran <- struct{}{}
+		})
+	}()
+	var o *owner
+	select {
+	case o = <-owners:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Consume did not start")
+	}
+	scansOver := func(d time.Duration) int64 {
+		before := o.beatScans.Load()
+		time.Sleep(d)
+		return o.beatScans.Load() - before
+	}
+	time.Sleep(2 * time.Second) // partitions claimed
+	if n := scansOver(time.Second); n != 0 {
+		t.Errorf("idle replica: %d heartbeat scans in 1 s, want 0", n)
+	}
+	publishMany(t, js, "beat", 1)
+	select {
+	case <-ran:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the message did not run")
+	}
+	if n := o.beatScans.Load(); n == 0 {
+		t.Error("no heartbeat scan while a message was held for 1 s")
+	}
+	time.Sleep(500 * time.Millisecond) // the scan in progress ends
+	if n := scansOver(time.Second); n > 1 {
+		t.Errorf("after the message was settled: %d heartbeat scans in 1 s, want at most 1", n)
+	}
+}
