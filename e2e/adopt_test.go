@@ -68,7 +68,19 @@ func TestAdoptAndRelease(t *testing.T) {
 		t.Errorf("a non-matching orphan was touched: %v %v", err, cm.OwnerReferences)
 	}
 
-	// Release: the owned child aw-a stops matching the selector.
+	// Release: the owned child aw-a stops matching the selector. One
+	// apply adopts aw-x, deletes aw-junk and creates aw-a, in an order of
+	// its own: wait for aw-a before changing it.
+	eventually(t, 30*time.Second, "aw-a created and controlled by aw", func() error {
+		cm, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, "aw-a", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if ref := metav1.GetControllerOf(cm); ref == nil || ref.UID != parent.GetUID() {
+			return fmt.Errorf("aw-a controller %v", ref)
+		}
+		return nil
+	})
 	if _, err := kube.CoreV1().ConfigMaps(ns).Patch(ctx, "aw-a", types.MergePatchType,
 		[]byte(`{"metadata":{"labels":{"app":"gone"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
