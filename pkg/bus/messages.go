@@ -114,6 +114,24 @@ func RaiseResourceVersion(m map[string]string, key, rv string) {
 	}
 }
 
+// RaisedFloor returns floor (a MinResourceVersions map) with every
+// resourceVersion of written that is higher than floor's for its resource;
+// floor itself is not changed (it is returned as it is when nothing is
+// written).
+func RaisedFloor(floor, written map[string]string) map[string]string {
+	if len(written) == 0 {
+		return floor
+	}
+	out := make(map[string]string, len(floor)+len(written))
+	for k, v := range floor {
+		out[k] = v
+	}
+	for k, v := range written {
+		RaiseResourceVersion(out, k, v)
+	}
+	return out
+}
+
 // FreshnessKey is the key of a resource in MinResourceVersions:
 // "<group>/<resource>" (resourceVersions are comparable within a resource
 // whatever its version).

@@ -66,17 +66,7 @@ func (a *Applier) freshness(ds *bus.DesiredState) map[string]string {
 	if !ok {
 		return ds.MinResourceVersions
 	}
-	gr, rv := w.gr, w.rv
-	out := make(map[string]string, len(ds.MinResourceVersions)+1)
-	for k, v := range ds.MinResourceVersions {
-		out[k] = v
-	}
-	if cur, ok := out[gr]; !ok {
-		out[gr] = rv
-	} else if c, err := resourceversion.CompareResourceVersion(rv, cur); err == nil && c > 0 {
-		out[gr] = rv
-	}
-	return out
+	return bus.RaisedFloor(ds.MinResourceVersions, map[string]string{w.gr: w.rv})
 }
 
 // writeLog collects what one apply wrote: the updates, as "object U from

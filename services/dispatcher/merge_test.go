@@ -14,9 +14,9 @@ import (
 	"github.com/metabus/metabus/pkg/echo"
 )
 
-// TestRaiseFloor: what an answer wrote raises an item's freshness floor
+// TestRaisedFloor: what an answer wrote raises an item's freshness floor
 // per resource, never lowers it, and leaves the item's own map alone.
-func TestRaiseFloor(t *testing.T) {
+func TestRaisedFloor(t *testing.T) {
 	cases := []struct {
 		reason         string
 		floor, written map[string]string
@@ -40,9 +40,9 @@ func TestRaiseFloor(t *testing.T) {
 			for k, v := range tc.floor {
 				before[k] = v
 			}
-			got := raiseFloor(tc.floor, tc.written)
+			got := bus.RaisedFloor(tc.floor, tc.written)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("raiseFloor (-want +got):\n%s", diff)
+				t.Errorf("RaisedFloor (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(before, tc.floor, cmp.Transformer("nilEmpty", func(m map[string]string) map[string]string {
 				if m == nil {

@@ -320,23 +320,7 @@ func (d *Dispatcher) awaitAnswer(ctx context.Context, item bus.WorkItem) map[str
 		t.Stop()
 		d.metrics.mergeWait(result, time.Since(start))
 	}
-	return raiseFloor(item.MinResourceVersions, d.echoes.Written(ctrl, item.Parent.UID, item.MapKey))
-}
-
-// raiseFloor returns floor with every resourceVersion of written that is
-// higher than floor's for its resource; floor itself is not changed.
-func raiseFloor(floor, written map[string]string) map[string]string {
-	if len(written) == 0 {
-		return floor
-	}
-	out := make(map[string]string, len(floor)+len(written))
-	for k, v := range floor {
-		out[k] = v
-	}
-	for k, v := range written {
-		bus.RaiseResourceVersion(out, k, v)
-	}
-	return out
+	return bus.RaisedFloor(item.MinResourceVersions, d.echoes.Written(ctrl, item.Parent.UID, item.MapKey))
 }
 
 // repeats reports whether a work item would only repeat the item's latest

@@ -371,38 +371,40 @@ func TestSyncParent(t *testing.T) {
 		cancelled bool
 		want      func(uid string) syncResult
 	}
+	// compositeA is a composite controller with a sync hook and its parent
+	// at spec.x "a"; syncedA the hook's answer for it, published.
+	compositeA := func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
+		return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
+	}
+	syncedA := func(uid string) syncResult {
+		return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
+			Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, MinRVs: fresh(uid)}}
+	}
+	// shownBefore records the case's snapshot as what item's latest hook
+	// call was shown.
+	shownBefore := func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
+		s, _ := snap(snapshot.Request{})
+		d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
+	}
 	// repeatCalls is an item of the given reason whose snapshot is exactly
 	// what the latest call was shown: only an event's is merged.
 	repeatCalls := func(why string) syncCase {
 		return syncCase{
-			reason: "composite: a " + why + " whose snapshot is what the latest call was shown still calls the hook",
-			kind:   v1alpha1.CompositeControllerKind,
-			why:    why,
-			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
-				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
-			},
-			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
-				s, _ := snap(snapshot.Request{})
-				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
-			},
-			want: func(uid string) syncResult {
-				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
-					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, MinRVs: fresh(uid)}}
-			},
+			reason:   "composite: a " + why + " whose snapshot is what the latest call was shown still calls the hook",
+			kind:     v1alpha1.CompositeControllerKind,
+			why:      why,
+			snapshot: compositeA,
+			before:   shownBefore,
+			want:     syncedA,
 		}
 	}
 
 	tests := []syncCase{
 		{
-			reason: "composite: the sync hook's answer is published",
-			kind:   v1alpha1.CompositeControllerKind,
-			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
-				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
-			},
-			want: func(uid string) syncResult {
-				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
-					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, MinRVs: fresh(uid)}}
-			},
+			reason:   "composite: the sync hook's answer is published",
+			kind:     v1alpha1.CompositeControllerKind,
+			snapshot: compositeA,
+			want:     syncedA,
 		},
 		{
 			reason: "composite: a deleted parent is finalized",
@@ -487,11 +489,8 @@ func TestSyncParent(t *testing.T) {
 			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
 				return ok(echoing(composite(t, uid, map[string]string{"sync": "/sync"}, false)), thing(uid, "a"))
 			},
-			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
-				s, _ := snap(snapshot.Request{})
-				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
-			},
-			want: func(string) syncResult { return syncResult{Result: "echo"} },
+			before: shownBefore,
+			want:   func(string) syncResult { return syncResult{Result: "echo"} },
 		},
 		{
 			reason: "composite: a retry is never an echo",
@@ -500,10 +499,7 @@ func TestSyncParent(t *testing.T) {
 			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
 				return ok(echoing(composite(t, uid, map[string]string{"sync": "/sync"}, false)), thing(uid, "a"))
 			},
-			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
-				s, _ := snap(snapshot.Request{})
-				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
-			},
+			before: shownBefore,
 			want: func(uid string) syncResult {
 				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
 					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, Echoable: true, MinRVs: fresh(uid)}}
@@ -733,50 +729,35 @@ func TestSyncParent(t *testing.T) {
 			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
 				return ok(echoing(decorator(t, uid, map[string]string{"sync": "/sync"})), selected(thing(uid, "a")))
 			},
-			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
-				s, _ := snap(snapshot.Request{})
-				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
-			},
-			want: func(string) syncResult { return syncResult{Result: "echo"} },
+			before: shownBefore,
+			want:   func(string) syncResult { return syncResult{Result: "echo"} },
 		},
 		{
-			reason: "composite: without the opt-in, a sync that sees only our own writes calls the hook (upstream's contract)",
-			kind:   v1alpha1.CompositeControllerKind,
-			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
-				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
-			},
+			reason:   "composite: without the opt-in, a sync that sees only our own writes calls the hook (upstream's contract)",
+			kind:     v1alpha1.CompositeControllerKind,
+			snapshot: compositeA,
 			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
 				// As if the hook had been shown the parent at "9" and
 				// the applier had noted its write from "9" to "10": the
 				// opted-in path would skip.
 				ownWriteSince(d.echoes, item, snap)
 			},
-			want: func(uid string) syncResult {
-				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a"}, Desired: &desired{
-					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"}, MinRVs: fresh(uid)}}
-			},
+			want: syncedA,
 		},
 		{
-			reason: "composite: an event whose snapshot is exactly what the latest call was shown is merged into that call",
-			kind:   v1alpha1.CompositeControllerKind,
-			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
-				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
-			},
-			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
-				s, _ := snap(snapshot.Request{})
-				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
-			},
-			want: func(string) syncResult { return syncResult{Result: "merged"} },
+			reason:   "composite: an event whose snapshot is exactly what the latest call was shown is merged into that call",
+			kind:     v1alpha1.CompositeControllerKind,
+			snapshot: compositeA,
+			before:   shownBefore,
+			want:     func(string) syncResult { return syncResult{Result: "merged"} },
 		},
 		repeatCalls(bus.ReasonRetry),
 		repeatCalls(bus.ReasonResync),
 		repeatCalls(bus.ReasonResyncAfter),
 		{
-			reason: "composite: an event after a failed call is never merged, even when the snapshot is what the last answered call was shown",
-			kind:   v1alpha1.CompositeControllerKind,
-			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
-				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, false), thing(uid, "a"))
-			},
+			reason:   "composite: an event after a failed call is never merged, even when the snapshot is what the last answered call was shown",
+			kind:     v1alpha1.CompositeControllerKind,
+			snapshot: compositeA,
 			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
 				s, _ := snap(snapshot.Request{})
 				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
@@ -793,10 +774,7 @@ func TestSyncParent(t *testing.T) {
 			snapshot: func(t *testing.T, uid string) func(snapshot.Request) (*snapshot.Response, error) {
 				return ok(composite(t, uid, map[string]string{"sync": "/sync"}, true), thing(uid, "a"))
 			},
-			before: func(t *testing.T, item bus.WorkItem, snap func(snapshot.Request) (*snapshot.Response, error)) {
-				s, _ := snap(snapshot.Request{})
-				d.echoes.Called(item.Controller.ID(), item.Parent.UID, item.MapKey, 1, echo.Inputs(s))
-			},
+			before: shownBefore,
 			want: func(uid string) syncResult {
 				return syncResult{Result: "ok", Hooks: []string{"sync p-" + uid + " x=a", "sync p-" + uid + " x=old"}, Desired: &desired{
 					Hook: "sync", Parent: "p-" + uid, Children: []string{"c-a"}, Status: map[string]any{"x": "a"},
