@@ -2,7 +2,7 @@ package e2e
 
 // End-to-end benchmarks against the real control plane of TestMain and an
 // all-in-one metabus (embedded JetStream). They print figures for
-// design.md §6-§7 and assert nothing about speed:
+// docs/performance.md and assert nothing about speed:
 //
 //	KUBE_BIN_DIR=$(hack/kubeenv/build.sh | tail -1) \
 //	  go test -run '^$' -bench . -benchtime 1x -timeout 20m ./e2e/
@@ -213,7 +213,7 @@ func (be *benchEnv) createController(b *testing.B) {
 // benchHook is the Widget hook of the benchmarks: one ConfigMap per
 // spec.items entry carrying spec.version, and a status that depends only
 // on the spec (so a converged parent needs exactly one child write and one
-// status write, the "needed writes" of design.md §7). Annotations and
+// status write, the "needed writes" a raw client makes). Annotations and
 // labels of the parent are ignored.
 func benchHook(calls *atomic.Int64) func(req map[string]any) (int, any) {
 	return func(req map[string]any) (int, any) {
@@ -655,7 +655,7 @@ func benchCPU() (self, controlPlane time.Duration) {
 //
 //   - raw-client: no metabus; 64 goroutines do just the needed writes
 //     (create the child, update the status) for 500 existing parents. This
-//     is design.md §7's "raw limit", measured now on this machine under its
+//     is the "raw limit", measured now on this machine under its
 //     current load, so metabus's figures can be read as a ratio of it.
 //   - backlog/workers=N: the 500 parents exist before the controller; time
 //     runs from creating the CompositeController to the last parent
@@ -899,7 +899,7 @@ func BenchmarkIdleLatency(b *testing.B) {
 }
 
 // BenchmarkNoopResync: 200 converged parents are synced again with
-// nothing to change; design.md's target is 0 API calls per no-op sync
+// nothing to change; the target is 0 API calls per no-op sync
 // (upstream: 1 GET per parent). Two triggers:
 //
 //   - cache-flush: the watcher's own periodic resync (--cache-flush-interval,

@@ -14,7 +14,7 @@ import (
 	"github.com/metabus/metabus/pkg/hookapi"
 )
 
-// CloudEvent types (design.md §5). Every message on the bus is a CloudEvent
+// CloudEvent types. Every message on the bus is a CloudEvent
 // in binary mode: ce-* NATS headers and a plain JSON body.
 const (
 	TypeSyncRequested   = "io.k8s.metacontroller.sync.requested.v1"

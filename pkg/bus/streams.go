@@ -101,7 +101,8 @@ const (
 	DLQConsumer = "dlq"
 )
 
-// Timing defaults for consumers (design.md §2, jetstream-findings §2.7).
+// Timing defaults for consumers, measured against JetStream's redelivery
+// and heartbeat behaviour (docs/reliability.md).
 const (
 	// WorkAckWait is how long a dispatcher may hold a work item without a
 	// heartbeat before it is redelivered (to another replica after a crash).

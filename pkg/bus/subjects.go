@@ -6,7 +6,7 @@
 // that the pure cores and the kind cores can import it; package jsbus runs
 // the bus on JetStream from these contracts.
 //
-// Delivery model (see design.md §2 and §4): Kubernetes is the system of
+// Delivery model (docs/architecture.md): Kubernetes is the system of
 // record, every message can be derived again, delivery is at least once and
 // every consumer is idempotent. Per-parent serialization comes from
 // partitioning each stream (layout.go) with a subject transform, giving each

@@ -1,7 +1,7 @@
 package jsbus_test
 
 // Benchmarks of the bus on an in-process embedded JetStream server (file
-// store, default fsync), the setting of design.md §6. They print figures;
+// store, default fsync), the setting metabus ships. They print figures;
 // they assert nothing about speed.
 //
 //	go test -run '^$' -bench . -benchmem ./pkg/bus/
@@ -62,7 +62,7 @@ func benchBusWith(b *testing.B, memoryQueues bool) jetstream.JetStream {
 }
 
 // benchPadding pads a work item's freshness map so its JSON body is about
-// 1 KB, the size design.md §6 measured. Built once; shared read-only.
+// 1 KB, a typical work item's size. Built once; shared read-only.
 var benchPadding = sync.OnceValue(func() map[string]string {
 	m := map[string]string{}
 	for k := 0; ; k++ {

@@ -45,7 +45,7 @@ func item(ctrl, uid string) bus.WorkItem {
 	}
 }
 
-// TestStreamsAsDesigned pins the settings design.md §2 measured: the ones
+// TestStreamsAsDesigned pins the stream settings measured when the bus was designed: the ones
 // that looked right but lose events or break per-parent order are exactly
 // what this guards against.
 func TestStreamsAsDesigned(t *testing.T) {

@@ -69,7 +69,7 @@ type ConsumeConfig struct {
 // Consume runs h for the messages of the partitions this replica owns until
 // ctx is done, then hands its partitions back.
 //
-// Topology (design.md §2, revised): each partition consumer is consumed by
+// Topology: each partition consumer is consumed by
 // exactly one replica at a time, the holder of the partition's lease in
 // OwnersBucket; replicas share the partitions by rendezvous hashing over
 // the live members and hand partitions over gracefully when membership
