@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/client-go/rest"
 
+	"github.com/metabus/metabus/pkg/apply"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/jsbus"
@@ -252,6 +253,11 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		}
 		dcfg := cfg.Dispatcher
 		dcfg.Bus = wcfg.Bus
+		// The appliers below run in this process with this strategy.
+		dcfg.ApplyStrategy = cfg.Applier.Strategy
+		if dcfg.ApplyStrategy == "" {
+			dcfg.ApplyStrategy = apply.DynamicApply
+		}
 		// One relay and one DLQ worker are enough in one process.
 		dcfg.RunRelay, dcfg.RunDLQ = i == 0, i == 0
 		disp, err := dispatcher.New(dcfg, d)

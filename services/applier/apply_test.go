@@ -17,10 +17,12 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/metabus/metabus/pkg/apply"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/kinds"
+	"github.com/metabus/metabus/pkg/kindtable"
 	"github.com/metabus/metabus/pkg/revstore"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
@@ -437,12 +439,30 @@ func TestApplyParent(t *testing.T) {
 			snap := &snapshot.Response{Result: snapshot.OK, Controller: tt.controller, Parent: tt.parent,
 				ParentResource: "things", ParentHasStatus: tt.hasStatus, Children: tt.children}
 			before := tt.parent.DeepCopy()
+			// The dispatcher's judgment on the same snapshot
+			// (kinds.WritesNothing), made before the apply (which may add
+			// to ds), must agree with it: never a no-op where the applier
+			// writes, and every sync answer the applier finds a no-op here
+			// judged one.
+			ctrl, err := kindtable.Decode(tt.controller)
+			if err != nil {
+				t.Fatal(err)
+			}
+			judged := ds
+			nothing := kinds.WritesNothing(ctrl, &judged, snap, apply.DynamicApply)
 
 			got := outcome(a.applyParent(context.Background(), &ds, snap))
+			wrote := calls(dyn)
+			if nothing && (got != resultNoop || len(wrote) > 0) {
+				t.Errorf("kinds.WritesNothing says nothing is written, but the apply ended %s with %v", got, wrote)
+			}
+			if !nothing && got == resultNoop && len(wrote) == 0 && ds.Hook == bus.HookSync {
+				t.Errorf("the apply wrote nothing, but kinds.WritesNothing did not say so (the dispatcher would publish it)")
+			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("outcome (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tt.wantCalls, calls(dyn)); diff != "" {
+			if diff := cmp.Diff(tt.wantCalls, wrote); diff != "" {
 				t.Errorf("API calls (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(before, tt.parent); diff != "" {

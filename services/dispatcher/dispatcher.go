@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/apply"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
@@ -88,6 +89,14 @@ type Config struct {
 	// write; a change by anyone else that arrives meanwhile waits at most
 	// this long.
 	MergeWait time.Duration
+	// ApplyStrategy is the appliers' --apply-strategy, when this
+	// dispatcher knows it (the all-in-one process, whose one flag sets
+	// both stages). With dynamic apply, a sync answer that would write
+	// nothing against the snapshot its hook was shown is settled here,
+	// unpublished (kinds.WritesNothing). "" (unknown, as for a separate
+	// dispatcher, whose appliers may be started with another strategy)
+	// publishes every answer.
+	ApplyStrategy apply.Strategy
 }
 
 // DefaultMergeWait is Config.MergeWait's default: an apply normally takes

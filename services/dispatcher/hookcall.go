@@ -124,7 +124,9 @@ func hookError(kind string, err error) error {
 // sequence and hook; freshness floor, attempt, timestamps), publishes it
 // before the work item is acked, and arranges the hook's
 // resyncAfterSeconds for the same item (a keyed one resyncs its key).
-func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.DesiredState, observed []snapshot.Group) error {
+// An answer that would write nothing against snap, the observed state the
+// hook was shown, is settled without being published (unpublished).
+func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.DesiredState, snap *snapshot.Response, k kinds.Applying) error {
 	minRVs := map[string]string{}
 	for k, v := range c.item.MinResourceVersions {
 		minRVs[k] = v
@@ -133,11 +135,17 @@ func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.Desi
 		minRVs[bus.FreshnessKey(gv.Group, c.parent.Resource)] = c.parent.ResourceVersion
 	}
 	ds.Controller, ds.Parent, ds.MapKey, ds.WorkSeq, ds.Hook = c.item.Controller, c.parent, c.item.MapKey, c.seq, c.kind
-	ds.Observed, ds.MinResourceVersions = ObservedRefs(observed), minRVs
+	ds.Observed, ds.MinResourceVersions = ObservedRefs(snap.Children), minRVs
 	ds.Inputs = c.inputs
 	ds.Attempt, ds.ProducedAt = d.attempt(c.item), time.Now()
 	if ds.Children == nil {
 		ds.Children = []*unstructured.Unstructured{}
+	}
+	if d.unpublished(c, &ds, snap, k) {
+		inspect.SyncOf(ctx).Answer(&ds)
+		d.echoes.Called(c.item.Controller.ID(), c.parent.UID, c.item.MapKey, c.seq, c.shown)
+		d.resyncLater(ctx, c.item, ds.ResyncAfterSeconds)
+		return settled{result: resultUnchanged, forget: true}
 	}
 	// The Done note of ds can come back before the publish returns (an
 	// applier in this process): expect it first.
@@ -157,13 +165,44 @@ func (d *Dispatcher) publishDesired(ctx context.Context, c syncCall, ds bus.Desi
 	// would show the hook what it has answered (Book.Shown); with echo
 	// suppression, until it changes beyond our own writes (Book.Echo).
 	d.echoes.Called(c.item.Controller.ID(), c.parent.UID, c.item.MapKey, c.seq, c.shown)
-	if delay, ok := resyncDelay(ds.ResyncAfterSeconds); ok {
-		next := c.item
-		next.Reason, next.Attempt, next.EnqueuedAt = bus.ReasonResyncAfter, 0, time.Time{}
-		next.MinResourceVersions = nil
-		d.resyncAfter(ctx, next, delay)
-	}
+	d.resyncLater(ctx, c.item, ds.ResyncAfterSeconds)
 	return nil
+}
+
+// resultUnchanged is the result label (metabus_dispatcher_syncs_total) of
+// a sync whose answer would write nothing, settled unpublished.
+const resultUnchanged = "unchanged"
+
+// unpublished reports whether the answer ds can be settled here without
+// a desired state: applying it against snap would write nothing
+// (kinds.WritesNothing, the applier's own plan) under the appliers' known
+// apply strategy, so publishing it would only cost the bus a message, the
+// applier a snapshot of the same parent and a Done note, for no write
+// (upstream makes none either: it compares with its cache too). Not when
+// the strategy is unknown, nor for a controller that opted into echo
+// suppression (its Done notes carry the inputs later echoes are judged
+// by), nor while an earlier answer of this replica for the item is still
+// being applied (applying that one may write what this one would undo).
+func (d *Dispatcher) unpublished(c syncCall, ds *bus.DesiredState, snap *snapshot.Response, k kinds.Applying) bool {
+	if d.cfg.ApplyStrategy == "" || len(c.inputs) > 0 || k == nil {
+		return false
+	}
+	if d.echoes.Applying(c.item.Controller.ID(), c.parent.UID, c.item.MapKey) != nil {
+		return false
+	}
+	return kinds.WritesNothing(k, ds, snap, d.cfg.ApplyStrategy)
+}
+
+// resyncLater arranges the hook's resyncAfterSeconds request (0: none) for
+// item, as a fresh resync of it.
+func (d *Dispatcher) resyncLater(ctx context.Context, item bus.WorkItem, seconds float64) {
+	delay, ok := resyncDelay(seconds)
+	if !ok {
+		return
+	}
+	item.Reason, item.Attempt, item.EnqueuedAt = bus.ReasonResyncAfter, 0, time.Time{}
+	item.MinResourceVersions = nil
+	d.resyncAfter(ctx, item, delay)
 }
 
 // shortResync is the delay below which a resyncAfterSeconds request is

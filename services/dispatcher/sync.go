@@ -117,7 +117,7 @@ func (d *Dispatcher) syncParent(ctx context.Context, item bus.WorkItem, seq uint
 		if err != nil {
 			return failure(err)
 		}
-		return d.publishDesired(ctx, call, ds, snap.Children)
+		return d.publishDesired(ctx, call, ds, snap, c)
 	}
 	revs, err := c.SyncRevisions(parent)
 	if err != nil {
@@ -132,7 +132,7 @@ func (d *Dispatcher) syncParent(ctx context.Context, item bus.WorkItem, seq uint
 	if err != nil {
 		return err
 	}
-	return d.publishDesired(ctx, call, ds, snap.Children)
+	return d.publishDesired(ctx, call, ds, snap, c)
 }
 
 // localAnswer is the desired state of a kind that answers by itself

@@ -38,7 +38,8 @@ import (
 // hookServer is a sync/finalize/customize hook. Its answer depends on the
 // path: /sync and /finalize answer from the request (children "c-<x>",
 // status {x: <x>} where x is the parent's spec.x, labels for a decorator
-// target; finalize says finalized), /fail answers 500, /throttle 429 with
+// target; finalize says finalized), /resync as /sync with a
+// resyncAfterSeconds of 5, /fail answers 500, /throttle 429 with
 // Retry-After, /customize asks for ConfigMaps.
 type hookServer struct {
 	srv   *httptest.Server
@@ -80,6 +81,9 @@ func (h *hookServer) serve(w http.ResponseWriter, r *http.Request) {
 	h.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	switch r.URL.Path {
+	case "/resync":
+		child := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "c-" + x}}
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": map[string]any{"x": x}, "children": []any{child}, "resyncAfterSeconds": 5})
 	case "/fail":
 		w.WriteHeader(http.StatusInternalServerError)
 	case "/throttle":
