@@ -41,6 +41,11 @@ type Book struct {
 
 	mu    sync.Mutex
 	items map[string]*bus.Record // by item key
+	// calls keeps, by item key, the last sync that called a hook, while
+	// the item's last record is one that called none (a sync merged into
+	// an earlier call): what the hook was last shown and answered is what
+	// an operator asks for.
+	calls map[string]*bus.Record
 	ctrls map[string]*activity   // by controller ID
 
 	tailUntil atomic.Int64 // unix nanos; 0: nobody tails
@@ -60,7 +65,7 @@ func New(stage, member string, capacity int) *Book {
 	}
 	return &Book{
 		stage: stage, member: member, capacity: capacity, now: time.Now, since: time.Now(),
-		items: map[string]*bus.Record{}, ctrls: map[string]*activity{},
+		items: map[string]*bus.Record{}, calls: map[string]*bus.Record{}, ctrls: map[string]*activity{},
 	}
 }
 
@@ -165,7 +170,8 @@ func (b *Book) Applied(ds *bus.DesiredState, started time.Time, result string, e
 	b.commit(r, result, err, 1, errs)
 }
 
-// commit finishes r and stores it as its item's last record.
+// commit finishes r and stores it as its item's last record; a record of a
+// sync that called no hook keeps the item's last hook call beside it.
 func (b *Book) commit(r *bus.Record, result string, err error, calls, errs int) {
 	now := b.now()
 	r.Member, r.Result = b.member, result
@@ -179,8 +185,15 @@ func (b *Book) commit(r *bus.Record, result string, err error, calls, errs int) 
 	if _, ok := b.items[key]; !ok && len(b.items) >= b.capacity {
 		for k := range b.items { // an arbitrary record makes room
 			delete(b.items, k)
+			delete(b.calls, k)
 			break
 		}
+	}
+	switch prev := b.items[key]; {
+	case len(r.Hooks) > 0 || b.stage != bus.WorkStage:
+		delete(b.calls, key)
+	case prev != nil && len(prev.Hooks) > 0:
+		b.calls[key] = prev
 	}
 	b.items[key] = r
 	a := b.ctrls[ctrl]
@@ -248,6 +261,9 @@ func (b *Book) Reply(req bus.InspectRequest) bus.InspectReply {
 		for _, r := range b.items {
 			if r.Parent.UID == req.ParentUID && (req.Controller == "" || r.Controller.ID() == req.Controller) {
 				out.Records = append(out.Records, *r)
+				if c := b.calls[bus.ItemKey(r.Controller.ID(), r.Parent.UID, r.MapKey)]; c != nil {
+					out.Records = append(out.Records, *c)
+				}
 			}
 		}
 	}

@@ -171,6 +171,46 @@ func TestReplyFilters(t *testing.T) {
 	}
 }
 
+// TestLastCallKept: a sync merged into an earlier call (no hook called)
+// does not hide that call: a parent's records are its item's last record
+// and, while that one called no hook, the last that did.
+func TestLastCallKept(t *testing.T) {
+	type rec struct {
+		Seq    uint64
+		Result string
+	}
+	cases := []struct {
+		reason string
+		syncs  []rec // in order; "merged" calls no hook
+		want   []rec
+	}{
+		{reason: "a call alone", syncs: []rec{{1, "ok"}}, want: []rec{{1, "ok"}}},
+		{reason: "merged syncs after a call keep that call", syncs: []rec{{1, "ok"}, {2, "ok"}, {3, "merged"}, {4, "merged"}},
+			want: []rec{{4, "merged"}, {2, "ok"}}},
+		{reason: "a new call replaces the kept one", syncs: []rec{{1, "ok"}, {2, "merged"}, {3, "error"}}, want: []rec{{3, "error"}}},
+		{reason: "nothing to keep when no sync called a hook", syncs: []rec{{1, "merged"}}, want: []rec{{1, "merged"}}},
+	}
+	for _, c := range cases {
+		t.Run(c.reason, func(t *testing.T) {
+			b := newBook(&clock{t: time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)}, 0)
+			for _, s := range c.syncs {
+				if s.Result == "merged" {
+					syncOnce(b, item(ctrlA, "u1", ""), s.Seq, s.Result, nil)
+				} else {
+					syncOnce(b, item(ctrlA, "u1", ""), s.Seq, s.Result, nil, nil)
+				}
+			}
+			var got []rec
+			for _, r := range b.Reply(bus.InspectRequest{ParentUID: "u1"}).Records {
+				got = append(got, rec{r.WorkSeq, r.Result})
+			}
+			if diff := cmp.Diff(c.want, got); diff != "" {
+				t.Errorf("records (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestCapacity(t *testing.T) {
 	b := New(bus.DesiredStage, "m", 3)
 	for i := range 10 {

@@ -32,8 +32,9 @@ type Explanation struct {
 	Controller string     `json:"controller"`
 	Parent     ParentInfo `json:"parent"`
 	// Syncs are the dispatchers' last records of the parent (one per map
-	// key), Applies the appliers', newest first; Writes name what the
-	// applies wrote.
+	// key, and beside a last sync merged into an earlier call, that call),
+	// Applies the appliers', newest first; Writes name what the applies
+	// wrote.
 	Syncs   []bus.Record `json:"syncs"`
 	Applies []bus.Record `json:"applies"`
 	Writes  []WriteInfo  `json:"writes,omitempty"`
