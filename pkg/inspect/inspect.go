@@ -46,7 +46,7 @@ type Book struct {
 	// an earlier call): what the hook was last shown and answered is what
 	// an operator asks for.
 	calls map[string]*bus.Record
-	ctrls map[string]*activity   // by controller ID
+	ctrls map[string]*activity // by controller ID
 
 	tailUntil atomic.Int64 // unix nanos; 0: nobody tails
 	nc        atomic.Pointer[nats.Conn]
