@@ -1583,7 +1583,7 @@ func TestNATSConfig(t *testing.T) {
 	}
 
 	perms := natsPermissions(t, prod)
-	users := []string{"WATCHER_NKEY", "DISPATCHER_NKEY", "APPLIER_NKEY", "REVISIONS_NKEY", "OPERATOR_NKEY", "OPERATOR_ADMIN_NKEY"}
+	users := []string{"WATCHER_NKEY", "DISPATCHER_NKEY", "APPLIER_NKEY", "REVISIONS_NKEY", "OPERATOR_NKEY", "OPERATOR_ADMIN_NKEY", "EVENTS_NKEY"}
 	if got := slices.Sorted(maps.Keys(perms)); !slices.Equal(got, slices.Sorted(slices.Values(users))) {
 		t.Fatalf("users %v, want %v", got, users)
 	}
