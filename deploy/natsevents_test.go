@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	cejs "github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2"
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	eventsconsumer "github.com/metabus/metabus/examples/events-consumer"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/jsbus"
 )
@@ -39,21 +39,15 @@ func TestEventsUserPermissions(t *testing.T) {
 		t.Fatalf("applier: ensure %s: %v", bus.EventsStream, err)
 	}
 
-	// The events user, through the CloudEvents JetStream binding.
+	// The events user, through the CloudEvents JetStream binding (the
+	// example consumer's code).
 	events := env.connect(t, "events")
-	consumer, err := cejs.NewConsumerFromConn(events.nc, bus.EventsStream, bus.EventsRoot+".applied.>", nil,
-		[]nats.SubOpt{nats.BindStream(bus.EventsStream), nats.DeliverAll()})
-	if err != nil {
-		t.Fatalf("events: CloudEvents consumer: %v", err)
-	}
-	client, err := cloudevents.NewClient(consumer)
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := make(chan cloudevents.Event, 4)
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- client.StartReceiver(rctx, func(e cloudevents.Event) { got <- e }) }()
+	go func() {
+		done <- eventsconsumer.Receive(rctx, events.nc, bus.EventsRoot+".applied.>", func(e cloudevents.Event) { got <- e })
+	}()
 	defer func() { stop(); <-done }()
 
 	ctrl := bus.ControllerRef{Kind: "CompositeController", Name: "hello"}

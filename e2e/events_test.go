@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	cejs "github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2"
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 	"github.com/nats-io/nats.go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	eventsconsumer "github.com/metabus/metabus/examples/events-consumer"
 	"github.com/metabus/metabus/pkg/allinone"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/services/applier"
@@ -54,8 +54,8 @@ func TestBusEvents(t *testing.T) {
 		"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": url, "timeout": "5s"}}},
 	})
 
-	// The consumer: the sdk's JetStream binding on MC_EVENTS, which the
-	// applier creates when it starts.
+	// The consumer: the example's, on the sdk's JetStream binding, reading
+	// MC_EVENTS, which the applier creates when it starts.
 	nc, err := nats.Connect(inst.url)
 	if err != nil {
 		t.Fatal(err)
@@ -69,15 +69,6 @@ func TestBusEvents(t *testing.T) {
 		_, err := js.StreamInfo(bus.EventsStream)
 		return err
 	})
-	consumer, err := cejs.NewConsumerFromConn(nc, bus.EventsStream, bus.EventsRoot+".>", nil,
-		[]nats.SubOpt{nats.BindStream(bus.EventsStream), nats.DeliverAll()})
-	if err != nil {
-		t.Fatalf("CloudEvents consumer: %v", err)
-	}
-	client, err := cloudevents.NewClient(consumer)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var (
 		mu       sync.Mutex
 		received []cloudevents.Event
@@ -85,13 +76,18 @@ func TestBusEvents(t *testing.T) {
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- client.StartReceiver(rctx, func(e cloudevents.Event) {
+		done <- eventsconsumer.Receive(rctx, nc, bus.EventsRoot+".>", func(e cloudevents.Event) {
 			mu.Lock()
 			received = append(received, e)
 			mu.Unlock()
 		})
 	}()
-	t.Cleanup(func() { stop(); <-done })
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("consumer: %v", err)
+		}
+	})
 
 	// applied returns the applied events of the widget's parent so far
 	// whose body satisfies keep.

@@ -296,7 +296,7 @@ type Webhook struct {
 	// CloudEvents is the content mode of requests: binary (the default)
 	// or structured.
 	CloudEvents *CloudEventsMode `json:"cloudEvents,omitempty"`
-	WebhookAuth            `json:",inline"`
+	WebhookAuth `json:",inline"`
 }
 
 // WebhookAuth holds the TLS and authentication options of a webhook or an
