@@ -1,7 +1,8 @@
 // Command events-consumer prints the applied events metabus publishes
 // (docs/events.md), connected as the read-only NATS user events.
 //
-//	events-consumer --nats-url nats://metabus-nats.metabus:4222 --nkey events.seed
+//	events-consumer --nats-url tls://nats.metabus:4222 --nkey events.seed \
+//	  --nats-ca ca.crt --nats-cert tls.crt --nats-key tls.key
 package main
 
 import (
@@ -22,6 +23,8 @@ func main() {
 	url := flag.String("nats-url", "nats://127.0.0.1:4222", "NATS server URL")
 	seed := flag.String("nkey", "", "the events user's nkey seed file (Secret metabus-nats-events, key nkey.seed)")
 	ca := flag.String("nats-ca", "", "CA bundle to verify the NATS server (TLS installs)")
+	cert := flag.String("nats-cert", "", "the events user's client certificate (Secret metabus-nats-events-tls, tls.crt)")
+	key := flag.String("nats-key", "", "its key (tls.key)")
 	subject := flag.String("subject", "metabus.events.applied.>", "which events: metabus.events.<kind>.<controller>.<namespace>.<name>, wildcards allowed")
 	flag.Parse()
 
@@ -35,6 +38,9 @@ func main() {
 	}
 	if *ca != "" {
 		opts = append(opts, nats.RootCAs(*ca))
+	}
+	if *cert != "" || *key != "" {
+		opts = append(opts, nats.ClientCert(*cert, *key))
 	}
 	nc, err := nats.Connect(*url, opts...)
 	if err != nil {
