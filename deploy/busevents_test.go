@@ -14,7 +14,7 @@ import (
 // on with the same applier flags (the flags' defaults, which
 // cmd/applier's tests hold to docs/operating.md).
 func TestBusEventsOptIn(t *testing.T) {
-	want := []string{"--bus-events", "--bus-events-max-age=1h", "--bus-events-max-bytes=268435456"}
+	want := []string{"--bus-events", "--bus-events-max-age=1h", "--bus-events-max-bytes=268435456", "--bus-events-replicas=3"}
 	eventArgs := func(args []string) []string {
 		var out []string
 		for _, a := range args {

@@ -60,6 +60,8 @@ type Config struct {
 	BusEvents         bool
 	BusEventsMaxAge   time.Duration
 	BusEventsMaxBytes int64
+	// BusEventsReplicas is the events stream's replica count (0: Bus's).
+	BusEventsReplicas int
 }
 
 // Defaults fills unset fields.
@@ -221,7 +223,11 @@ func (a *Applier) Run(ctx context.Context) error {
 		return err
 	}
 	if a.cfg.BusEvents {
-		if err := jsbus.EnsureEventsStream(ctx, a.js, bus.EventsStreamConfig(a.cfg.Bus, a.cfg.BusEventsMaxAge, a.cfg.BusEventsMaxBytes)); err != nil {
+		o := a.cfg.Bus
+		if a.cfg.BusEventsReplicas > 0 {
+			o.Replicas = a.cfg.BusEventsReplicas
+		}
+		if err := jsbus.EnsureEventsStream(ctx, a.js, bus.EventsStreamConfig(o, a.cfg.BusEventsMaxAge, a.cfg.BusEventsMaxBytes)); err != nil {
 			return fmt.Errorf("--bus-events: %w", err)
 		}
 	}

@@ -280,6 +280,7 @@ The arguments the chart sets for one service besides the common ones:
 - --bus-events
 - --bus-events-max-age={{ $root.Values.events.maxAge }}
 - --bus-events-max-bytes={{ $root.Values.events.maxBytes | int64 }}
+- --bus-events-replicas={{ $root.Values.nats.streamReplicas }}
 {{- end }}
 {{- end }}
 
