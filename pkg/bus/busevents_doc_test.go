@@ -1,14 +1,14 @@
 package bus
 
 import (
-	"os"
-	"regexp"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/metabus/metabus/docs"
 )
 
 // TestBusEventAttributesDocumented: every CloudEvents attribute and
@@ -49,22 +49,9 @@ func TestBusEventAttributesDocumented(t *testing.T) {
 		}
 	}
 
-	text, err := os.ReadFile("../../docs/events.md")
+	documented, err := docs.TableNames("../../docs/events.md", "CloudEvents attributes")
 	if err != nil {
 		t.Fatal(err)
-	}
-	s := string(text)
-	start := strings.Index(s, "\n## CloudEvents attributes\n")
-	if start < 0 {
-		t.Fatal("docs/events.md has no CloudEvents attributes section")
-	}
-	section := s[start+1:]
-	if end := strings.Index(section[3:], "\n## "); end >= 0 {
-		section = section[:end+3]
-	}
-	documented := map[string]bool{}
-	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z0-9]+)` \\|").FindAllStringSubmatch(section, -1) {
-		documented[m[1]] = true
 	}
 	if len(sent) < 10 {
 		t.Fatalf("only %d attributes on real events (%v): the derivation is broken", len(sent), sent)

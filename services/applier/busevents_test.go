@@ -26,12 +26,8 @@ import (
 func TestSettlePublishesBusEvents(t *testing.T) {
 	nc, _ := natstest.Start(t)
 	cm := func(name string) *unstructured.Unstructured {
-		u := &unstructured.Unstructured{}
-		u.SetAPIVersion("v1")
-		u.SetKind("ConfigMap")
-		u.SetNamespace("ns")
-		u.SetName(name)
-		return u
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"namespace": "ns", "name": name}}}
 	}
 	tests := []struct {
 		reason    string
