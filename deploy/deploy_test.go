@@ -128,8 +128,9 @@ func skipDir(rel string) bool {
 func TestManifestsParse(t *testing.T) {
 	notObjects := map[string]bool{
 		"kustomization.yaml": true,
-		filepath.Join("overlays", "hardened", "kustomization.yaml"):  true,
-		filepath.Join("overlays", "plaintext", "kustomization.yaml"): true,
+		filepath.Join("overlays", "hardened", "kustomization.yaml"):     true,
+		filepath.Join("overlays", "plaintext", "kustomization.yaml"):    true,
+		filepath.Join("components", "bus-events", "kustomization.yaml"): true,
 		// Upstream Metacontroller's chart values (a test fixture).
 		filepath.Join("testdata", "upstream-v4.17.2-values.yaml"): true,
 		filepath.Join("helm", "metabus", "Chart.yaml"):            true,
@@ -1583,7 +1584,7 @@ func TestNATSConfig(t *testing.T) {
 	}
 
 	perms := natsPermissions(t, prod)
-	users := []string{"WATCHER_NKEY", "DISPATCHER_NKEY", "APPLIER_NKEY", "REVISIONS_NKEY", "OPERATOR_NKEY", "OPERATOR_ADMIN_NKEY"}
+	users := []string{"WATCHER_NKEY", "DISPATCHER_NKEY", "APPLIER_NKEY", "REVISIONS_NKEY", "OPERATOR_NKEY", "OPERATOR_ADMIN_NKEY", "EVENTS_NKEY"}
 	if got := slices.Sorted(maps.Keys(perms)); !slices.Equal(got, slices.Sorted(slices.Values(users))) {
 		t.Fatalf("users %v, want %v", got, users)
 	}
@@ -1742,6 +1743,19 @@ func TestNATSConfig(t *testing.T) {
 		{"OPERATOR_NKEY", "publish", "mc.svc.snapshot", false},
 		{"OPERATOR_NKEY", "subscribe", "mc.svc.snapshot", false},
 		{"OPERATOR_NKEY", "responses", "", false},
+		// events: MC_EVENTS and metabus.events.> only; the applier publishes them.
+		{"EVENTS_NKEY", "publish", "$JS.API.CONSUMER.CREATE.MC_EVENTS.c1.metabus.events.applied.>", true},
+		{"EVENTS_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_EVENTS.c1", true},
+		{"EVENTS_NKEY", "subscribe", "metabus.events.applied.cc-hello.default.a", true},
+		{"EVENTS_NKEY", "publish", "metabus.events.applied.cc-hello.default.a", false},
+		{"EVENTS_NKEY", "subscribe", "mc.desired.cc-hello.4f1c", false},
+		{"EVENTS_NKEY", "subscribe", "mc.applied", false},
+		{"EVENTS_NKEY", "publish", "$JS.API.CONSUMER.CREATE.MC_DESIRED.c1", false},
+		{"EVENTS_NKEY", "publish", "$JS.API.DIRECT.GET.MC_DESIRED", false},
+		{"EVENTS_NKEY", "publish", "$JS.API.STREAM.PURGE.MC_EVENTS", false},
+		{"APPLIER_NKEY", "publish", "metabus.events.applied.cc-hello.default.a", true},
+		{"APPLIER_NKEY", "publish", "$JS.API.STREAM.CREATE.MC_EVENTS", true},
+		{"DISPATCHER_NKEY", "publish", "metabus.events.applied.cc-hello.default.a", false},
 		// operator-admin: also replays (a fresh work item) and purges the DLQ.
 		{"OPERATOR_ADMIN_NKEY", "publish", "$JS.API.STREAM.MSG.GET.MC_DLQ", true},
 		{"OPERATOR_ADMIN_NKEY", "publish", "mc.work.cc-hello.4f1c", true},
@@ -1768,10 +1782,12 @@ func TestNATSConfig(t *testing.T) {
 			svc := inboxOwner(other)
 			cases = append(cases, tc{u, "subscribe", natsx.ServiceInboxPrefix(svc) + ".q8Zy3.1", svc == own})
 		}
+		// The events user sees MC_EVENTS only (docs/events.md).
+		metabusUser := u != "EVENTS_NKEY"
 		cases = append(cases,
 			tc{u, "publish", "$JS.API.INFO", true},
-			tc{u, "publish", "$JS.API.STREAM.INFO.MC_WORK", true},
-			tc{u, "publish", "$JS.API.CONSUMER.INFO.MC_WORK.work-64-p00", true},
+			tc{u, "publish", "$JS.API.STREAM.INFO.MC_WORK", metabusUser},
+			tc{u, "publish", "$JS.API.CONSUMER.INFO.MC_WORK.work-64-p00", metabusUser},
 			tc{u, "subscribe", "_INBOX.q8Zy3.1", false},
 			tc{u, "subscribe", "_INBOX.>", false},
 			tc{u, "subscribe", ">", false},

@@ -21,6 +21,7 @@ func newCommand() *cobra.Command {
 		Name:  "metabus-applier",
 		Stage: cli.Applier,
 		Short: "Consume desired states and converge children and parent status in the cluster",
+		Flags: cfg.RegisterFlags,
 		Run: func(ctx context.Context, env cli.Env) error {
 			nc, js, err := env.ConnectNATS(ctx)
 			if err != nil {

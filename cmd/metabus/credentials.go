@@ -47,8 +47,9 @@ func credentialsCommand() *cobra.Command {
 		Long: `Each service (watcher, dispatcher, applier, revisions) connects to NATS as
 its own nkey user. Its seed is in the Secret metabus-nats-<service> (key
 nkey.seed); nats-server reads the public keys from metabus-nats-users. The
-two operator users (operator, operator-admin: the metabus and nats CLIs) get
-their seeds the same way; no pod mounts them.
+two operator users (operator, operator-admin: the metabus and nats CLIs) and
+the events user (read-only, for consumers of the bus's events) get their
+seeds the same way; no pod mounts them.
 
 The install runs "credentials ensure" in an init container of every NATS pod,
 so nothing has to be created by hand.`,

@@ -40,6 +40,7 @@ func allInOne() *cobra.Command {
 		cfg.Watcher.RegisterFlags(fs)
 		(&cfg.Dispatcher).RegisterFlags(fs)
 		cfg.Revisions.RegisterFlags(fs)
+		cfg.Applier.RegisterFlags(fs)
 		fs.BoolVar(&external, "external-nats", false, "use --nats-url instead of an embedded JetStream server")
 		fs.StringVar(&cfg.StoreDir, "nats-store-dir", "metabus-data", "JetStream store directory of the embedded server")
 		fs.StringVar(&cfg.Listen, "nats-listen", "127.0.0.1:4222", "client address of the embedded server (\"-\": in-process only)")

@@ -37,7 +37,7 @@ func redactSecretData(data []byte) ([]byte, string) {
 }
 
 // redactSecrets empties the data and stringData values of every Secret in
-// v and returns how many it found. inSecretList says v is an item of a
+// v and returns how many had any. inSecretList says v is an item of a
 // v1 SecretList, whose items may omit apiVersion and kind.
 func redactSecrets(v any, inSecretList bool) int {
 	n := 0
@@ -48,7 +48,10 @@ func redactSecrets(v any, inSecretList bool) int {
 		}
 	case map[string]any:
 		core := t["apiVersion"] == "v1"
-		if (core && t["kind"] == "Secret") || (inSecretList && t["kind"] == nil && t["apiVersion"] == nil) {
+		isSecret := (core && t["kind"] == "Secret") || (inSecretList && t["kind"] == nil && t["apiVersion"] == nil)
+		// Only Secrets that carry values count: a reference to one (an
+		// applied event's list of children) has nothing to remove.
+		if isSecret && (t["data"] != nil || t["stringData"] != nil) {
 			n++
 			for _, field := range []string{"data", "stringData"} {
 				if values, ok := t[field].(map[string]any); ok {

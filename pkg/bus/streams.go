@@ -26,7 +26,10 @@ type StreamConfig struct {
 	DiscardNew           bool
 	DiscardNewPerSubject bool
 	Duplicates, MaxAge   time.Duration
-	AllowDirect          bool
+	// MaxBytes bounds the stream's size (0: unlimited; the oldest
+	// messages go).
+	MaxBytes    int64
+	AllowDirect bool
 	// Compressed with S2.
 	Compressed                     bool
 	AllowMsgSchedules, AllowMsgTTL bool

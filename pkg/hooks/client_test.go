@@ -372,6 +372,11 @@ func TestDoInvalidCalls(t *testing.T) {
 			c.Hook.Webhook.ResponseUnMarshallMode = ptr(v1alpha1.ResponseUnMarshallMode("Sloppy"))
 			return c
 		}, want: "responseUnMarshallMode"},
+		{reason: "unknown CloudEvents mode", call: func() Call {
+			c := good()
+			c.Hook.Webhook.CloudEvents = ptr(v1alpha1.CloudEventsMode("Structured"))
+			return c
+		}, want: "cloudEvents mode"},
 		{reason: "upper-case extension name", call: func() Call { c := good(); c.Extensions = map[string]string{"ParentUID": "x"}; return c }, want: "extension name"},
 		{reason: "extension overriding a core attribute", call: func() Call { c := good(); c.Extensions = map[string]string{"source": "x"}; return c }, want: "source"},
 		{reason: "unmarshalable request", call: func() Call { c := good(); c.Request = make(chan int); return c }, want: "marshal request"},

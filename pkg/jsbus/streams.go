@@ -20,7 +20,7 @@ func streamConfig(c bus.StreamConfig) jetstream.StreamConfig {
 		Name: c.Name, Description: c.Description, Subjects: c.Subjects,
 		Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, Replicas: c.Replicas,
 		MaxMsgsPerSubject: c.MaxMsgsPerSubject, Discard: jetstream.DiscardOld, DiscardNewPerSubject: c.DiscardNewPerSubject,
-		Duplicates: c.Duplicates, MaxAge: c.MaxAge, AllowDirect: c.AllowDirect,
+		Duplicates: c.Duplicates, MaxAge: c.MaxAge, MaxBytes: c.MaxBytes, AllowDirect: c.AllowDirect,
 		AllowMsgSchedules: c.AllowMsgSchedules, AllowMsgTTL: c.AllowMsgTTL, Metadata: c.Metadata,
 	}
 	if c.WorkQueue {
@@ -142,6 +142,16 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 	}
 	_, err = js.CreateOrUpdateStream(ctx, cfg)
 	return err
+}
+
+// EnsureEventsStream creates or updates the consumer-facing events stream
+// (bus.EventsStreamConfig): the applier does when it publishes events, so
+// that installations without --bus-events have no such stream.
+func EnsureEventsStream(ctx context.Context, js jetstream.JetStream, c bus.StreamConfig) error {
+	if err := ensureStream(ctx, js, streamConfig(c)); err != nil {
+		return fmt.Errorf("ensure stream %s: %w", c.Name, err)
+	}
+	return nil
 }
 
 // ensureOwners creates or updates the lease bucket. A file-stored bucket

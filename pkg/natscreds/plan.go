@@ -56,11 +56,16 @@ var Services = []string{"watcher", "dispatcher", "applier", "revisions"}
 // DLQ. No pod mounts their seeds; an operator copies one out of its Secret.
 var Operators = []string{"operator", "operator-admin"}
 
-// Users are every nkey user nats-server.conf names, services then
-// operators; the order is the order their Secrets are written in. All of
+// Consumers are the NATS users of other systems: events reads the bus's
+// events for consumers (stream MC_EVENTS, subjects metabus.events.>) and
+// nothing else. No pod mounts its seed; its owner copies it out.
+var Consumers = []string{"events"}
+
+// Users are every nkey user nats-server.conf names, services, operators,
+// then consumers; the order is the order their Secrets are written in. All of
 // them must have a public key in UsersSecret: nats-server refuses a
 // configuration with an undefined variable.
-var Users = append(append([]string(nil), Services...), Operators...)
+var Users = append(append(append([]string(nil), Services...), Operators...), Consumers...)
 
 // SeedSecret names the Secret holding svc's nkey seed.
 func SeedSecret(svc string) string { return natsx.CredentialsSecretPrefix + svc }

@@ -294,11 +294,11 @@ func TestNames(t *testing.T) {
 	}
 	// The operator users' Secrets too: nats-server.conf names their keys.
 	all := []string{"metabus-nats-watcher", "metabus-nats-dispatcher", "metabus-nats-applier", "metabus-nats-revisions",
-		"metabus-nats-operator", "metabus-nats-operator-admin", "metabus-nats-users"}
+		"metabus-nats-operator", "metabus-nats-operator-admin", "metabus-nats-events", "metabus-nats-users"}
 	if diff := cmp.Diff(all, Names(Users)); diff != "" {
 		t.Errorf("names of every user (-want +got):\n%s", diff)
 	}
-	for user, key := range map[string]string{"watcher": "WATCHER_NKEY", "operator": "OPERATOR_NKEY", "operator-admin": "OPERATOR_ADMIN_NKEY"} {
+	for user, key := range map[string]string{"watcher": "WATCHER_NKEY", "operator": "OPERATOR_NKEY", "operator-admin": "OPERATOR_ADMIN_NKEY", "events": "EVENTS_NKEY"} {
 		if got := UserKey(user); got != key {
 			t.Errorf("UserKey(%s) = %s, want %s (a shell and nats-server variable name)", user, got, key)
 		}

@@ -95,7 +95,7 @@ func TestEnsureTLS(t *testing.T) {
 			}
 		}
 		want := []string{"metabus-nats-ca", "metabus-nats-server-tls", "metabus-nats-watcher-tls", "metabus-nats-dispatcher-tls",
-			"metabus-nats-applier-tls", "metabus-nats-revisions-tls", "metabus-nats-operator-tls", "metabus-nats-operator-admin-tls"}
+			"metabus-nats-applier-tls", "metabus-nats-revisions-tls", "metabus-nats-operator-tls", "metabus-nats-operator-admin-tls", "metabus-nats-events-tls"}
 		if diff := cmp.Diff(want, names); diff != "" {
 			t.Errorf("written (-want +got):\n%s", diff)
 		}

@@ -54,6 +54,14 @@ type Config struct {
 	// (--apply-strategy-ssa-field-manager, default "metacontroller" as
 	// upstream).
 	FieldManager string
+	// BusEvents publishes the consumer-facing events (package bus,
+	// busevents.go) of every desired state settled, and keeps their stream
+	// with BusEventsMaxAge and BusEventsMaxBytes (0: the defaults).
+	BusEvents         bool
+	BusEventsMaxAge   time.Duration
+	BusEventsMaxBytes int64
+	// BusEventsReplicas is the events stream's replica count (0: Bus's).
+	BusEventsReplicas int
 }
 
 // Defaults fills unset fields.
@@ -213,6 +221,15 @@ func (a *Applier) Run(ctx context.Context) error {
 	a.health.Pending(readyCheck, "waiting for the streams and consumers")
 	if err := jsbus.WaitReady(ctx, a.js); err != nil {
 		return err
+	}
+	if a.cfg.BusEvents {
+		o := a.cfg.Bus
+		if a.cfg.BusEventsReplicas > 0 {
+			o.Replicas = a.cfg.BusEventsReplicas
+		}
+		if err := jsbus.EnsureEventsStream(ctx, a.js, bus.EventsStreamConfig(o, a.cfg.BusEventsMaxAge, a.cfg.BusEventsMaxBytes)); err != nil {
+			return fmt.Errorf("--bus-events: %w", err)
+		}
 	}
 	if err := a.disc.Refresh(ctx); err != nil {
 		a.log.Warn("initial discovery incomplete", zap.Error(err))
@@ -472,6 +489,9 @@ func (a *Applier) settle(ctx context.Context, m jetstream.Msg, ds *bus.DesiredSt
 		a.metrics.applySeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
 	}
 	a.record(ds, wl, start, result, err)
+	if !nak {
+		a.publishEvents(ds, wl, result, err)
+	}
 	if nak {
 		_ = m.NakWithDelay(time.Second)
 		return

@@ -87,6 +87,9 @@ type writeLog struct {
 	// begin announces a write in flight to this process's Book (whose
 	// dispatchers then wait for it rather than call the hook on its echo).
 	begin func(uid, from string) func(to string)
+	// changes, set when events are published (--bus-events), lists the
+	// children created, updated and deleted (noteChange).
+	changes *bus.AppliedEvent
 }
 
 type writeLogKey struct{}
@@ -181,6 +184,9 @@ func parentFreshKey(ds *bus.DesiredState) string {
 // newWriteLog starts the write log of applying ds.
 func (a *Applier) newWriteLog(ds *bus.DesiredState) *writeLog {
 	wl := &writeLog{}
+	if a.cfg.BusEvents {
+		wl.changes = &bus.AppliedEvent{}
+	}
 	if len(ds.Inputs) > 0 {
 		ctrl := ds.Controller.ID()
 		if a.echoes != nil {

@@ -208,6 +208,7 @@ func (a *Applier) write(ctx context.Context, act children.Action) error {
 			return fmt.Errorf("create %s: %w", what, err)
 		}
 		noteCreated(ctx, ruleKey(act.Rule), out)
+		noteChange(ctx, changeCreated, obj, out.UID, out.ResourceVersion)
 	case children.OpUpdate:
 		a.metrics.writes.WithLabelValues("update", act.Rule.Resource).Inc()
 		finish := startWrite(ctx, ruleKey(act.Rule), obj)
@@ -221,6 +222,9 @@ func (a *Applier) write(ctx context.Context, act children.Action) error {
 				return err
 			}
 			return fmt.Errorf("update %s: %w", what, err)
+		}
+		if out != nil {
+			noteChange(ctx, changeUpdated, obj, string(out.GetUID()), out.GetResourceVersion())
 		}
 	case children.OpApply:
 		return a.applyChild(ctx, c, act, what)
@@ -243,6 +247,9 @@ func (a *Applier) write(ctx context.Context, act children.Action) error {
 				return err // the UID changed: a new object with that name
 			}
 			return fmt.Errorf("delete %s: %w", what, err)
+		}
+		if err == nil {
+			noteChange(ctx, changeDeleted, obj, "", "")
 		}
 	default:
 		return fmt.Errorf("unknown child action %q", act.Op)
@@ -379,6 +386,7 @@ func (a *Applier) writeParent(ctx context.Context, ds *bus.DesiredState, parent 
 		}
 		return nil, fmt.Errorf("%s %s: %w", w.what, key(parent), err)
 	}
+	noteStatusWritten(ctx)
 	a.wrote(ds, out)
 	return out, nil
 }

@@ -184,6 +184,9 @@ func (a *Applier) applyChild(ctx context.Context, c dynamic.ResourceInterface, a
 	}
 	if base == nil {
 		noteCreated(ctx, ruleKey(act.Rule), w)
+		noteChange(ctx, changeCreated, cfg, w.UID, w.ResourceVersion)
+	} else {
+		noteChange(ctx, changeUpdated, cfg, w.UID, w.ResourceVersion)
 	}
 	a.applied.remember(apply.Applied{UID: w.UID, Hash: hash, Generation: w.Generation, ResourceVersion: w.ResourceVersion})
 	return nil

@@ -271,6 +271,20 @@ const (
 	ResponseUnMarshallModeStrict ResponseUnMarshallMode = "strict"
 )
 
+// CloudEventsMode is the CloudEvents content mode of a webhook's requests.
+type CloudEventsMode string
+
+// Content modes. Binary is the default: the request body is the hook's JSON
+// request unchanged (what a Metacontroller hook has always read), its
+// CloudEvents attributes in ce-* headers. Structured sends the whole event
+// as one JSON document (Content-Type application/cloudevents+json), for
+// hooks built on a CloudEvents SDK or behind a broker that wants it. A
+// metabus extension.
+const (
+	CloudEventsBinary     CloudEventsMode = "binary"
+	CloudEventsStructured CloudEventsMode = "structured"
+)
+
 // Webhook is an HTTP(S) hook endpoint.
 type Webhook struct {
 	URL                    *string                 `json:"url,omitempty"`
@@ -279,7 +293,10 @@ type Webhook struct {
 	Service                *ServiceReference       `json:"service,omitempty"`
 	Etag                   *WebhookEtagConfig      `json:"etag,omitempty"`
 	ResponseUnMarshallMode *ResponseUnMarshallMode `json:"responseUnMarshallMode,omitempty"`
-	WebhookAuth            `json:",inline"`
+	// CloudEvents is the content mode of requests: binary (the default)
+	// or structured.
+	CloudEvents *CloudEventsMode `json:"cloudEvents,omitempty"`
+	WebhookAuth `json:",inline"`
 }
 
 // WebhookAuth holds the TLS and authentication options of a webhook or an

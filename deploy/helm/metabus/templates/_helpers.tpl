@@ -276,6 +276,11 @@ The arguments the chart sets for one service besides the common ones:
 - --related-resources={{ join "," $policy.relatedResources }}
 - --hook-destinations={{ join "," $policy.hookDestinations }}
 - --refuse-insecure-credentials={{ $policy.refuseInsecureCredentials }}
+{{- else if and (eq .svc "applier") $root.Values.events.enabled }}
+- --bus-events
+- --bus-events-max-age={{ $root.Values.events.maxAge }}
+- --bus-events-max-bytes={{ $root.Values.events.maxBytes | int64 }}
+- --bus-events-replicas={{ $root.Values.nats.streamReplicas }}
 {{- end }}
 {{- end }}
 
