@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -54,7 +55,10 @@ func ServeNATS(ctx context.Context, nc *nats.Conn, subject, queue string, h Hand
 	}
 	// The subscription is known to the server once the flush returns, so a
 	// caller that starts requesting after ServeNATS is up finds a responder.
-	if err := nc.FlushWithContext(ctx); err != nil && ctx.Err() == nil {
+	flushCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = nc.FlushWithContext(flushCtx)
+	cancel()
+	if err != nil && ctx.Err() == nil {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("hook: subscribing to %s: %w", subject, err)
 	}

@@ -82,6 +82,9 @@ func Request(mode hook.Mode, kind string, body []byte) (*http.Request, error) {
 	}
 	ev.SetDataContentType(hookwire.ContentTypeJSON)
 	ev.DataEncoded = body
+	// A malformed body (to test how a hook takes one) cannot be JSON data
+	// in a structured event: it travels as data_base64.
+	ev.DataBase64 = !json.Valid(body)
 	r := httptest.NewRequest(http.MethodPost, "/"+kind, nil)
 	ctx := binding.WithForceBinary(context.Background())
 	if mode == hook.ModeStructured {
