@@ -38,6 +38,7 @@ import (
 	"github.com/metabus/metabus/pkg/kubeapi"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/opscli"
+	"github.com/metabus/metabus/sdk/hook"
 	"github.com/metabus/metabus/pkg/render"
 	"github.com/metabus/metabus/pkg/testnats"
 	"github.com/metabus/metabus/services/applier"
@@ -601,26 +602,22 @@ func TestOps(t *testing.T) {
 // opsHook is the HelloWorld hook, greeting with greeting ("" keeps
 // "Hello"), failing with 500 for a parent named "broken".
 func opsHook(greeting string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req helloworld.SyncRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
+	return hook.HTTPHandler(hook.Composite(func(ctx context.Context, req *hook.CompositeRequest) (*hook.CompositeResponse, error) {
+		if req.Parent.GetName() == "broken" && greeting == "" {
+			return nil, errors.New("the hook is broken for this parent")
 		}
-		if req.Parent.Metadata.Name == "broken" && greeting == "" {
-			http.Error(w, "the hook is broken for this parent", http.StatusInternalServerError)
-			return
+		resp, err := helloworld.Sync(ctx, req)
+		if err != nil || greeting == "" {
+			return resp, err
 		}
-		resp := helloworld.Sync(req)
-		if greeting != "" {
-			pod := resp["children"].([]any)[0].(map[string]any)
-			c := pod["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
-			who := req.Parent.Spec.Who
-			c["command"] = []any{"echo", greeting + ", " + who + "!"}
+		who, _, _ := unstructured.NestedString(req.Parent.Object, "spec", "who")
+		containers, _, _ := unstructured.NestedSlice(resp.Children[0].Object, "spec", "containers")
+		containers[0].(map[string]any)["command"] = []any{"echo", greeting + ", " + who + "!"}
+		if err := unstructured.SetNestedSlice(resp.Children[0].Object, containers, "spec", "containers"); err != nil {
+			return nil, err
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(resp)
-	})
+		return resp, nil
+	}))
 }
 
 func createHello(t *testing.T, ns, name, who string) *unstructured.Unstructured {
