@@ -25,23 +25,25 @@ func TestSync(t *testing.T) {
 	}
 	cases := []struct {
 		reason      string
-		resp        func() *hook.CompositeResponse
+		resp        func(t testing.TB) *hook.CompositeResponse
 		wantPod     string
 		wantCommand []any
 		wantPods    int64
 	}{
 		{reason: "the fixture's parent greets its who, and status counts the observed Pod",
-			resp:    func() *hook.CompositeResponse { return hooktest.CallFile[hook.CompositeResponse](t, h, hook.KindSync, "testdata/sync-request.json") },
+			resp: func(t testing.TB) *hook.CompositeResponse {
+				return hooktest.CallFile[hook.CompositeResponse](t, h, hook.KindSync, "testdata/sync-request.json")
+			},
 			wantPod: "your-name", wantCommand: []any{"echo", "Hello, Your Name!"}, wantPods: 1},
 		{reason: "a parent without spec.who greets the World, with no Pod observed yet",
-			resp: func() *hook.CompositeResponse {
+			resp: func(t testing.TB) *hook.CompositeResponse {
 				return hooktest.Call[hook.CompositeResponse](t, h, hook.KindSync, &hook.CompositeRequest{Parent: parent(""), Children: hook.ObjectMap{"Pod.v1": nil}})
 			},
 			wantPod: "p", wantCommand: []any{"echo", "Hello, World!"}, wantPods: 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.reason, func(t *testing.T) {
-			resp := tc.resp()
+			resp := tc.resp(t)
 			if diff := cmp.Diff(map[string]any{"pods": tc.wantPods}, resp.Status); diff != "" {
 				t.Errorf("status (-want +got):\n%s", diff)
 			}
