@@ -72,7 +72,9 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	return &c, nil
 }
 
-// options are the NATS connection options of the flags.
+// options are the NATS connection options of the flags: what metabus's
+// services build from theirs, written out here so that the example stands
+// alone (copy it out of this repository and it still builds).
 func (c *config) options() ([]nats.Option, error) {
 	opts := []nats.Option{
 		nats.Name("helloworld-nats"),

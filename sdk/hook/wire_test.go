@@ -1,14 +1,19 @@
 package hook_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/cloudevents/sdk-go/v2/binding"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -16,6 +21,7 @@ import (
 	"github.com/metabus/metabus/pkg/hookapi"
 	"github.com/metabus/metabus/pkg/hooks"
 	"github.com/metabus/metabus/sdk/hook"
+	"github.com/metabus/metabus/sdk/hook/hooktest"
 )
 
 func obj(apiVersion, kind, ns, name string) *unstructured.Unstructured {
@@ -186,48 +192,83 @@ func jsonValue(t *testing.T, data []byte) any {
 }
 
 // TestThroughMetabusClient calls an SDK handler through metabus's real
-// hook client (pkg/hooks, binary-mode CloudEvents over HTTP) for every hook
-// kind: the client's request reaches the handler decoded, with its
-// CloudEvents attributes, and the client accepts the SDK's CloudEvent
-// answer, decoding the same response.
+// hook client (pkg/hooks) for every hook kind. The client sends a
+// binary-mode CloudEvent; to check that it also accepts the SDK's other
+// answers, the request is rewritten on its way into plain JSON or a
+// structured-mode CloudEvent, which the SDK answers in kind. In each mode
+// the request reaches the handler decoded, with its CloudEvents attributes,
+// and the client accepts the answer and decodes the same response.
 func TestThroughMetabusClient(t *testing.T) {
 	client := hooks.New(hooks.Options{})
 	for _, tc := range wireCases() {
-		t.Run(tc.reason, func(t *testing.T) {
-			var got *hook.Call
-			h := hook.HandlerFunc(func(ctx context.Context, call *hook.Call) ([]byte, error) {
-				got = call
-				return tc.handler.ServeHook(ctx, call)
+		for _, mode := range hooktest.Modes {
+			t.Run(tc.reason+"/"+mode.String(), func(t *testing.T) {
+				var got *hook.Call
+				h := hook.HandlerFunc(func(ctx context.Context, call *hook.Call) ([]byte, error) {
+					got = call
+					return tc.handler.ServeHook(ctx, call)
+				})
+				srv := httptest.NewServer(asMode(t, mode, hook.HTTPHandler(h)))
+				defer srv.Close()
+				url := srv.URL + "/" + tc.kind
+				item := hooks.Item{ControllerName: "c", WorkSeq: 42}
+				item.Controller.Kind, item.Controller.Name = "CompositeController", "c"
+				item.Parent.Namespace, item.Parent.Name, item.Parent.UID = "ns", "p", "uid-p"
+				call := item.SyncCall(&v1alpha1.Hook{Webhook: &v1alpha1.Webhook{URL: &url}}, tc.kind, "", tc.request)
+				resp := tc.apiResp()
+				if err := client.Do(context.Background(), call, resp); err != nil {
+					t.Fatalf("metabus's client: %v", err)
+				}
+				want := tc.apiResp()
+				answer, _ := json.Marshal(tc.sdkResp)
+				if err := hookapi.Decode(answer, true, want); err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(want, resp); diff != "" {
+					t.Errorf("decoded answer (-want +got):\n%s", diff)
+				}
+				if got == nil || got.Mode != mode {
+					t.Fatalf("call %+v, want mode %s", got, mode)
+				}
+				if mode != hook.ModePlain && (got.Kind() != tc.kind || got.Extensions["parentuid"] != "uid-p" ||
+					got.Extensions["workseq"] != "00000000000000000042" || got.Subject == "") {
+					t.Errorf("call attributes %+v", got)
+				}
+				if err := json.Unmarshal(got.Data, tc.sdkReq()); err != nil {
+					t.Errorf("the request data does not decode: %v", err)
+				}
 			})
-			srv := httptest.NewServer(hook.HTTPHandler(h))
-			defer srv.Close()
-			url := srv.URL + "/" + tc.kind
-			item := hooks.Item{ControllerName: "c", WorkSeq: 42}
-			item.Controller.Kind, item.Controller.Name = "CompositeController", "c"
-			item.Parent.Namespace, item.Parent.Name, item.Parent.UID = "ns", "p", "uid-p"
-			call := item.SyncCall(&v1alpha1.Hook{Webhook: &v1alpha1.Webhook{URL: &url}}, tc.kind, "", tc.request)
-			resp := tc.apiResp()
-			if err := client.Do(context.Background(), call, resp); err != nil {
-				t.Fatalf("metabus's client: %v", err)
-			}
-			want := tc.apiResp()
-			answer, _ := json.Marshal(tc.sdkResp)
-			if err := hookapi.Decode(answer, true, want); err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(want, resp); diff != "" {
-				t.Errorf("decoded answer (-want +got):\n%s", diff)
-			}
-			if got == nil || got.Mode != hook.ModeBinary {
-				t.Fatalf("call %+v, want a binary-mode CloudEvent", got)
-			}
-			if got.Kind() != tc.kind || got.Extensions["parentuid"] != "uid-p" || got.Extensions["workseq"] != "00000000000000000042" || got.Subject == "" {
-				t.Errorf("call attributes %+v", got)
-			}
-			sdkReq := tc.sdkReq()
-			if err := json.Unmarshal(got.Data, sdkReq); err != nil {
-				t.Errorf("the request data does not decode: %v", err)
-			}
-		})
+		}
 	}
+}
+
+// asMode rewrites the binary-mode request metabus's client sends into
+// mode before next sees it.
+func asMode(t *testing.T, mode hook.Mode, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if mode == hook.ModeBinary {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ev, err := binding.ToEvent(r.Context(), cehttp.NewMessageFromHttpRequest(r))
+		if err != nil {
+			t.Errorf("metabus's request is not a CloudEvent: %v", err)
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		for k := range r.Header {
+			if strings.HasPrefix(strings.ToLower(k), "ce-") {
+				r.Header.Del(k)
+			}
+		}
+		body := ev.Data()
+		if mode == hook.ModeStructured {
+			if body, err = json.Marshal(ev); err != nil {
+				t.Error(err)
+			}
+			r.Header.Set("Content-Type", "application/cloudevents+json")
+		}
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		next.ServeHTTP(w, r)
+	})
 }
