@@ -7,7 +7,8 @@
 //
 // Call and CallFile fail the test unless every mode gives the same
 // answer; Do returns one mode's raw answer, to check errors and
-// throttling.
+// throttling; DoURL does the same with a hook served at a URL, in any
+// language.
 package hooktest
 
 import (
@@ -122,12 +123,36 @@ func Do(h hook.Handler, mode hook.Mode, kind string, body []byte, opts ...hook.O
 	return do(hook.HTTPHandler(h, opts...), req, mode, kind)
 }
 
-// do sends req to an HTTP hook handler and decodes the answer, which must
-// be in mode and, as a CloudEvent, say it answers a request of kind.
+// DoURL is Do against a hook served at url, in any language: it sends
+// the request metabus would send in mode and checks the answer by the same
+// rules.
+func DoURL(ctx context.Context, url string, mode hook.Mode, kind string, body []byte) (*Reply, error) {
+	req, err := Request(mode, kind, body)
+	if err != nil {
+		return nil, err
+	}
+	out, err := http.NewRequestWithContext(ctx, http.MethodPost, url, req.Body)
+	if err != nil {
+		return nil, fmt.Errorf("hooktest: %w", err)
+	}
+	out.Header = req.Header
+	res, err := http.DefaultClient.Do(out)
+	if err != nil {
+		return nil, fmt.Errorf("hooktest: %w", err)
+	}
+	return decodeReply(res, mode, kind)
+}
+
+// do sends req to an HTTP hook handler and decodes the answer.
 func do(h http.Handler, req *http.Request, mode hook.Mode, kind string) (*Reply, error) {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
-	res := rec.Result()
+	return decodeReply(rec.Result(), mode, kind)
+}
+
+// decodeReply decodes an answer, which must be in mode and, as a
+// CloudEvent, say it answers a request of kind.
+func decodeReply(res *http.Response, mode hook.Mode, kind string) (*Reply, error) {
 	defer res.Body.Close()
 	body, err := io.ReadAll(res.Body)
 	if err != nil {
