@@ -600,24 +600,34 @@ func TestOps(t *testing.T) {
 }
 
 // opsHook is the HelloWorld hook, greeting with greeting ("" keeps
-// "Hello"), failing with 500 for a parent named "broken".
+// "Hello"), failing with 500 for a parent named "broken". It answers plain
+// JSON, as a legacy hook does (the SDK's handler, which TestHelloWorld
+// runs, answers metabus with a CloudEvent).
 func opsHook(greeting string) http.Handler {
-	return hook.HTTPHandler(hook.Composite(func(ctx context.Context, req *hook.CompositeRequest) (*hook.CompositeResponse, error) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req hook.CompositeRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		if req.Parent.GetName() == "broken" && greeting == "" {
-			return nil, errors.New("the hook is broken for this parent")
+			http.Error(w, "the hook is broken for this parent", http.StatusInternalServerError)
+			return
 		}
-		resp, err := helloworld.Sync(ctx, req)
-		if err != nil || greeting == "" {
-			return resp, err
+		resp, err := helloworld.Sync(r.Context(), &req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
 		}
-		who, _, _ := unstructured.NestedString(req.Parent.Object, "spec", "who")
-		containers, _, _ := unstructured.NestedSlice(resp.Children[0].Object, "spec", "containers")
-		containers[0].(map[string]any)["command"] = []any{"echo", greeting + ", " + who + "!"}
-		if err := unstructured.SetNestedSlice(resp.Children[0].Object, containers, "spec", "containers"); err != nil {
-			return nil, err
+		if greeting != "" {
+			who, _, _ := unstructured.NestedString(req.Parent.Object, "spec", "who")
+			containers, _, _ := unstructured.NestedSlice(resp.Children[0].Object, "spec", "containers")
+			containers[0].(map[string]any)["command"] = []any{"echo", greeting + ", " + who + "!"}
+			_ = unstructured.SetNestedSlice(resp.Children[0].Object, containers, "spec", "containers")
 		}
-		return resp, nil
-	}))
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(resp)
+	})
 }
 
 func createHello(t *testing.T, ns, name, who string) *unstructured.Unstructured {
