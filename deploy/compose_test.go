@@ -23,6 +23,7 @@ import (
 	"github.com/metabus/metabus/examples/helloworld"
 	"github.com/metabus/metabus/pkg/cli"
 	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/sdk/hook"
 	"github.com/metabus/metabus/services/dispatcher"
 	"github.com/metabus/metabus/services/revisions"
 	"github.com/metabus/metabus/services/watcher"
@@ -302,10 +303,16 @@ func checkPythonHook(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sync.py: %v", err)
 	}
-	var goReq helloworld.SyncRequest
-	_ = json.Unmarshal(data, &goReq)
+	var goReq hook.CompositeRequest
+	if err := json.Unmarshal(data, &goReq); err != nil {
+		t.Fatal(err)
+	}
+	goResp, err := helloworld.Sync(context.Background(), &goReq)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var got, want any
-	wantJSON, _ := json.Marshal(helloworld.Sync(goReq))
+	wantJSON, _ := json.Marshal(goResp)
 	_ = json.Unmarshal(wantJSON, &want)
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatal(err)

@@ -40,6 +40,7 @@ import (
 	"github.com/metabus/metabus/pkg/opscli"
 	"github.com/metabus/metabus/pkg/render"
 	"github.com/metabus/metabus/pkg/testnats"
+	"github.com/metabus/metabus/sdk/hook"
 	"github.com/metabus/metabus/services/applier"
 	"github.com/metabus/metabus/services/dispatcher"
 	"github.com/metabus/metabus/services/revisions"
@@ -599,24 +600,30 @@ func TestOps(t *testing.T) {
 }
 
 // opsHook is the HelloWorld hook, greeting with greeting ("" keeps
-// "Hello"), failing with 500 for a parent named "broken".
+// "Hello"), failing with 500 for a parent named "broken". It answers plain
+// JSON, as a legacy hook does (the SDK's handler, which TestHelloWorld
+// runs, answers metabus with a CloudEvent).
 func opsHook(greeting string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req helloworld.SyncRequest
+		var req hook.CompositeRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		if req.Parent.Metadata.Name == "broken" && greeting == "" {
+		if req.Parent.GetName() == "broken" && greeting == "" {
 			http.Error(w, "the hook is broken for this parent", http.StatusInternalServerError)
 			return
 		}
-		resp := helloworld.Sync(req)
+		resp, err := helloworld.Sync(r.Context(), &req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		if greeting != "" {
-			pod := resp["children"].([]any)[0].(map[string]any)
-			c := pod["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
-			who := req.Parent.Spec.Who
-			c["command"] = []any{"echo", greeting + ", " + who + "!"}
+			who, _, _ := unstructured.NestedString(req.Parent.Object, "spec", "who")
+			containers, _, _ := unstructured.NestedSlice(resp.Children[0].Object, "spec", "containers")
+			containers[0].(map[string]any)["command"] = []any{"echo", greeting + ", " + who + "!"}
+			_ = unstructured.SetNestedSlice(resp.Children[0].Object, containers, "spec", "containers")
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(resp)

@@ -27,6 +27,9 @@
 //
 // The answer, over either transport, is the hook's JSON response as a plain
 // body, or a CloudEvent (binary or structured) whose data is that response.
+// A CloudEvent answer should say what it answers: type ResponseType of the
+// request's type, subject the request's subject, and extension
+// ExtRequestID the request's id (metabus reads only its data).
 //
 // Over NATS, where there is no status code, a hook that fails answers with
 // the NATS services convention: header HeaderServiceErrorCode (a decimal
@@ -53,6 +56,15 @@ const (
 
 // EventType is the CloudEvents type of a request to a hook of kind hook.
 func EventType(hook string) string { return EventTypePrefix + hook + ".v1" }
+
+// ResponseTypeSuffix ends the CloudEvents type of a hook's answer:
+// ResponseType(EventType(HookSync)) is
+// "io.k8s.metacontroller.hook.sync.v1.response".
+const ResponseTypeSuffix = ".response"
+
+// ResponseType is the CloudEvents type of the answer to a request of type
+// requestType.
+func ResponseType(requestType string) string { return requestType + ResponseTypeSuffix }
 
 // Content types.
 const (
@@ -97,4 +109,7 @@ const (
 	// item's key (controller, parent UID and map key), whose calls metabus
 	// makes one at a time and in order.
 	ExtPartitionKey = "partitionkey"
+	// ExtRequestID is set by a hook on a CloudEvent answer: the id of the
+	// request it answers.
+	ExtRequestID = "requestid"
 )
