@@ -88,6 +88,11 @@ type Config struct {
 	// write; a change by anyone else that arrives meanwhile waits at most
 	// this long.
 	MergeWait time.Duration
+	// HookNATS is the connection NATS hooks are called through (main dials
+	// it into Deps.HookNC when set); HookSubjectPrefix is the prefix their
+	// subjects must start with ("": hooks.DefaultSubjectPrefix).
+	HookNATS          HookNATS
+	HookSubjectPrefix string
 }
 
 // DefaultMergeWait is Config.MergeWait's default: an apply normally takes
@@ -127,6 +132,9 @@ type Deps struct {
 	// Echoes, if set, is a Book shared in this process (fed by its
 	// composer); nil makes the dispatcher keep and feed its own.
 	Echoes *echo.Book
+	// HookNC is the connection hooks served over NATS are called through;
+	// nil uses NC.
+	HookNC *nats.Conn
 }
 
 // Dispatcher is a running dispatcher.
@@ -137,7 +145,7 @@ type Dispatcher struct {
 	pub     jsbus.Publisher
 	snaps   snapshot.Source
 	revs    revstore.Store
-	hooks   *hooks.Client
+	hooks   hooks.Caller
 	rec     *events.Recorder
 	health  *obs.Health
 	metrics *metrics
@@ -231,12 +239,23 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
+	subjectPrefix, err := cfg.hookSubjectPrefix()
+	if err != nil {
+		return nil, err
+	}
+	hookNC := deps.HookNC
+	if hookNC == nil {
+		hookNC = deps.NC
+	}
 	opts := hooks.Options{
 		Secrets:                kubeSecrets{kube: kube, scope: scope},
 		SecretNamespaceAllowed: scope.check,
 		Registerer:             deps.Metrics,
 		Logger:                 d.log,
 		Destinations:           dest,
+		NATS:                   hookNC,
+		SubjectPrefix:          subjectPrefix,
+		SubjectPrefixSetting:   HookSubjectPrefixSetting,
 	}
 	if cfg.RefuseInsecureCredentials {
 		opts.InsecureCredentialsRefused = InsecureCredentialsSetting
@@ -245,7 +264,8 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	d.log.Info("webhook TLS/auth options may reference Secrets and ConfigMaps in", zap.String("namespaces", scope.String()))
 	d.log.Info("hooks may be called at", zap.String("destinations", dest.String()),
 		zap.Stringers("apiserver", apiServer),
-		zap.Bool("refuseInsecureCredentials", cfg.RefuseInsecureCredentials))
+		zap.Bool("refuseInsecureCredentials", cfg.RefuseInsecureCredentials),
+		zap.String("natsSubjectPrefix", subjectPrefix), zap.Bool("ownHookConnection", deps.HookNC != nil))
 	d.log.Info("customize hooks' related rules may name", zap.Strings("resources", relatedEntries))
 	return d, nil
 }
