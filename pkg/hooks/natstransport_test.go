@@ -362,7 +362,11 @@ func TestNATSFailures(t *testing.T) {
 	u := "http://127.0.0.1:1/"
 	both.Hook.Webhook = &v1alpha1.Webhook{URL: &u}
 	structured, bogus := v1alpha1.CloudEventsStructured, v1alpha1.CloudEventsMode("bogus")
-	withMode := func(m *v1alpha1.CloudEventsMode) Call { c := natsCall("hooks.nobody", 0); c.Hook.NATS.CloudEvents = m; return c }
+	withMode := func(m *v1alpha1.CloudEventsMode) Call {
+		c := natsCall("hooks.nobody", 0)
+		c.Hook.NATS.CloudEvents = m
+		return c
+	}
 	for _, tc := range []struct {
 		reason string
 		call   Call
