@@ -35,20 +35,8 @@ func serveNATSHooks(t *testing.T, url, queue string, hooks map[string]func(req m
 	t.Cleanup(nc.Close)
 	r := &natsReplica{nc: nc}
 	for subject, h := range hooks {
-		if _, err := nc.QueueSubscribe(subject, queue, func(m *nats.Msg) {
-			r.calls.Add(1)
-			var req map[string]any
-			if err := json.Unmarshal(m.Data, &req); err != nil {
-				answer := nats.NewMsg(m.Reply)
-				answer.Header.Set("Nats-Service-Error-Code", "400")
-				answer.Header.Set("Nats-Service-Error", err.Error())
-				_ = m.RespondMsg(answer)
-				return
-			}
-			_, resp := h(req)
-			b, _ := json.Marshal(resp)
-			_ = m.Respond(b)
-		}); err != nil {
+		count := func(req map[string]any) (int, any) { r.calls.Add(1); return h(req) }
+		if _, err := nc.QueueSubscribe(subject, queue, natsJSONHook(count)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -56,6 +44,25 @@ func serveNATSHooks(t *testing.T, url, queue string, hooks map[string]func(req m
 		t.Fatal(err)
 	}
 	return r
+}
+
+// natsJSONHook adapts a function of the decoded request to a hook served
+// over NATS, as jsonHook does for HTTP: a request that is not JSON gets a
+// 400 error answer (hookwire's Nats-Service-Error-Code).
+func natsJSONHook(f func(req map[string]any) (int, any)) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		var req map[string]any
+		if err := json.Unmarshal(m.Data, &req); err != nil {
+			answer := nats.NewMsg(m.Reply)
+			answer.Header.Set("Nats-Service-Error-Code", "400")
+			answer.Header.Set("Nats-Service-Error", err.Error())
+			_ = m.RespondMsg(answer)
+			return
+		}
+		_, resp := f(req)
+		data, _ := json.Marshal(resp)
+		_ = m.Respond(data)
+	}
 }
 
 // TestNATSHooksQueueGroup: a CompositeController whose sync, finalize and
