@@ -31,14 +31,9 @@ const maxExtensionName = 20 // CloudEvents spec recommendation, enforced so brok
 // the sdk's event → message → request path cost a tenth of a hook call's
 // CPU, and a test holds this encoding to the sdk's.
 func newRequest(ctx context.Context, u *url.URL, call *Call, body []byte, now time.Time) (*http.Request, error) {
-	for name := range call.Extensions {
-		if err := checkExtensionName(name); err != nil {
-			return nil, err
-		}
-	}
-	id := call.ID
-	if id == "" {
-		id = newUUID()
+	id, err := eventID(call)
+	if err != nil {
+		return nil, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
 	if err != nil {
@@ -58,6 +53,20 @@ func newRequest(ctx context.Context, u *url.URL, call *Call, body []byte, now ti
 		h[http.CanonicalHeaderKey("ce-"+name)] = []string{percentEncode(value)}
 	}
 	return req, nil
+}
+
+// eventID checks the call's extension names and returns its CE id (a new
+// UUID when it has none), for every transport.
+func eventID(call *Call) (string, error) {
+	for name := range call.Extensions {
+		if err := checkExtensionName(name); err != nil {
+			return "", err
+		}
+	}
+	if call.ID == "" {
+		return newUUID(), nil
+	}
+	return call.ID, nil
 }
 
 // sourceOf returns the CE source: call.Source, or the controller object path derived from

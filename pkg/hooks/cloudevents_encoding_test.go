@@ -19,20 +19,8 @@ import (
 // binding message, binary-mode HTTP request): the reference newRequest's
 // direct encoding must match.
 func sdkRequest(ctx context.Context, u *url.URL, call *Call, body []byte, now time.Time) (*http.Request, error) {
-	ev := event.New()
-	ev.SetID(call.ID)
-	ev.SetType(EventTypePrefix + call.Kind + ".v1")
-	ev.SetSource(sourceOf(call))
-	if call.Subject != "" {
-		ev.SetSubject(call.Subject)
-	}
-	ev.SetTime(now)
-	ev.SetDataContentType(event.ApplicationJSON)
-	ev.DataEncoded = body
-	for name, value := range call.Extensions {
-		ev.SetExtension(name, value)
-	}
-	if err := ev.Validate(); err != nil {
+	ev, err := sdkEvent(call, body, now)
+	if err != nil {
 		return nil, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), nil)
@@ -50,6 +38,24 @@ func sdkRequest(ctx context.Context, u *url.URL, call *Call, body []byte, now ti
 		}
 	}
 	return req, nil
+}
+
+// sdkEvent is a call's request as the CloudEvents sdk builds it.
+func sdkEvent(call *Call, body []byte, now time.Time) (event.Event, error) {
+	ev := event.New()
+	ev.SetID(call.ID)
+	ev.SetType(EventTypePrefix + call.Kind + ".v1")
+	ev.SetSource(sourceOf(call))
+	if call.Subject != "" {
+		ev.SetSubject(call.Subject)
+	}
+	ev.SetTime(now)
+	ev.SetDataContentType(event.ApplicationJSON)
+	ev.DataEncoded = body
+	for name, value := range call.Extensions {
+		ev.SetExtension(name, value)
+	}
+	return ev, ev.Validate()
 }
 
 // TestRequestMatchesSDK: the directly written CloudEvent is the sdk's,

@@ -266,14 +266,9 @@ func natsRequest(subject string, m v1alpha1.CloudEventsMode, call *Call, body []
 // ceAttributes are a call's CloudEvents attributes and extensions, as
 // (name, value) pairs.
 func ceAttributes(call *Call, now time.Time) ([][2]string, error) {
-	for name := range call.Extensions {
-		if err := checkExtensionName(name); err != nil {
-			return nil, err
-		}
-	}
-	id := call.ID
-	if id == "" {
-		id = newUUID()
+	id, err := eventID(call)
+	if err != nil {
+		return nil, err
 	}
 	attrs := make([][2]string, 0, 6+len(call.Extensions))
 	attrs = append(attrs,

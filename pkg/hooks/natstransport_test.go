@@ -22,28 +22,6 @@ import (
 	"github.com/metabus/metabus/pkg/testnats"
 )
 
-// sdkEvent is a call's request as the CloudEvents sdk builds it.
-func sdkEvent(t *testing.T, call *Call, body []byte, now time.Time) event.Event {
-	t.Helper()
-	ev := event.New()
-	ev.SetID(call.ID)
-	ev.SetType(hookwire.EventType(call.Kind))
-	ev.SetSource(sourceOf(call))
-	if call.Subject != "" {
-		ev.SetSubject(call.Subject)
-	}
-	ev.SetTime(now)
-	ev.SetDataContentType(event.ApplicationJSON)
-	ev.DataEncoded = body
-	for name, value := range call.Extensions {
-		ev.SetExtension(name, value)
-	}
-	if err := ev.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	return ev
-}
-
 // TestNATSRequestMatchesBinding: a binary-mode request carries the headers
 // the sdk's NATS binding writes (its ce-datacontenttype as the binding
 // spec's content-type header) and the body untouched; in either mode the
@@ -61,7 +39,10 @@ func TestNATSRequestMatchesBinding(t *testing.T) {
 		{"no subject, an explicit source", Call{ID: "id-2", Kind: "customize", Source: "/apis/x/v1/y/z"}},
 	}
 	for _, tc := range calls {
-		ref := sdkEvent(t, &tc.call, body, now)
+		ref, err := sdkEvent(&tc.call, body, now)
+		if err != nil {
+			t.Fatal(err)
+		}
 		t.Run("binary/"+tc.reason, func(t *testing.T) {
 			var payload bytes.Buffer
 			h, err := cejs.WriteMsg(binding.WithForceBinary(context.Background()), binding.ToMessage(&ref), &payload)
