@@ -152,7 +152,8 @@ func TestNATSHooksQueueGroup(t *testing.T) {
 // TestNATSHookFailures: a NATS hook that hangs, answers garbage or is
 // absent fails the sync as the HTTP equivalent does (a SyncError Event on
 // the parent saying why, retried with backoff); only the absent hook's
-// message differs, naming the subject nobody serves.
+// message differs, naming the subject nobody serves. A subject on the bus
+// is refused, nothing sent.
 func TestNATSHookFailures(t *testing.T) {
 	ctx := context.Background()
 	inst := startMetabus(t, allinone.Config{}, nil)
@@ -234,6 +235,28 @@ func TestNATSHookFailures(t *testing.T) {
 		}
 		return nil
 	})
+	// A subject on metabus's own bus is refused before anything is sent,
+	// reported on the parent and the controller as a refused webhook is.
+	spy, err := nc.SubscribeSync("mc.work.cc-x.forged")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	const refused = "fail-refused-nats"
+	createController(t, inst, decoratorKind, refused+"-"+ns, map[string]any{
+		"resources": []any{map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets",
+			"labelSelector": map[string]any{"matchLabels": map[string]any{"e2e-fail": refused}}}},
+		"hooks": map[string]any{"sync": map[string]any{"nats": map[string]any{"subject": "mc.work.cc-x.forged"}}},
+	})
+	if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, widgetLabels(refused, map[string]string{"e2e-fail": refused}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	refusedSync(t, ns, refused, refused+"-"+ns, "sync hook not called", "NATS hook subject mc.work.cc-x.forged is under mc.")
+	if m, err := spy.NextMsg(100 * time.Millisecond); err == nil {
+		t.Errorf("a request reached the bus subject %s", m.Subject)
+	}
 	for _, transport := range []string{"webhook", "nats"} {
 		if got, _ := configMapNames(ctx, ns, "fail-garbage-"+transport); len(got) > 0 {
 			t.Errorf("a garbage answer over %s created children %v", transport, got)
