@@ -94,7 +94,9 @@ e2e:
 # ~2.5 min), then end-to-end convergence, idle latency and no-op resync cost
 # against the local control plane (~3 min) and MapController against one
 # CompositeController over 5,000 inputs (BenchmarkMapController, ~3 min;
-# `go test ./e2e -bench MapController -map-inputs N` sizes it), then the raw-client,
+# `go test ./e2e -bench MapController -map-inputs N` sizes it), the same hook
+# over HTTP and over NATS (BenchmarkHookTransport: idle latency p50/p99 and
+# convergence parents/s, ~2.5 min), then the raw-client,
 # bin/metabus, bin/metabus --apply-strategy=server-side-apply and echo opt-in
 # (metabus.dev/suppress-echoes) columns of hack/benchcmp: B1-B6 (~3 min, more
 # when B6 finds a stall; server-side apply and the echo opt-in: B1-B5, ~2 min

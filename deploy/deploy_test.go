@@ -1652,6 +1652,13 @@ func TestNATSConfig(t *testing.T) {
 		{"DISPATCHER_NKEY", "subscribe", "mc.svc.snapshot", false},
 		// The dispatcher answers the operator CLI's inspect requests.
 		{"DISPATCHER_NKEY", "responses", "", true},
+		// Hooks served over NATS: only the dispatcher sends them requests.
+		{"DISPATCHER_NKEY", "publish", "hooks.hello.sync", true},
+		{"WATCHER_NKEY", "publish", "hooks.hello.sync", false},
+		{"APPLIER_NKEY", "publish", "hooks.hello.sync", false},
+		{"REVISIONS_NKEY", "publish", "hooks.hello.sync", false},
+		{"OPERATOR_ADMIN_NKEY", "publish", "hooks.hello.sync", false},
+		{"DISPATCHER_NKEY", "subscribe", "hooks.hello.sync", false},
 		// applier
 		{"APPLIER_NKEY", "publish", "$JS.API.CONSUMER.MSG.NEXT.MC_DESIRED.desired-64-p17", true},
 		{"APPLIER_NKEY", "publish", "$JS.ACK.MC_DESIRED.desired-64-p17.1.2.3.4.5", true},

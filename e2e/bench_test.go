@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -157,7 +158,11 @@ type benchEnv struct {
 	ns        string
 	hookCalls atomic.Int64
 	hookURL   string
-	track     *benchTracker
+	// hookSubject, when set, serves the hook over NATS instead: the
+	// controller names it, and a queue subscription on the benchmark's
+	// metabus answers it with the same benchHook.
+	hookSubject string
+	track       *benchTracker
 }
 
 // benchSetup creates a namespace, starts metabus (all stages, one process)
@@ -169,7 +174,19 @@ type benchEnv struct {
 // server.
 func benchSetup(b *testing.B, cfg allinone.Config) *benchEnv {
 	b.Helper()
-	be := benchStart(b, cfg)
+	return benchSetupOver(b, cfg, benchWebhook)
+}
+
+// The hook transports a benchmark may serve its hook over.
+const (
+	benchWebhook = "webhook"
+	benchNATS    = "nats"
+)
+
+// benchSetupOver is benchSetup with the hook served over transport.
+func benchSetupOver(b *testing.B, cfg allinone.Config, transport string) *benchEnv {
+	b.Helper()
+	be := benchStartOver(b, cfg, transport)
 	be.createController(b)
 	if err := benchCreateWidgets(be.ns, []string{"warmup"}, 1); err != nil {
 		b.Fatal(err)
@@ -182,14 +199,47 @@ func benchSetup(b *testing.B, cfg allinone.Config) *benchEnv {
 // benchStart is benchSetup without the controller.
 func benchStart(b *testing.B, cfg allinone.Config) *benchEnv {
 	b.Helper()
+	return benchStartOver(b, cfg, benchWebhook)
+}
+
+// benchStartOver is benchStart with the hook served over transport.
+func benchStartOver(b *testing.B, cfg allinone.Config, transport string) *benchEnv {
+	b.Helper()
 	be := &benchEnv{api: newBenchAPICounter()}
 	be.ns = benchNamespace(b)
 	srv := httptest.NewServer(jsonHook(benchHook(&be.hookCalls)))
 	b.Cleanup(srv.Close)
 	be.hookURL = srv.URL
 	be.inst = benchMetabus(b, cfg, be.api)
+	if transport == benchNATS {
+		be.hookSubject = "hooks.bench." + be.ns
+		be.serveNATS(b)
+	}
 	be.track = newBenchTracker(b, be.ns)
 	return be
+}
+
+// serveNATS answers be.hookSubject with benchHook, from a connection of
+// its own to the benchmark's metabus (as a hook process would), in a
+// queue group, concurrently.
+func (be *benchEnv) serveNATS(b *testing.B) {
+	b.Helper()
+	nc, err := nats.Connect(be.inst.url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	// A subscription's messages are handed to its callback one at a time;
+	// each is answered in a goroutine of its own, as an HTTP server serves
+	// each request, so that both columns measure the transport and not a
+	// hook that can only answer one call at once.
+	h := natsJSONHook(benchHook(&be.hookCalls))
+	if _, err := nc.QueueSubscribe(be.hookSubject, "bench", func(m *nats.Msg) { go h(m) }); err != nil {
+		b.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // createController creates the benchmark's CompositeController, served by
@@ -206,8 +256,16 @@ func (be *benchEnv) createController(b *testing.B) {
 			"apiVersion": "v1", "resource": "configmaps",
 			"updateStrategy": map[string]any{"method": "InPlace"},
 		}},
-		"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": be.hookURL, "timeout": "5s"}}},
+		"hooks": map[string]any{"sync": be.syncHook()},
 	})
+}
+
+// syncHook is the controller's sync hook: the webhook, or its NATS subject.
+func (be *benchEnv) syncHook() map[string]any {
+	if be.hookSubject != "" {
+		return map[string]any{"nats": map[string]any{"subject": be.hookSubject, "timeout": "5s"}}
+	}
+	return map[string]any{"webhook": map[string]any{"url": be.hookURL, "timeout": "5s"}}
 }
 
 // benchHook is the Widget hook of the benchmarks: one ConfigMap per
@@ -743,14 +801,19 @@ func benchConvergeRaw(b *testing.B) {
 }
 
 func benchConverge(b *testing.B, workers int, backlog bool) {
+	benchConvergeOver(b, workers, backlog, benchWebhook)
+}
+
+// benchConvergeOver is benchConverge with the hook served over transport.
+func benchConvergeOver(b *testing.B, workers int, backlog bool, transport string) {
 	b.StopTimer()
 	var cfg allinone.Config
 	cfg.Dispatcher.Workers, cfg.Applier.Workers = workers, workers
 	var be *benchEnv
 	if backlog {
-		be = benchStart(b, cfg)
+		be = benchStartOver(b, cfg, transport)
 	} else {
-		be = benchSetup(b, cfg)
+		be = benchSetupOver(b, cfg, transport)
 	}
 	var elapsed, selfCPU, cpCPU time.Duration
 	var total benchAPIDelta
@@ -826,10 +889,28 @@ func benchConverge(b *testing.B, workers int, backlog bool) {
 // the parent's update event to the child's, as a watcher sees them. 100
 // changes, each after the previous one's echoes (child and status events)
 // have settled.
-func BenchmarkIdleLatency(b *testing.B) {
+func BenchmarkIdleLatency(b *testing.B) { benchIdleLatency(b, benchWebhook) }
+
+// BenchmarkHookTransport: the same hook served over HTTP and over NATS, in
+// one run: idle change-to-child latency (BenchmarkIdleLatency's p50-ms and
+// p99-ms) and convergence throughput (BenchmarkConvergeParents'
+// live/workers=16: 500 parents created 32 at a time, parents/s). Printed,
+// never asserted.
+func BenchmarkHookTransport(b *testing.B) {
+	for _, transport := range []string{benchWebhook, benchNATS} {
+		b.Run("idle/"+transport, func(b *testing.B) { benchIdleLatency(b, transport) })
+	}
+	for _, transport := range []string{benchWebhook, benchNATS} {
+		b.Run("converge/"+transport, func(b *testing.B) { benchConvergeOver(b, 16, false, transport) })
+	}
+}
+
+// benchIdleLatency is BenchmarkIdleLatency with the hook served over
+// transport.
+func benchIdleLatency(b *testing.B, transport string) {
 	const changes = 100
 	b.StopTimer()
-	be := benchSetup(b, allinone.Config{})
+	be := benchSetupOver(b, allinone.Config{}, transport)
 	ctx := context.Background()
 	names := []string{"latency"}
 	if err := benchCreateWidgets(be.ns, names, 1); err != nil {

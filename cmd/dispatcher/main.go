@@ -4,6 +4,10 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/spf13/cobra"
 
@@ -29,7 +33,21 @@ func newCommand() *cobra.Command {
 			defer natsx.Drain(context.Background(), nc)
 			cfg.Workers, cfg.MaxInFlight, cfg.SnapshotWait = env.Flags.Workers, env.Flags.MaxInFlight, env.Flags.SnapshotWait
 			cfg.EventsQPS, cfg.EventsBurst = float32(env.Flags.EventsQPS), env.Flags.EventsBurst
-			d, err := dispatcher.New(cfg, dispatcher.Deps{REST: env.REST, NC: nc, JS: js, Log: env.Log, Metrics: env.Registry, Health: env.Health})
+			deps := dispatcher.Deps{REST: env.REST, NC: nc, JS: js, Log: env.Log, Metrics: env.Registry, Health: env.Health}
+			if cfg.HookNATS.Set() {
+				// Hooks on a connection of their own (another server, account or user).
+				o := cfg.HookNATS.Options(env.Flags.NATS.URL)
+				o.Logger = env.Log
+				hnc, _, err := natsx.Dial(ctx, o, natsx.DefaultBackoff, func(err error, next time.Duration) {
+					env.Log.Warn("hook NATS server not reachable yet; retrying", zap.Error(err), zap.Duration("retryIn", next))
+				})
+				if err != nil {
+					return fmt.Errorf("hook NATS connection: %w", err)
+				}
+				defer natsx.Drain(context.Background(), hnc)
+				deps.HookNC = hnc
+			}
+			d, err := dispatcher.New(cfg, deps)
 			if err != nil {
 				return err
 			}

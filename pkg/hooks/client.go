@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -63,6 +64,16 @@ type Options struct {
 	// credentials are never sent over plain http, and refusals end with this text (it should
 	// say which setting refuses them).
 	InsecureCredentialsRefused string
+	// NATS is the connection hooks served over NATS are called through; nil makes every NATS
+	// hook fail with a clear error.
+	NATS *nats.Conn
+	// SubjectPrefix is the prefix every NATS hook subject must start with (DefaultSubjectPrefix
+	// if empty; see CheckSubjectPrefix). A subject outside it is refused (*RefusedError), as
+	// are metabus's and NATS's own subjects, whatever the prefix.
+	SubjectPrefix string
+	// SubjectPrefixSetting names where SubjectPrefix comes from (a flag, a Helm value), for
+	// refusal messages.
+	SubjectPrefixSetting string
 }
 
 // Client calls hooks. It is safe for concurrent use; share one per process so that
@@ -86,6 +97,10 @@ type Client struct {
 	endpoints map[string]*endpoint
 
 	etags etagCache
+
+	nats           *nats.Conn
+	subjectPrefix  string
+	subjectSetting string
 }
 
 // New returns a Client.
@@ -99,6 +114,15 @@ func New(opts Options) *Client {
 		now:            opts.Now,
 		noInsecure:     opts.InsecureCredentialsRefused,
 		endpoints:      make(map[string]*endpoint),
+		nats:           opts.NATS,
+		subjectPrefix:  opts.SubjectPrefix,
+		subjectSetting: opts.SubjectPrefixSetting,
+	}
+	if c.subjectPrefix == "" {
+		c.subjectPrefix = DefaultSubjectPrefix
+	}
+	if c.subjectSetting == "" {
+		c.subjectSetting = "the hook subject prefix setting"
 	}
 	if c.log == nil {
 		c.log = zap.NewNop()
@@ -152,29 +176,30 @@ type Call struct {
 	Request any
 }
 
-// Do POSTs call.Request to the hook and decodes a successful reply into resp, a pointer
-// (nil: the reply is checked but discarded). It never retries. Errors are *HTTPError,
-// *TooManyRequestsError, *DecodeError, errors matching ErrTimeout, and plain errors for
-// invalid configuration, cancellation and transport failures. A call whose options reference a
-// namespace that Options.SecretNamespaceAllowed rejects, or that would send credentials over
-// plain http without allowInsecureCredentials, fails with a *RefusedError before any Secret is
-// read or any request is sent.
+// Do sends call.Request to the hook, over the transport the hook names (an HTTP POST for a
+// webhook, a NATS request for nats), and decodes a successful reply into resp, a pointer (nil:
+// the reply is checked but discarded). It never retries. Errors are *HTTPError,
+// *TooManyRequestsError, *DecodeError, *NoRespondersError, errors matching ErrTimeout, and
+// plain errors for invalid configuration, cancellation and transport failures. A call whose
+// options reference a namespace that Options.SecretNamespaceAllowed rejects, that would send
+// credentials over plain http without allowInsecureCredentials, or whose NATS subject is outside
+// the allowed prefix, fails with a *RefusedError before any Secret is read or anything is sent.
+//
+// What does not depend on the transport happens here, once: the hook's validation, the request
+// body's encoding, the timeout, the metabus_hook_* metrics and logging; and, through
+// Client.reply, the size and shape limits and the decoding of the answer.
 func (c *Client) Do(ctx context.Context, call Call, resp any) error {
 	if call.Hook == nil {
 		return errors.New("hooks: call has no hook")
 	}
-	w := call.Hook.Webhook
-	if w == nil {
-		return fmt.Errorf("hooks: %s hook of %s %s has no webhook", call.Kind, call.ControllerType, call.ControllerName)
-	}
 	if call.Kind == "" {
 		return errors.New("hooks: call has no kind")
 	}
-	u, err := parseWebhookURL(w)
+	t, err := c.transportFor(&call)
 	if err != nil {
 		return fmt.Errorf("hooks: %s hook of %s %s: %w", call.Kind, call.ControllerType, call.ControllerName, err)
 	}
-	target := u.Redacted() // for errors and logs: never a password
+	target := t.target()
 	strict, err := strictMode(call.Hook)
 	if err != nil {
 		return fmt.Errorf("hooks: %s: %w", target, err)
@@ -184,18 +209,32 @@ func (c *Client) Do(ctx context.Context, call Call, resp any) error {
 		return fmt.Errorf("hooks: %s: cannot marshal request: %w", target, err)
 	}
 
-	timeout := timeoutOr(w, c.defaultTimeout)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, t.timeout(c.defaultTimeout))
 	defer cancel()
 
 	done := c.metrics.start(call.ControllerType, call.ControllerName, call.Kind)
-	code, err := c.do(ctx, &call, u, target, body, strict, resp)
+	code, err := t.roundTrip(ctx, c, &call, body, strict, resp)
 	done(code)
 	if err != nil {
-		c.log.Debug("hook call failed", zap.String("url", target), zap.String("hook", call.Kind),
+		c.log.Debug("hook call failed", zap.String("target", target), zap.String("hook", call.Kind),
 			zap.String("controller", call.ControllerName), zap.String("code", code), zap.Error(err))
 	}
 	return err
+}
+
+// httpTransport calls a webhook: a POST to its URL.
+type httpTransport struct {
+	u   *url.URL
+	w   *v1alpha1.Webhook
+	red string // u without a password, for errors and logs
+}
+
+func (t *httpTransport) target() string { return t.red }
+
+func (t *httpTransport) timeout(def time.Duration) time.Duration { return timeoutOr(t.w, def) }
+
+func (t *httpTransport) roundTrip(ctx context.Context, c *Client, call *Call, body []byte, strict bool, resp any) (string, error) {
+	return c.do(ctx, call, t.u, t.red, body, strict, resp)
 }
 
 // do performs the call and returns the metrics code label with the result.
@@ -274,11 +313,8 @@ func (c *Client) do(ctx context.Context, call *Call, u *url.URL, target string, 
 		}
 		return codeError, fmt.Errorf("hooks: %s: cannot read response: %w", target, err)
 	}
-	data, err := responseData(res.Header, raw)
+	data, err := c.reply(res.Header, raw, strict, resp, target)
 	if err != nil {
-		return code, &DecodeError{Err: err, Body: snippet(raw), URL: target}
-	}
-	if err := decode(data, strict, resp, target); err != nil {
 		return code, err
 	}
 	if store != nil {

@@ -36,18 +36,13 @@ const maxExtensionName = 20 // CloudEvents spec recommendation, enforced so brok
 // request path cost a tenth of a hook call's CPU, and tests hold them to
 // the sdk's.
 func newRequest(ctx context.Context, u *url.URL, call *Call, body []byte, now time.Time) (*http.Request, error) {
-	for name := range call.Extensions {
-		if err := checkExtensionName(name); err != nil {
-			return nil, err
-		}
+	id, err := eventID(call)
+	if err != nil {
+		return nil, err
 	}
 	structured, err := structuredMode(call.Hook)
 	if err != nil {
 		return nil, err
-	}
-	id := call.ID
-	if id == "" {
-		id = newUUID()
 	}
 	if structured {
 		body, err = structuredEvent(call, id, body, now)
@@ -131,6 +126,20 @@ func structuredEvent(call *Call, id string, data []byte, now time.Time) ([]byte,
 	b.Write(data)
 	b.WriteByte('}')
 	return b.Bytes(), nil
+}
+
+// eventID checks the call's extension names and returns its CE id (a new
+// UUID when it has none), for every transport.
+func eventID(call *Call) (string, error) {
+	for name := range call.Extensions {
+		if err := checkExtensionName(name); err != nil {
+			return "", err
+		}
+	}
+	if call.ID == "" {
+		return newUUID(), nil
+	}
+	return call.ID, nil
 }
 
 // sourceOf returns the CE source: call.Source, or the controller object path derived from

@@ -22,21 +22,8 @@ import (
 // forces (binding.WithForceBinary or WithForceStructured); header values
 // are percent-encoded as the HTTP binding asks, which the sdk leaves out.
 func sdkEncode(ctx context.Context, u *url.URL, call *Call, body []byte, now time.Time) (*http.Request, error) {
-	ev := event.New()
-	ev.SetID(call.ID)
-	ev.SetType(EventTypePrefix + call.Kind + ".v1")
-	ev.SetSource(sourceOf(call))
-	if call.Subject != "" {
-		ev.SetSubject(call.Subject)
-	}
-	ev.SetTime(now)
-	if err := ev.SetData(event.ApplicationJSON, json.RawMessage(body)); err != nil {
-		return nil, err
-	}
-	for name, value := range call.Extensions {
-		ev.SetExtension(name, value)
-	}
-	if err := ev.Validate(); err != nil {
+	ev, err := sdkEvent(call, body, now)
+	if err != nil {
 		return nil, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), nil)
@@ -54,6 +41,26 @@ func sdkEncode(ctx context.Context, u *url.URL, call *Call, body []byte, now tim
 		}
 	}
 	return req, nil
+}
+
+// sdkEvent is a call's request as the CloudEvents sdk builds it, for
+// every transport's encoding test.
+func sdkEvent(call *Call, body []byte, now time.Time) (event.Event, error) {
+	ev := event.New()
+	ev.SetID(call.ID)
+	ev.SetType(EventTypePrefix + call.Kind + ".v1")
+	ev.SetSource(sourceOf(call))
+	if call.Subject != "" {
+		ev.SetSubject(call.Subject)
+	}
+	ev.SetTime(now)
+	if err := ev.SetData(event.ApplicationJSON, json.RawMessage(body)); err != nil {
+		return event.Event{}, err
+	}
+	for name, value := range call.Extensions {
+		ev.SetExtension(name, value)
+	}
+	return ev, ev.Validate()
 }
 
 // encodingCall is a call the encoding tests send, with why.

@@ -18,7 +18,14 @@ import (
 // strictMode returns whether unknown and duplicate fields are errors: responseUnMarshallMode,
 // else strict for hook version v2 and loose for v1 (the default), as upstream.
 func strictMode(h *v1alpha1.Hook) (bool, error) {
-	if m := h.Webhook.ResponseUnMarshallMode; m != nil && *m != "" {
+	var m *v1alpha1.ResponseUnMarshallMode
+	switch {
+	case h.Webhook != nil:
+		m = h.Webhook.ResponseUnMarshallMode
+	case h.NATS != nil:
+		m = h.NATS.ResponseUnMarshallMode
+	}
+	if m != nil && *m != "" {
 		switch *m {
 		case v1alpha1.ResponseUnMarshallModeStrict:
 			return true, nil

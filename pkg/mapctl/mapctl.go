@@ -112,11 +112,11 @@ func Validate(spec *v1alpha1.MapControllerSpec) error {
 	switch {
 	case hooks.Map == nil:
 		bad("spec.hooks.map is required")
-	case hooks.Map.Webhook == nil:
-		bad("spec.hooks.map.webhook is required")
+	case hooks.Map.Webhook == nil && hooks.Map.NATS == nil:
+		bad("spec.hooks.map.webhook is required (or spec.hooks.map.nats)")
 	}
-	if hooks.Tombstone != nil && hooks.Tombstone.Webhook == nil {
-		bad("spec.hooks.tombstone.webhook is required when the tombstone hook is set")
+	if hooks.Tombstone != nil && hooks.Tombstone.Webhook == nil && hooks.Tombstone.NATS == nil {
+		bad("spec.hooks.tombstone.webhook is required when the tombstone hook is set (or spec.hooks.tombstone.nats)")
 	}
 	if len(errs) == 0 {
 		return nil

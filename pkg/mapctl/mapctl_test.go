@@ -165,7 +165,15 @@ func TestValidate(t *testing.T) {
 			mod: func(s *v1alpha1.MapControllerSpec) {
 				s.Hooks = &v1alpha1.MapControllerHooks{Map: &v1alpha1.Hook{}, Tombstone: &v1alpha1.Hook{}}
 			},
-			want: []string{"spec.hooks.map.webhook is required", "spec.hooks.tombstone.webhook is required when the tombstone hook is set"},
+			want: []string{"spec.hooks.map.webhook is required (or spec.hooks.map.nats)",
+				"spec.hooks.tombstone.webhook is required when the tombstone hook is set (or spec.hooks.tombstone.nats)"},
+		},
+		{
+			reason: "hooks served over NATS need no webhook",
+			mod: func(s *v1alpha1.MapControllerSpec) {
+				n := &v1alpha1.NATSHook{Subject: "hooks.m.map"}
+				s.Hooks = &v1alpha1.MapControllerHooks{Map: &v1alpha1.Hook{NATS: n}, Tombstone: &v1alpha1.Hook{NATS: n}}
+			},
 		},
 	}
 	for _, c := range cases {

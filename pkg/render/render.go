@@ -79,7 +79,7 @@ type Input struct {
 	// the dispatcher's --related-resources (nil: related.DefaultPolicy).
 	RelatedPolicy []string
 	// Hooks makes the calls.
-	Hooks *hooks.Client
+	Hooks hooks.Caller
 }
 
 // Result is what a render found: the parent's unit of work (for a
@@ -510,7 +510,8 @@ func (r *renderer) keyed(ctx context.Context, outputs []snapshot.Group, selErr s
 	return nil
 }
 
-// withURL is hook with its webhook sent to url instead (a copy).
+// withURL is hook with its webhook sent to url instead (a copy); a hook
+// served over NATS becomes a webhook at url.
 func withURL(h *v1alpha1.Hook, url string) *v1alpha1.Hook {
 	out := *h
 	var wh v1alpha1.Webhook
@@ -518,7 +519,7 @@ func withURL(h *v1alpha1.Hook, url string) *v1alpha1.Hook {
 		wh = *h.Webhook
 	}
 	wh.URL, wh.Service, wh.Path = &url, nil, nil
-	out.Webhook = &wh
+	out.Webhook, out.NATS = &wh, nil
 	return &out
 }
 

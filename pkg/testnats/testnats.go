@@ -44,6 +44,14 @@ type Production struct {
 // their place in the text, so that tests using it may run in parallel.
 func StartProduction(t testing.TB, conf string) *Production {
 	t.Helper()
+	return StartProductionWithHooks(t, conf)
+}
+
+// StartProductionWithHooks is StartProduction with hook users (natscreds.
+// HookUser with default subjects) inserted where the configuration takes
+// them; their seeds are Seeds["hook-<name>"].
+func StartProductionWithHooks(t testing.TB, conf string, hooks ...string) *Production {
+	t.Helper()
 	dir := t.TempDir()
 	p := &Production{Seeds: map[string]string{}}
 	env := map[string]string{"POD_NAME": "nats-0"}
@@ -52,12 +60,21 @@ func StartProduction(t testing.TB, conf string) *Production {
 		env[natscreds.UserKey(user)] = pub
 		p.Seeds[user] = seedFile
 	}
+	hookUsers := make([]natscreds.HookUser, len(hooks))
+	for i, name := range hooks {
+		pub, seedFile := NewUser(t, dir, "hook-"+name)
+		hookUsers[i] = natscreds.HookUser{Name: name, NKey: pub}
+		p.Seeds["hook-"+name] = seedFile
+	}
 
 	data, err := os.ReadFile(conf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := string(data)
+	text, err := natscreds.InsertHookUsers(string(data), hookUsers)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, value := range env {
 		// Outside comments only.
 		re := regexp.MustCompile(`(?m)^([^#\n]*)\$` + name + `\b`)
@@ -89,7 +106,7 @@ func StartProduction(t testing.TB, conf string) *Production {
 	if err != nil {
 		t.Fatalf("load nats-server.conf: %v", err)
 	}
-	if want := len(natscreds.Users); len(opts.Nkeys) != want {
+	if want := len(natscreds.Users) + len(hooks); len(opts.Nkeys) != want {
 		t.Fatalf("nats-server.conf defines %d nkey users, want %d", len(opts.Nkeys), want)
 	}
 	s := Serve(t, opts)

@@ -97,6 +97,11 @@ type Config struct {
 	// dispatcher, whose appliers may be started with another strategy)
 	// publishes every answer.
 	ApplyStrategy apply.Strategy
+	// HookNATS is the connection NATS hooks are called through (main dials
+	// it into Deps.HookNC when set); HookSubjectPrefix is the prefix their
+	// subjects must start with ("": hooks.DefaultSubjectPrefix).
+	HookNATS          HookNATS
+	HookSubjectPrefix string
 }
 
 // DefaultMergeWait is Config.MergeWait's default: an apply normally takes
@@ -136,6 +141,9 @@ type Deps struct {
 	// Echoes, if set, is a Book shared in this process (fed by its
 	// composer); nil makes the dispatcher keep and feed its own.
 	Echoes *echo.Book
+	// HookNC is the connection hooks served over NATS are called through;
+	// nil uses NC.
+	HookNC *nats.Conn
 }
 
 // Dispatcher is a running dispatcher.
@@ -146,7 +154,7 @@ type Dispatcher struct {
 	pub     jsbus.Publisher
 	snaps   snapshot.Source
 	revs    revstore.Store
-	hooks   *hooks.Client
+	hooks   hooks.Caller
 	rec     *events.Recorder
 	health  *obs.Health
 	metrics *metrics
@@ -240,12 +248,23 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
+	subjectPrefix, err := cfg.hookSubjectPrefix()
+	if err != nil {
+		return nil, err
+	}
+	hookNC := deps.HookNC
+	if hookNC == nil {
+		hookNC = deps.NC
+	}
 	opts := hooks.Options{
 		Secrets:                kubeSecrets{kube: kube, scope: scope},
 		SecretNamespaceAllowed: scope.check,
 		Registerer:             deps.Metrics,
 		Logger:                 d.log,
 		Destinations:           dest,
+		NATS:                   hookNC,
+		SubjectPrefix:          subjectPrefix,
+		SubjectPrefixSetting:   HookSubjectPrefixSetting,
 	}
 	if cfg.RefuseInsecureCredentials {
 		opts.InsecureCredentialsRefused = InsecureCredentialsSetting
@@ -254,7 +273,8 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	d.log.Info("webhook TLS/auth options may reference Secrets and ConfigMaps in", zap.String("namespaces", scope.String()))
 	d.log.Info("hooks may be called at", zap.String("destinations", dest.String()),
 		zap.Stringers("apiserver", apiServer),
-		zap.Bool("refuseInsecureCredentials", cfg.RefuseInsecureCredentials))
+		zap.Bool("refuseInsecureCredentials", cfg.RefuseInsecureCredentials),
+		zap.String("natsSubjectPrefix", subjectPrefix), zap.Bool("ownHookConnection", deps.HookNC != nil))
 	d.log.Info("customize hooks' related rules may name", zap.Strings("resources", relatedEntries))
 	return d, nil
 }

@@ -54,4 +54,5 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"else waits at most this long. Negative: never wait")
 	fs.BoolVar(&c.RefuseInsecureCredentials, "refuse-insecure-credentials", false,
 		"never send webhook credentials over plain http, whatever a webhook's allowInsecureCredentials says")
+	c.registerHookNATSFlags(fs)
 }

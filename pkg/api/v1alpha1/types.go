@@ -258,8 +258,28 @@ const (
 
 // Hook says how to call one hook.
 type Hook struct {
-	Webhook *Webhook     `json:"webhook,omitempty"`
+	Webhook *Webhook `json:"webhook,omitempty"`
+	// NATS calls the hook as a NATS request instead of an HTTP POST (a
+	// metabus extension). A hook sets exactly one of webhook and nats.
+	NATS    *NATSHook    `json:"nats,omitempty"`
 	Version *HookVersion `json:"version,omitempty"`
+}
+
+// NATSHook is a hook served over NATS: the dispatcher sends each call as a
+// request to Subject and takes the first reply. Hook replicas subscribe in
+// a queue group, so one of them answers each call.
+type NATSHook struct {
+	// Subject is a literal subject (no * or > wildcard) under the
+	// dispatcher's allowed hook prefix (hooks. unless configured).
+	Subject string `json:"subject"`
+	// Timeout bounds the call as webhook.timeout does (same default and
+	// maximum).
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// CloudEvents is the request's content mode: binary (default) or
+	// structured.
+	CloudEvents *CloudEventsMode `json:"cloudEvents,omitempty"`
+	// ResponseUnMarshallMode is as the webhook's.
+	ResponseUnMarshallMode *ResponseUnMarshallMode `json:"responseUnMarshallMode,omitempty"`
 }
 
 // ResponseUnMarshallMode is how strictly a hook response is decoded.
@@ -271,7 +291,8 @@ const (
 	ResponseUnMarshallModeStrict ResponseUnMarshallMode = "strict"
 )
 
-// CloudEventsMode is the CloudEvents content mode of a webhook's requests.
+// CloudEventsMode is the CloudEvents content mode of a hook's requests
+// (webhook or NATS).
 type CloudEventsMode string
 
 // Content modes. Binary is the default: the request body is the hook's JSON

@@ -276,6 +276,9 @@ The arguments the chart sets for one service besides the common ones:
 - --related-resources={{ join "," $policy.relatedResources }}
 - --hook-destinations={{ join "," $policy.hookDestinations }}
 - --refuse-insecure-credentials={{ $policy.refuseInsecureCredentials }}
+{{- with $root.Values.dispatcher.hookSubjectPrefix }}
+- --hook-subject-prefix={{ . }}
+{{- end }}
 {{- else if and (eq .svc "applier") $root.Values.events.enabled }}
 - --bus-events
 - --bus-events-max-age={{ $root.Values.events.maxAge }}
