@@ -97,9 +97,12 @@ func TestGoModVersion(t *testing.T) {
 // natsImageRef finds references to a NATS server image: nats or
 // [docker.io/][library/]nats, with a tag, a digest or neither (after
 // image:), at the start of a word. A tag of digits alone is a host:port
-// (nats://nats:4222), not an image.
+// (nats://nats:4222), not an image; the tags the nats image is published
+// under start with a digit, "latest", "alpine", "nightly" or "main", and
+// anything else after "nats:" is a URI naming a subject (a hook's
+// CloudEvents source "nats:hooks.x.sync"), not an image.
 var (
-	natsImageRef   = regexp.MustCompile(`(?:^|[\s"'=\[(,` + "`" + `])((?:docker\.io/)?(?:library/)?nats(?::[A-Za-z0-9_][A-Za-z0-9_.\-]*|@sha256:[0-9a-f]+))`)
+	natsImageRef   = regexp.MustCompile(`(?:^|[\s"'=\[(,` + "`" + `])((?:docker\.io/)?(?:library/)?nats(?::(?:[0-9]|latest|alpine|nightly|main)[A-Za-z0-9_.\-]*|@sha256:[0-9a-f]+))`)
 	natsImageNoTag = regexp.MustCompile(`(?m)\bimage:\s*["']?((?:docker\.io/)?(?:library/)?nats)["']?\s*$`)
 	portOnly       = regexp.MustCompile(`^[^:]*:[0-9]+$`)
 )

@@ -44,15 +44,24 @@ func (c *Config) registerHookNATSFlags(fs *flag.FlagSet) {
 	fs.StringVar(&h.CAFile, "hook-nats-ca", "", "CA bundle to verify the hooks' NATS server")
 	fs.StringVar(&h.CertFile, "hook-nats-cert", "", "client certificate for the hook connection's mTLS")
 	fs.StringVar(&h.KeyFile, "hook-nats-key", "", "client key for the hook connection's mTLS")
-	fs.Func("hook-subject-prefix", "the prefix every NATS hook subject must start with, ending with a dot; subjects outside it, and "+
-		"metabus's and NATS's own (mc.>, $..., _INBOX.>), are refused (default "+hooks.DefaultSubjectPrefix+")",
-		func(v string) error {
-			if err := hooks.CheckSubjectPrefix(v); err != nil {
-				return err
-			}
-			c.HookSubjectPrefix = v
-			return nil
-		})
+	c.HookSubjectPrefix = hooks.DefaultSubjectPrefix
+	fs.Var((*subjectPrefix)(&c.HookSubjectPrefix), "hook-subject-prefix",
+		"the prefix every NATS hook subject must start with, ending with a dot; subjects outside it, and "+
+			"metabus's and NATS's own (mc.>, $..., _INBOX.>), are refused")
+}
+
+// subjectPrefix is the --hook-subject-prefix flag: checked when it is
+// parsed, and showing its default in the flag table.
+type subjectPrefix string
+
+func (p *subjectPrefix) String() string { return string(*p) }
+
+func (p *subjectPrefix) Set(v string) error {
+	if err := hooks.CheckSubjectPrefix(v); err != nil {
+		return err
+	}
+	*p = subjectPrefix(v)
+	return nil
 }
 
 // hookSubjectPrefix is the configured prefix, checked (New refuses a bad
