@@ -44,6 +44,8 @@ const (
 	b11Pods = 10
 	// b11Rollouts is how many rollouts per method.
 	b11Rollouts = 3
+	// b11Timeout is how long one rollout may take (metabus: ~10 s).
+	b11Timeout = 2 * time.Minute
 	// b11Node is the node the Pods are bound to; there is no such node.
 	b11Node = "bench-node"
 )
@@ -65,6 +67,8 @@ func b11Rows() []row {
 		k := "b11." + m.method
 		rows = append(rows,
 			row{key: k + ".ms", label: fmt.Sprintf("B11 %s, %d Pods: ms per Pod moved (median of %d rollouts)", m.method, b11Pods, b11Rollouts), prec: 0},
+			row{key: k + ".first", label: fmt.Sprintf("B11 %s: ms until the first Pod moved", m.method), prec: 0},
+			row{key: k + ".moved", label: fmt.Sprintf("B11 %s: Pods moved (of %d) in the last rollout", m.method, b11Pods), prec: 0},
 			row{key: k + ".hooks", label: fmt.Sprintf("B11 %s: hook calls per Pod moved", m.method), prec: 2},
 			row{key: k + ".cpu", label: fmt.Sprintf("B11 %s: controller CPU ms per Pod moved", m.method), prec: 2},
 		)
@@ -241,39 +245,49 @@ func (r *run) finishPodDeletion(ctx context.Context, name string, uid types.UID)
 	})
 }
 
-// rolledOut reports whether all of parent's Pods exist at image, Ready
-// and not being deleted.
-func (w *podWatch) rolledOut(parent, image string) bool {
+// moved counts parent's Pods that exist at image, Ready and not being
+// deleted.
+func (w *podWatch) moved(parent, image string) int {
+	n := 0
 	for i := range b11Pods {
 		o, ok, _ := w.store.GetByKey(fmt.Sprintf("%s/%s-%d", ns, parent, i))
 		if !ok {
-			return false
+			continue
 		}
 		u := o.(*unstructured.Unstructured)
 		cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "containers")
 		if len(cs) != 1 || u.GetDeletionTimestamp() != nil || !podReady(u) {
-			return false
+			continue
 		}
-		if c, ok := cs[0].(map[string]any); !ok || c["image"] != image {
-			return false
+		if c, ok := cs[0].(map[string]any); ok && c["image"] == image {
+			n++
 		}
 	}
-	return true
+	return n
 }
 
-func (w *podWatch) waitRolledOut(ctx context.Context, parent, image string, timeout time.Duration) (time.Time, error) {
+// waitRolledOut waits until all of parent's Pods moved to image and
+// returns when the first and the last had; on timeout, the error says how
+// many moved.
+func (w *podWatch) waitRolledOut(ctx context.Context, parent, image string, timeout time.Duration) (first, last time.Time, err error) {
 	deadline := time.After(timeout)
-	for !w.rolledOut(parent, image) {
+	for {
+		n := w.moved(parent, image)
+		if n > 0 && first.IsZero() {
+			first = time.Now()
+		}
+		if n == b11Pods {
+			return first, time.Now(), nil
+		}
 		select {
 		case <-w.changed:
 		case <-time.After(100 * time.Millisecond):
 		case <-deadline:
-			return time.Time{}, fmt.Errorf("%s not rolled out to %s within %s", parent, image, timeout)
+			return first, time.Time{}, fmt.Errorf("%s: %d of %d Pods moved to %s within %s", parent, n, b11Pods, image, timeout)
 		case <-ctx.Done():
-			return time.Time{}, ctx.Err()
+			return first, time.Time{}, ctx.Err()
 		}
 	}
-	return time.Now(), nil
 }
 
 func (r *run) b11(ctx context.Context) error {
@@ -354,11 +368,12 @@ func (r *run) b11Method(ctx context.Context, hook *rollHook, pw *podWatch, metho
 	if _, err := r.cl.harness.Resource(gvr).Namespace(ns).Create(ctx, parent, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	if _, err := pw.waitRolledOut(ctx, name, b11Image(1), 2*time.Minute); err != nil {
+	if _, _, err := pw.waitRolledOut(ctx, name, b11Image(1), 2*time.Minute); err != nil {
 		return fmt.Errorf("first rollout: %w", err)
 	}
 	pid := r.ctrl.PID()
-	var per, hooks, cpus []float64
+	k := "b11." + method
+	var per, firsts, hooks, cpus []float64
 	for v := 2; v <= b11Rollouts+1; v++ {
 		quietHook(ctx, hook)
 		calls0 := hook.calls.Load()
@@ -374,8 +389,13 @@ func (r *run) b11Method(ctx context.Context, hook *rollHook, pw *podWatch, metho
 		if _, err := r.cl.harness.Resource(gvr).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return err
 		}
-		end, err := pw.waitRolledOut(ctx, name, b11Image(v), 5*time.Minute)
+		first, end, err := pw.waitRolledOut(ctx, name, b11Image(v), b11Timeout)
+		if !first.IsZero() {
+			firsts = append(firsts, ms(first.Sub(t0)))
+			r.fig[k+".first"] = percentile(firsts, 50)
+		}
 		if err != nil {
+			r.fig[k+".moved"] = float64(pw.moved(name, b11Image(v)))
 			return err
 		}
 		quietHook(ctx, hook)
@@ -389,7 +409,7 @@ func (r *run) b11Method(ctx context.Context, hook *rollHook, pw *podWatch, metho
 		r.logf("%s B11 %s: rollout to v%d in %s (%.0f ms per Pod), %.1f hook calls and %.2f ms controller CPU per Pod",
 			r.name, method, v, end.Sub(t0).Round(time.Millisecond), per[len(per)-1], hooks[len(hooks)-1], cpus[len(cpus)-1])
 	}
-	k := "b11." + method
+	r.fig[k+".moved"] = b11Pods
 	r.fig[k+".ms"], r.fig[k+".hooks"], r.fig[k+".cpu"] = percentile(per, 50), percentile(hooks, 50), percentile(cpus, 50)
 	return nil
 }
