@@ -54,7 +54,7 @@ func (r *run) b10(ctx context.Context) error {
 	deadline := waitFrom.Add(r.cfg.flushInterval + 2*time.Minute)
 	for r.hook.total.Load() == calls0 {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no cache flush within %s", time.Until(deadline)+time.Since(waitFrom))
+			return fmt.Errorf("no cache flush within %s", deadline.Sub(waitFrom))
 		}
 		if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
 			return err
