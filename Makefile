@@ -28,7 +28,7 @@ LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REV
 IMAGE ?= ghcr.io/metabus/metabus
 DOCKER ?= docker
 
-.PHONY: all build image image-docker test unit e2e fuzz sim bench bench-bus bench-watcher bench-compare faults faults-cluster run vet fmt kube-bins clean migrate-upstream
+.PHONY: all build image image-docker test unit e2e fuzz sim bench bench-bus bench-watcher bench-compare bench-scale faults faults-cluster run vet fmt kube-bins clean migrate-upstream
 
 all: build
 
@@ -139,6 +139,22 @@ bench-compare:
 	@$(MAKE) --no-print-directory build
 	@KUBE_BIN_DIR=$$(hack/kubeenv/build.sh | tail -1); export KUBE_BIN_DIR; \
 	$(GO) run ./hack/benchcmp -rounds 2 -upstream "$(MC_BIN)" $(BENCH_ARGS)
+
+# bench-scale: the scale reports of issue 31 beside upstream (tuned), one
+# fresh control plane each: B7 (1,000 parents, 200 ms hook, 1/2/4
+# dispatchers against upstream --workers 16/32/64), B9 (CPU per event with
+# 1, 100, 1,000 controllers) and B11 (rolling update of 10 Pods), ~15 min:
+#   make bench-scale MC_BIN=/path/to/metacontroller [BENCH_ARGS=-b7-appliers]
+# The 100,000-parent report (B1, B5, B10) is a command of its own in
+# docs/performance.md ("Scale").
+bench-scale:
+	@if [ -z "$(MC_BIN)" ] || [ ! -f "$(MC_BIN)" ] || [ ! -x "$(MC_BIN)" ]; then \
+		echo "bench-scale: set MC_BIN to an upstream metacontroller binary, e.g." >&2; \
+		echo "  make bench-scale MC_BIN=/path/to/metacontroller" >&2; exit 1; \
+	fi
+	@$(MAKE) --no-print-directory build
+	@KUBE_BIN_DIR=$${KUBE_BIN_DIR:-$$(hack/kubeenv/build.sh | tail -1)}; export KUBE_BIN_DIR; \
+	$(GO) run ./hack/benchcmp -only metabus,upstream -scenarios B7,B9,B11 -b7-parents 1000 -upstream "$(MC_BIN)" $(BENCH_ARGS)
 
 # faults runs the fault-injection suite (hack/faults, issue #13): the four
 # services as separate processes (2 dispatchers, 2 appliers) against a real

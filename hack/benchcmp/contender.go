@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,9 +59,9 @@ func startMetabus(ctx context.Context, bin, kubeconfig, dir, logPath string, ext
 // client-side rate limit far above what the workload needs.
 var upstreamTuned = []string{"--workers=50", "--client-go-qps=500", "--client-go-burst=1000"}
 
-// startUpstream runs upstream Metacontroller, tuned.
-func startUpstream(ctx context.Context, bin, kubeconfig, logPath string) (*proc, error) {
-	return childproc.StartUpstream(ctx, bin, kubeconfig, logPath, upstreamTuned)
+// startUpstream runs upstream Metacontroller, tuned, with the extra flags.
+func startUpstream(ctx context.Context, bin, kubeconfig, logPath string, extra []string) (*proc, error) {
+	return childproc.StartUpstream(ctx, bin, kubeconfig, logPath, append(slices.Clone(upstreamTuned), extra...))
 }
 
 // rawWorkers is how many concurrent writers the raw contender runs.

@@ -50,21 +50,39 @@
 //	    (its first full convergence) and the intervals between its hook
 //	    calls per ConfigMap over the next 12s (its resyncs), p50/p99. The
 //	    raw contender has no B6.
-//	B7  dispatcher replicas (issue #12, metabus only): a CompositeController
-//	    on a third CRD (Slow) whose sync hook answers after 200ms; for 1, 2
-//	    and 4 dispatchers (the all-in-one's own, plus bin/dispatcher
-//	    processes joining its embedded JetStream over TCP), 500 new
-//	    parents (-b7-parents): parents/s to convergence, hook calls/s
-//	    against the ideal replicas × 16 workers / 200ms, and the most hook
-//	    calls at once
+//	B7  dispatcher replicas (issue #12; issue 31 adds upstream): a
+//	    CompositeController on a third CRD (Slow) whose sync hook answers
+//	    after 200ms; for 1, 2 and 4 dispatchers (the all-in-one's own, plus
+//	    bin/dispatcher processes joining its embedded JetStream over TCP,
+//	    and with -b7-appliers as many bin/applier processes), or upstream
+//	    restarted with --workers 16, 32 and 64 (the same total workers),
+//	    500 new parents (-b7-parents): parents/s to convergence, hook
+//	    calls per parent and per second (until quiet) against the ideal
+//	    replicas × 16 workers / 200ms, the most hook calls at once, and
+//	    cores busy per process (controller, extra stage processes,
+//	    kube-apiserver, etcd, the harness with its hook)
 //	B8  many controllers (issue #12, metabus only): B7 with the parents
 //	    spread over 1,000 DecoratorControllers (-b8-controllers) of a
 //	    fourth CRD (SlowD), 5 new parents each (-b8-parents) per
 //	    dispatcher count, after a warm-up of one parent per controller
+//	B9  per-event CPU with many controllers (issue 31; metabus and
+//	    upstream): with 1, 100 and 1,000 controllers installed (all but one
+//	    idle DecoratorControllers), 100 sequential changes of one parent's
+//	    ConfigMap: controller CPU ms per change (idle subtracted), change →
+//	    hook call p50, RSS
+//	B10 one cache flush (issue 31): after B1, the next
+//	    --cache-flush-interval wave (-flush-interval, both contenders):
+//	    its duration, hook calls and CPU ms per parent; with B5 and a large
+//	    -parents, the 100,000-parent report
+//	B11 a rolling update of a 10-Pod parent (issue 31; metabus and
+//	    upstream), RollingRecreate and RollingInPlace gated on Ready, the
+//	    harness playing the kubelet: ms, hook calls and controller CPU per
+//	    Pod moved
 //
-// -scenarios selects scenarios (default all), e.g. -scenarios B6 for the
-// noisy neighbour alone (after a one-parent warm-up); B5's first figure
-// needs B1, and the raw contender runs only with B1.
+// -scenarios selects scenarios (default B1-B8; all: B1-B11), e.g.
+// -scenarios B6 for the noisy neighbour alone (after a one-parent
+// warm-up); B5's first figure and B10 need B1, and the raw contender runs
+// only with B1. make bench-scale runs B7, B9 and B11 beside upstream.
 //
 // Controllers run as separate processes; CPU and RSS come from /proc. It
 // prints one table and asserts nothing about speed. Run from the repository
@@ -114,6 +132,10 @@ type config struct {
 	// b7Parents are B7's new parents per dispatcher count; b8Controllers
 	// and b8Parents B8's controllers and new parents per controller.
 	b7Parents, b8Controllers, b8Parents int
+	// b7Appliers starts as many applier replicas as dispatchers in B7/B8.
+	b7Appliers bool
+	// flushInterval is both contenders' --cache-flush-interval in B10.
+	flushInterval time.Duration
 }
 
 func main() {
@@ -127,10 +149,12 @@ func main() {
 	flag.IntVar(&cfg.rssParents, "rss-parents", 0, "B5: this many more parents before reading RSS again (0: skip)")
 	flag.IntVar(&cfg.rounds, "rounds", 1, "rounds; contenders are interleaved and the table shows median [min–max]")
 	flag.StringVar(&only, "only", "raw,metabus,metabus-ssa,metabus-echo,baseline,upstream", "contenders to run (baseline only with -baseline, upstream only with -upstream or $MC_BIN)")
-	flag.StringVar(&scenarios, "scenarios", "all", "scenarios to run, e.g. \"B6\" or \"B1,B2\" (all: B1-B8)")
+	flag.StringVar(&scenarios, "scenarios", "default", "scenarios to run, e.g. \"B6\" or \"B1,B2\" (default: B1-B8; all: B1-B11)")
 	flag.IntVar(&cfg.b7Parents, "b7-parents", 500, "B7: new parents per dispatcher count")
 	flag.IntVar(&cfg.b8Controllers, "b8-controllers", 1000, "B8: DecoratorControllers")
 	flag.IntVar(&cfg.b8Parents, "b8-parents", 5, "B8: new parents per controller and dispatcher count")
+	flag.BoolVar(&cfg.b7Appliers, "b7-appliers", false, "B7, B8: start an applier process beside each dispatcher process (the stages scaled together)")
+	flag.DurationVar(&cfg.flushInterval, "flush-interval", 10*time.Minute, "B10: the contenders' --cache-flush-interval; longer than B1 takes")
 	flag.StringVar(&cfg.metabusBin, "metabus", "bin/metabus", "the all-in-one metabus binary (go build -o bin/ ./cmd/...)")
 	flag.StringVar(&cfg.baselineBin, "baseline", "", "another all-in-one metabus build to run as contender \"baseline\" (B1-B6), e.g. the build before a change")
 	flag.StringVar(&metabusArgs, "metabus-args", "", "extra flags for metabus, e.g. \"--client-go-qps=1000\"")
@@ -198,6 +222,9 @@ func setup(cfg *config, only, scenarios string, onlyGiven bool) error {
 			}
 		}
 		cfg.contenders = append(cfg.contenders, c)
+	}
+	if cfg.scenarios["B10"] && (!cfg.scenarios["B1"] || cfg.flushInterval <= 0) {
+		return fmt.Errorf("B10 measures a cache flush of B1's parents: select B1 too and set -flush-interval longer than B1 takes")
 	}
 	if cfg.parents < 1 || cfg.rounds < 1 || cfg.rssParents < 0 {
 		return fmt.Errorf("-parents and -rounds must be positive, -rss-parents not negative")
@@ -312,7 +339,8 @@ type row struct {
 func tableRows(cfg *config) []row {
 	var out []row
 	for _, r := range allRows(cfg) {
-		if r.key == "idle.cpu" || cfg.scenarios[strings.ToUpper(r.key[:2])] { // idle: measured in every run
+		scenario, _, _ := strings.Cut(r.key, ".")
+		if r.key == "idle.cpu" || cfg.scenarios[strings.ToUpper(scenario)] { // idle: measured in every run
 			out = append(out, r)
 		}
 	}
@@ -358,6 +386,9 @@ func allRows(cfg *config) []row {
 	)
 	rows = append(rows, dispatcherRows("B7", "")...)
 	rows = append(rows, dispatcherRows("B8", fmt.Sprintf(", %d controllers", cfg.b8Controllers))...)
+	rows = append(rows, b9Rows()...)
+	rows = append(rows, b10Rows(cfg)...)
+	rows = append(rows, b11Rows()...)
 	return rows
 }
 

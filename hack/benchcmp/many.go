@@ -109,7 +109,9 @@ func (r *run) b8(ctx context.Context) error {
 	}
 	r.logf("%s B8: warm-up, one parent per controller, converged in %s", r.name, time.Since(t0).Round(time.Millisecond))
 	// Many controllers: a replica runs up to --max-in-flight syncs at once.
-	return r.dispatcherRuns(ctx, "B8", dispBin, hook, track, js, jsbus.DefaultMaxInFlight, func(n int) []string {
+	scale, stop := r.dispatcherScaler(dispBin, js, "B8")
+	defer stop()
+	return r.dispatcherRuns(ctx, "B8", scale, hook, track, jsbus.DefaultMaxInFlight, func(n int) []string {
 		return b8Names(fmt.Sprintf("r%d", n), k, r.cfg.b8Parents)
 	}, func(ctx context.Context, ps []string) error {
 		return r.createObjects(ctx, slowDGVR, "SlowD", ps, 1, nil, b8Labels)

@@ -2,7 +2,8 @@ package main
 
 // B7, dispatcher replicas (issue #12): sync throughput with a slow hook as
 // dispatcher replicas are added, each a separate bin/dispatcher process
-// joining the all-in-one's embedded JetStream over TCP. The all-in-one's
+// joining the all-in-one's embedded JetStream over TCP; upstream beside it
+// with the same total workers in one process (issue 31). The all-in-one's
 // own dispatcher is the first replica; the partitions of MC_WORK are
 // shared out between the replicas by lease (pkg/jsbus/owned.go), each
 // running up to --workers (16) syncs per controller, so hook concurrency
@@ -51,21 +52,38 @@ var b7Replicas = []int{1, 2, 4}
 
 var slowGVR = schema.GroupVersionResource{Group: "bench.metabus.dev", Version: "v1", Resource: "slows"}
 
-// dispatcherRows are the table rows of B7 or B8.
+// dispatcherRows are the table rows of B7 or B8. For upstream a step is
+// --workers = replicas × 16 in one process (B7 only), so the same row puts
+// the same total workers side by side.
 func dispatcherRows(scenario, what string) []row {
 	key := strings.ToLower(scenario)
 	var rows []row
 	for _, n := range b7Replicas {
+		step := fmt.Sprintf("%d dispatcher(s) | upstream --workers=%d", n, n*b7Workers)
+		if scenario != "B7" {
+			step = fmt.Sprintf("%d dispatcher(s)", n)
+		}
 		rows = append(rows,
-			row{key: fmt.Sprintf("%s.rate.%d", key, n), label: fmt.Sprintf("%s parents/s, %s hook%s, %d dispatcher(s)", scenario, b7Hook, what, n), prec: 1},
+			row{key: fmt.Sprintf("%s.rate.%d", key, n), label: fmt.Sprintf("%s parents/s, %s hook%s, %s", scenario, b7Hook, what, step), prec: 1},
 			row{key: fmt.Sprintf("%s.calls.%d", key, n), pair: fmt.Sprintf("%s.ideal.%d", key, n),
-				label: fmt.Sprintf("%s hook calls/s / ideal, %d dispatcher(s)", scenario, n), prec: 1},
-			row{key: fmt.Sprintf("%s.peak.%d", key, n), label: fmt.Sprintf("%s most hook calls at once, %d dispatcher(s)", scenario, n), prec: 0},
-			row{key: fmt.Sprintf("%s.cores.%d", key, n), label: fmt.Sprintf("%s cores busy (all processes), %d dispatcher(s)", scenario, n), prec: 2},
+				label: fmt.Sprintf("%s hook calls/s / ideal, %s", scenario, step), prec: 1},
+			row{key: fmt.Sprintf("%s.perparent.%d", key, n), label: fmt.Sprintf("%s hook calls / parent, %s", scenario, step), prec: 2},
+			row{key: fmt.Sprintf("%s.peak.%d", key, n), label: fmt.Sprintf("%s most hook calls at once, %s", scenario, step), prec: 0},
+			row{key: fmt.Sprintf("%s.cores.%d", key, n), label: fmt.Sprintf("%s cores busy (all processes), %s", scenario, step), prec: 2},
 		)
+		for _, role := range coreRoles {
+			rows = append(rows, row{key: fmt.Sprintf("%s.cores.%s.%d", key, role, n),
+				label: fmt.Sprintf("%s cores busy: %s, %s", scenario, role, step), prec: 2})
+		}
 	}
 	return rows
 }
+
+// coreRoles are the processes whose cores busy B7 and B8 report apiece:
+// the controller (the all-in-one, or upstream), the extra dispatcher
+// processes together, the control plane, and the harness (its 200 ms hook
+// and its watches).
+var coreRoles = []string{"controller", "dispatchers", "kube-apiserver", "etcd", "harness"}
 
 // b7Listen adds a TCP listener for the all-in-one's embedded server to its
 // arguments, so that B7's dispatcher processes can join it.
@@ -225,12 +243,14 @@ func (t *slowTracker) wait(ctx context.Context, names []string, timeout time.Dur
 // parent CRD (kind, plural) and a tracker of its converged parents. done
 // stops the hook and the tracker.
 func (r *run) slowSetup(ctx context.Context, kind, plural string, gvr schema.GroupVersionResource) (dispBin string, hook *slowHook, track *slowTracker, done func(), err error) {
-	if r.natsURL == "" {
-		return "", nil, nil, nil, fmt.Errorf("the all-in-one listens for NATS clients only in process")
-	}
-	dispBin = filepath.Join(filepath.Dir(r.cfg.metabusBin), "dispatcher")
-	if err := checkExecutable(dispBin); err != nil {
-		return "", nil, nil, nil, fmt.Errorf("%w (build it with: go build -o bin/ ./cmd/...)", err)
+	if r.name != "upstream" {
+		if r.natsURL == "" {
+			return "", nil, nil, nil, fmt.Errorf("the all-in-one listens for NATS clients only in process")
+		}
+		dispBin = filepath.Join(filepath.Dir(r.cfg.metabusBin), "dispatcher")
+		if err := checkExecutable(dispBin); err != nil {
+			return "", nil, nil, nil, fmt.Errorf("%w (build it with: go build -o bin/ ./cmd/...)", err)
+		}
 	}
 	crdFile := filepath.Join(r.dir, plural+"-crd.yaml")
 	if err := os.WriteFile(crdFile, []byte(parentCRD(kind, plural)), 0o644); err != nil {
@@ -277,12 +297,6 @@ func (r *run) b7(ctx context.Context) error {
 	defer func() {
 		_ = r.cl.harness.Resource(ccGVR).Delete(context.Background(), "slow", metav1.DeleteOptions{})
 	}()
-	nc, js, err := natsx.Connect(natsx.ConnOptions{URL: r.natsURL, Name: "benchcmp-b7"})
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-
 	// Warm-up: the controller's informers are up and its hook answers.
 	if err := r.createObjects(ctx, slowGVR, "Slow", []string{"slow-warmup"}, 1, nil); err != nil {
 		return err
@@ -291,53 +305,54 @@ func (r *run) b7(ctx context.Context) error {
 		return fmt.Errorf("warm-up: %w", err)
 	}
 
-	return r.dispatcherRuns(ctx, "B7", dispBin, hook, track, js, b7Workers, func(n int) []string {
+	scale := r.upstreamScaler("B7")
+	if r.name != "upstream" {
+		nc, js, err := natsx.Connect(natsx.ConnOptions{URL: r.natsURL, Name: "benchcmp-b7"})
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		var stop func()
+		scale, stop = r.dispatcherScaler(dispBin, js, "B7")
+		defer stop()
+	}
+	return r.dispatcherRuns(ctx, "B7", scale, hook, track, b7Workers, func(n int) []string {
 		return names(fmt.Sprintf("slow-r%d", n), r.cfg.b7Parents)
 	}, func(ctx context.Context, ps []string) error {
 		return r.createObjects(ctx, slowGVR, "Slow", ps, 1, nil)
 	})
 }
 
+// scaler brings a contender to n replicas' worth of workers (metabus: n
+// dispatchers; upstream: one process with --workers n × 16) and returns
+// the processes to measure by role (see coreRoles).
+type scaler func(ctx context.Context, n int) (map[string][]int, error)
+
 // dispatcherRuns measures, for each count in b7Replicas, how fast the
-// parents made by create converge with that many dispatchers (bin/dispatcher
-// processes joining the all-in-one's, started as needed and stopped at the
-// end), recording figures under the scenario's lower-case name. The ideal
+// parents made by create converge once scale brought the contender to that
+// count, recording figures under the scenario's lower-case name. The ideal
 // hook-call rate is replicas × perReplica / hook latency: perReplica is
 // --workers for one controller, --max-in-flight for many.
-func (r *run) dispatcherRuns(ctx context.Context, scenario, dispBin string, hook *slowHook, track *slowTracker, js jetstream.JetStream,
+func (r *run) dispatcherRuns(ctx context.Context, scenario string, scale scaler, hook *slowHook, track *slowTracker,
 	perReplica int, parents func(replicas int) []string, create func(ctx context.Context, names []string) error) error {
 	key := strings.ToLower(scenario)
-	var extra []*proc
-	defer func() {
-		for _, p := range extra {
-			_ = p.Stop()
-		}
-	}()
 	for _, n := range b7Replicas {
-		for len(extra) < n-1 {
-			p, err := r.startDispatcher(ctx, dispBin, len(extra)+1)
-			if err != nil {
-				return err
-			}
-			extra = append(extra, p)
-		}
-		t0 := time.Now()
-		spread, err := waitWorkBalanced(ctx, js, n, time.Minute)
+		procs, err := scale(ctx, n)
 		if err != nil {
 			return err
 		}
-		r.logf("%s %s: %d dispatcher(s) own the work partitions as assigned (%s each) after %s",
-			r.name, scenario, n, spread, time.Since(t0).Round(time.Millisecond))
-		hook.waitQuiet(ctx, time.Second, 30*time.Second)
+		procs["kube-apiserver"] = []int{r.cl.pid("kube-apiserver")}
+		procs["etcd"] = []int{r.cl.pid("etcd")}
+		procs["harness"] = []int{os.Getpid()}
+		hook.waitQuiet(ctx, time.Second, time.Minute)
 		ps := parents(n)
 		calls0 := hook.calls.Load()
 		hook.peak.Store(hook.inflight.Load())
-		pids := []int{r.ctrl.PID(), r.cl.pid("kube-apiserver"), r.cl.pid("etcd"), os.Getpid()}
-		for _, p := range extra {
-			pids = append(pids, p.PID())
+		cpu0 := map[string]float64{}
+		for role, pids := range procs {
+			cpu0[role] = cpuOf(pids)
 		}
-		cpu0 := cpuOf(pids)
-		t0 = time.Now()
+		t0 := time.Now()
 		if err := create(ctx, ps); err != nil {
 			return err
 		}
@@ -347,19 +362,97 @@ func (r *run) dispatcherRuns(ctx context.Context, scenario, dispBin string, hook
 			return fmt.Errorf("%d dispatcher(s): %w", n, err)
 		}
 		secs := end.Sub(t0).Seconds()
-		cores := (cpuOf(pids) - cpu0) / time.Since(t0).Seconds()
+		// Calls until quiet: the last status write's echo is a call too.
+		hook.waitQuiet(ctx, time.Second, time.Minute)
+		elapsed := time.Since(t0).Seconds()
+		var cores float64
+		var each []string
+		for _, role := range coreRoles {
+			c := (cpuOf(procs[role]) - cpu0[role]) / elapsed
+			cores += c
+			r.fig[fmt.Sprintf("%s.cores.%s.%d", key, role, n)] = c
+			each = append(each, fmt.Sprintf("%s %.2f", role, c))
+		}
 		calls := hook.calls.Load() - calls0
 		ideal := float64(n*perReplica) / hook.delay.Seconds()
 		r.fig[fmt.Sprintf("%s.rate.%d", key, n)] = float64(len(ps)) / secs
-		r.fig[fmt.Sprintf("%s.calls.%d", key, n)] = float64(calls) / secs
+		r.fig[fmt.Sprintf("%s.calls.%d", key, n)] = float64(calls) / elapsed
+		r.fig[fmt.Sprintf("%s.perparent.%d", key, n)] = float64(calls) / float64(len(ps))
 		r.fig[fmt.Sprintf("%s.ideal.%d", key, n)] = ideal
 		r.fig[fmt.Sprintf("%s.peak.%d", key, n)] = float64(hook.peak.Load())
 		r.fig[fmt.Sprintf("%s.cores.%d", key, n)] = cores
-		r.logf("%s %s: %d dispatcher(s): %d parents created in %s, converged in %.1fs (%.1f/s), %d hook calls (%.1f/s, ideal %.0f/s), at most %d at once, %.2f cores busy",
-			r.name, scenario, n, len(ps), created.Round(time.Millisecond), secs, float64(len(ps))/secs, calls, float64(calls)/secs,
-			ideal, hook.peak.Load(), cores)
+		r.logf("%s %s: %d replica(s): %d parents created in %s, converged in %.1fs (%.1f/s), %d hook calls (%.2f/parent, %.1f/s until quiet, ideal %.0f/s), at most %d at once, %.2f cores busy (%s)",
+			r.name, scenario, n, len(ps), created.Round(time.Millisecond), secs, float64(len(ps))/secs, calls, float64(calls)/float64(len(ps)),
+			float64(calls)/elapsed, ideal, hook.peak.Load(), cores, strings.Join(each, ", "))
 	}
 	return nil
+}
+
+// dispatcherScaler is metabus's scaler: bin/dispatcher processes joining
+// the all-in-one's (started as needed; stop stops them), and with
+// -b7-appliers as many bin/applier processes beside them, each step
+// waiting until the partitions are leased as assigned.
+func (r *run) dispatcherScaler(dispBin string, js jetstream.JetStream, scenario string) (scale scaler, stop func()) {
+	var extra, appliers []*proc
+	scale = func(ctx context.Context, n int) (map[string][]int, error) {
+		for len(extra) < n-1 {
+			p, err := r.startStage(ctx, dispBin, "dispatcher", len(extra)+1, "--run-schedule-relay=false", "--run-dead-letter=false")
+			if err != nil {
+				return nil, err
+			}
+			extra = append(extra, p)
+		}
+		for r.cfg.b7Appliers && len(appliers) < n-1 {
+			p, err := r.startStage(ctx, filepath.Join(filepath.Dir(dispBin), "applier"), "applier", len(appliers)+1)
+			if err != nil {
+				return nil, err
+			}
+			appliers = append(appliers, p)
+		}
+		t0 := time.Now()
+		spread, err := waitWorkBalanced(ctx, js, n, time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		if r.cfg.b7Appliers {
+			if _, err := waitBalanced(ctx, js, bus.DesiredStage, bus.DesiredStream, n, time.Minute); err != nil {
+				return nil, err
+			}
+		}
+		r.logf("%s %s: %d dispatcher(s) own the work partitions as assigned (%s each) after %s (appliers: %d)",
+			r.name, scenario, n, spread, time.Since(t0).Round(time.Millisecond), 1+len(appliers))
+		procs := map[string][]int{"controller": {r.ctrl.PID()}, "dispatchers": nil}
+		for _, p := range append(slices.Clone(extra), appliers...) {
+			procs["dispatchers"] = append(procs["dispatchers"], p.PID())
+		}
+		return procs, nil
+	}
+	return scale, func() {
+		for _, p := range append(extra, appliers...) {
+			_ = p.Stop()
+		}
+	}
+}
+
+// upstreamScaler is upstream's scaler: upstream restarted with --workers =
+// n × 16 (and the rest of upstreamTuned), so each step has the total
+// workers of n metabus dispatchers. Its restart resyncs every existing
+// parent; dispatcherRuns waits for the hook to be quiet before it measures.
+func (r *run) upstreamScaler(scenario string) scaler {
+	return func(ctx context.Context, n int) (map[string][]int, error) {
+		if err := r.ctrl.Stop(); err != nil {
+			r.logf("%s %s: stopping upstream: %v", r.name, scenario, err)
+		}
+		args := append(append([]string{fmt.Sprintf("--workers=%d", n*b7Workers)}, upstreamTuned[1:]...), r.cfg.flushArgs()...)
+		logPath := filepath.Join(r.dir, fmt.Sprintf("upstream-workers%d.log", n*b7Workers))
+		p, err := childproc.StartUpstream(ctx, r.cfg.upstreamBin, r.cl.env.Kubeconfig, logPath, args)
+		if err != nil {
+			return nil, err
+		}
+		r.ctrl = p
+		r.logf("%s %s: upstream restarted with %s (pid %d)", r.name, scenario, strings.Join(args, " "), p.PID())
+		return map[string][]int{"controller": {p.PID()}}, nil
+	}
 }
 
 // cpuOf is the CPU seconds of the processes, summed (a process that is
@@ -377,10 +470,10 @@ func cpuOf(pids []int) float64 {
 	return t
 }
 
-// startDispatcher starts bin/dispatcher replica i against the all-in-one's
-// server and cluster, without the relay and DLQ workers (the all-in-one
-// runs those).
-func (r *run) startDispatcher(ctx context.Context, bin string, i int) (*proc, error) {
+// startStage starts replica i of a stage's binary (bin/dispatcher without
+// the relay and DLQ workers, which the all-in-one runs; bin/applier)
+// against the all-in-one's server and cluster, with extra flags.
+func (r *run) startStage(ctx context.Context, bin, stage string, i int, extra ...string) (*proc, error) {
 	metrics, err := childproc.FreeAddr()
 	if err != nil {
 		return nil, err
@@ -394,15 +487,15 @@ func (r *run) startDispatcher(ctx context.Context, bin string, i int) (*proc, er
 		"--nats-url", r.natsURL,
 		"--metrics-address", metrics,
 		"--health-probe-bind-address", health,
-		"--run-schedule-relay=false", "--run-dead-letter=false",
 	}
-	logPath := filepath.Join(r.dir, fmt.Sprintf("dispatcher-%d.log", i))
-	p, err := childproc.Start(ctx, fmt.Sprintf("dispatcher-%d", i), bin, args, nil, logPath, "http://"+health+"/readyz")
+	args = append(args, extra...)
+	logPath := filepath.Join(r.dir, fmt.Sprintf("%s-%d.log", stage, i))
+	p, err := childproc.Start(ctx, fmt.Sprintf("%s-%d", stage, i), bin, args, nil, logPath, "http://"+health+"/readyz")
 	if err != nil {
 		return nil, err
 	}
 	p.MetricsURL = "http://" + metrics + "/metrics"
-	r.logf("%s: dispatcher-%d ready (pid %d, log %s)", r.name, i, p.PID(), logPath)
+	r.logf("%s: %s-%d ready (pid %d, log %s)", r.name, stage, i, p.PID(), logPath)
 	return p, nil
 }
 
@@ -410,11 +503,16 @@ func (r *run) startDispatcher(ctx context.Context, bin string, i int) (*proc, er
 // and each MC_WORK partition is leased to the member rendezvous hashing
 // assigns it to; it returns the fewest-most partitions per member.
 func waitWorkBalanced(ctx context.Context, js jetstream.JetStream, n int, timeout time.Duration) (string, error) {
+	return waitBalanced(ctx, js, bus.WorkStage, bus.WorkStream, n, timeout)
+}
+
+// waitBalanced is waitWorkBalanced for any stage and its stream.
+func waitBalanced(ctx context.Context, js jetstream.JetStream, stage, stream string, n int, timeout time.Duration) (string, error) {
 	kv, err := js.KeyValue(ctx, bus.OwnersBucket)
 	if err != nil {
 		return "", err
 	}
-	prefix := "member." + bus.WorkStage + "."
+	prefix := "member." + stage + "."
 	deadline := time.Now().Add(timeout)
 	last := ""
 	for {
@@ -424,14 +522,14 @@ func waitWorkBalanced(ctx context.Context, js jetstream.JetStream, n int, timeou
 				members = append(members, strings.TrimPrefix(k, prefix))
 			}
 		}
-		parts, perr := jsbus.StreamPartitions(ctx, js, bus.WorkStream)
+		parts, perr := jsbus.StreamPartitions(ctx, js, stream)
 		if len(members) == n && perr == nil {
 			want := jsbus.Assign(members, parts)
 			ok := true
 			count := map[string]int{}
 			for p := range parts {
 				count[want[p]]++
-				e, err := kv.Get(ctx, bus.LeaseKey(bus.WorkStage, parts, p))
+				e, err := kv.Get(ctx, bus.LeaseKey(stage, parts, p))
 				if err != nil || string(e.Value()) != want[p] {
 					ok = false
 				}
@@ -446,7 +544,7 @@ func waitWorkBalanced(ctx context.Context, js jetstream.JetStream, n int, timeou
 			}
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("work partitions not leased as assigned to %d dispatchers within %s (members seen: %d, spread %s)", n, timeout, len(members), last)
+			return "", fmt.Errorf("%s partitions not leased as assigned to %d members within %s (members seen: %d, spread %s)", stream, n, timeout, len(members), last)
 		}
 		select {
 		case <-ctx.Done():

@@ -116,6 +116,11 @@ func (r *run) do(ctx context.Context) error {
 		if err := r.idleCPU(ctx, "b1.idle", 5*time.Second, 15*time.Second); err != nil {
 			return err
 		}
+		if sc["B10"] && r.name != "raw" {
+			if err := r.b10(ctx); err != nil {
+				return fmt.Errorf("B10: %w", err)
+			}
+		}
 	}
 	if r.name == "raw" {
 		return nil
@@ -145,7 +150,7 @@ func (r *run) do(ctx context.Context) error {
 			return fmt.Errorf("B6: %w", err)
 		}
 	}
-	if sc["B7"] && r.name == "metabus" {
+	if sc["B7"] && (r.name == "metabus" || r.name == "upstream") {
 		if err := r.b7(ctx); err != nil {
 			return fmt.Errorf("B7: %w", err)
 		}
@@ -153,6 +158,16 @@ func (r *run) do(ctx context.Context) error {
 	if sc["B8"] && r.name == "metabus" {
 		if err := r.b8(ctx); err != nil {
 			return fmt.Errorf("B8: %w", err)
+		}
+	}
+	if sc["B9"] && (r.name == "metabus" || r.name == "upstream") {
+		if err := r.b9(ctx); err != nil {
+			return fmt.Errorf("B9: %w", err)
+		}
+	}
+	if sc["B11"] && (r.name == "metabus" || r.name == "upstream") {
+		if err := r.b11(ctx); err != nil {
+			return fmt.Errorf("B11: %w", err)
 		}
 	}
 	return nil
@@ -166,7 +181,7 @@ func (r *run) startController(ctx context.Context) error {
 		r.ctrl = r.raw
 		return nil
 	case "metabus", "metabus-ssa", "metabus-echo", "baseline":
-		args := r.cfg.metabusArgs
+		args := append(slices.Clone(r.cfg.metabusArgs), r.cfg.flushArgs()...)
 		if r.name == "metabus-ssa" {
 			args = append(slices.Clone(args), ssaArgs...)
 		}
@@ -186,7 +201,7 @@ func (r *run) startController(ctx context.Context) error {
 		}
 		r.ctrl = p
 	case "upstream":
-		p, err := startUpstream(ctx, r.cfg.upstreamBin, r.cl.env.Kubeconfig, logPath)
+		p, err := startUpstream(ctx, r.cfg.upstreamBin, r.cl.env.Kubeconfig, logPath, r.cfg.flushArgs())
 		if err != nil {
 			return err
 		}

@@ -199,7 +199,10 @@ func TestParseScenarios(t *testing.T) {
 	if got, err := parseScenarios("all"); err != nil || len(got) != len(scenarioNames) {
 		t.Errorf("all: got %v, %v", got, err)
 	}
-	if _, err := parseScenarios("B9"); err == nil {
+	if got, err := parseScenarios("default"); err != nil || len(got) != 8 || !got["B8"] || got["B9"] {
+		t.Errorf("default: got %v, %v, want B1-B8", got, err)
+	}
+	if _, err := parseScenarios("B12"); err == nil {
 		t.Error("unknown scenario: no error")
 	}
 	if _, err := parseScenarios(" , "); err == nil {
