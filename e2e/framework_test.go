@@ -224,6 +224,20 @@ func (inst *instance) counter(tb testing.TB, name string, want map[string]string
 	return sum
 }
 
+// settledAnswers waits (for eventually) until at least n hook answers
+// were settled: applied by an applier, or settled unpublished by the
+// dispatcher because they would write nothing (result "unchanged").
+func (inst *instance) settledAnswers(tb testing.TB, n float64) func() error {
+	return func() error {
+		applies := inst.counter(tb, "metabus_applier_applies_total", nil)
+		unchanged := inst.counter(tb, "metabus_dispatcher_syncs_total", map[string]string{"result": "unchanged"})
+		if applies+unchanged < n {
+			return fmt.Errorf("%v applies and %v answers settled unchanged, want %v in all", applies, unchanged, n)
+		}
+		return nil
+	}
+}
+
 func matchLabels(m *dto.Metric, want map[string]string) bool {
 	for k, v := range want {
 		found := false

@@ -398,12 +398,7 @@ func testMigrateFromUpstream(t *testing.T, s apply.Strategy) {
 	inst := startMetabus(t, strategyConfig(s), nil)
 	t.Cleanup(func() { deleteMigrated(t, m) }) // before metabus stops: its finalize hooks release them
 	eventually(t, 60*time.Second, "metabus's first sync of every parent", calls.calledFor("plain", "cats", "deco"))
-	eventually(t, 30*time.Second, "the applies of those syncs", func() error {
-		if n := inst.counter(t, "metabus_applier_applies_total", nil); n < 3 {
-			return fmt.Errorf("%v applies", n)
-		}
-		return nil
-	})
+	eventually(t, 30*time.Second, "the applies of those syncs", inst.settledAnswers(t, 3))
 	time.Sleep(2 * time.Second) // any write would have been made by now
 	after := m.current(ctx, t)
 	for k, rv := range before {

@@ -430,12 +430,7 @@ func testMigrateUpstreamRoundTrip(t *testing.T, bin string, s apply.Strategy) {
 	start = time.Now()
 	inst := startMetabus(t, strategyConfig(s), nil)
 	eventually(t, 60*time.Second, "metabus's first sync of every parent", calls.calledFor("plain", "cats", "deco"))
-	eventually(t, 30*time.Second, "the applies of those syncs", func() error {
-		if n := inst.counter(t, "metabus_applier_applies_total", nil); n < 3 {
-			return fmt.Errorf("%v applies", n)
-		}
-		return nil
-	})
+	eventually(t, 30*time.Second, "the applies of those syncs", inst.settledAnswers(t, 3))
 	took := settle(ctx, t, ns, takeoverQuiet)
 	t.Logf("metabus took over in %s", time.Since(start).Round(time.Millisecond))
 	handedOverIntact(t, "metabus at takeover", left, took)
