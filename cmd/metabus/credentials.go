@@ -29,6 +29,7 @@ func credentialsCommand() *cobra.Command {
 		namespace  string
 		timeout    time.Duration
 		tlsOpts    tlsFlags
+		hookUsers  []string
 	)
 	store := func() (natscreds.Store, error) {
 		cfg, err := (&cli.KubeFlags{Kubeconfig: kubeconfig, QPS: -1}).Config()
@@ -75,21 +76,32 @@ With --tls (the default) it then does the same for NATS TLS: a CA
 (metabus-nats-ca), the server's certificate (metabus-nats-server-tls, valid
 for --tls-service and the pods of --tls-peers in the namespace, localhost and
 127.0.0.1) and a client certificate per user (metabus-nats-<user>-tls),
-signed by that CA. Existing ones are never replaced.`,
+signed by that CA. Existing ones are never replaced.
+
+Each --hook-user NAME (a hook served over NATS, docs/hooks-nats.md) gets the
+same: a seed in metabus-nats-hook-NAME for the hook's pods to mount, its
+public key in metabus-nats-users as HOOK_NAME_NKEY (dashes as underscores,
+upper case), which nats-server.conf's entry for that hook user names, and with
+--tls a client certificate in metabus-nats-hook-NAME-tls.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			hooks, err := natscreds.HookUserIDs(hookUsers)
+			if err != nil {
+				return fmt.Errorf("--hook-user: %w", err)
+			}
+			users := append(append([]string(nil), natscreds.Users...), hooks...)
 			s, err := store()
 			if err != nil {
 				return err
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			done, err := natscreds.Run(ctx, s, natscreds.Users, natscreds.GenerateSeed)
+			done, err := natscreds.Run(ctx, s, users, natscreds.GenerateSeed)
 			report(cmd.OutOrStdout(), "NATS credentials", s.Namespace, done)
 			if err != nil || !tlsOpts.enabled {
 				return err
 			}
-			done, err = natscreds.RunTLS(ctx, s, tlsOpts.spec(s.Namespace, time.Now()))
+			done, err = natscreds.RunTLS(ctx, s, tlsOpts.spec(users, s.Namespace, time.Now()))
 			report(cmd.OutOrStdout(), "NATS TLS certificates", s.Namespace, done)
 			return err
 		},
@@ -99,6 +111,7 @@ signed by that CA. Existing ones are never replaced.`,
 	ensure.Flags().StringVar(&tlsOpts.service, "tls-service", "nats", "the NATS client Service the server certificate is for (<name>, <name>.<namespace>, .svc, .svc.cluster.local)")
 	ensure.Flags().StringVar(&tlsOpts.peers, "tls-peers", "nats-headless", "the headless Service of the NATS pods, whose addresses the routes dial (*.<name>.<namespace>.svc); empty for none")
 	ensure.Flags().DurationVar(&tlsOpts.validity, "tls-validity", natscreds.DefaultValidity, "validity of new certificates")
+	ensure.Flags().StringArrayVar(&hookUsers, "hook-user", nil, "a hook user (a DNS label; repeatable) to make an nkey seed (Secret metabus-nats-hook-<name>), public key and certificate for")
 
 	var service string
 	rotate := &cobra.Command{
@@ -173,11 +186,12 @@ type tlsFlags struct {
 	validity       time.Duration
 }
 
-// spec is what ensure makes in namespace: certificates for every user,
-// the server's valid for the Services' names and for a port-forward.
-func (f tlsFlags) spec(namespace string, now time.Time) natscreds.TLSSpec {
+// spec is what ensure makes in namespace: certificates for every one of
+// users, the server's valid for the Services' names and for a
+// port-forward.
+func (f tlsFlags) spec(users []string, namespace string, now time.Time) natscreds.TLSSpec {
 	return natscreds.TLSSpec{
-		Users:     natscreds.Users,
+		Users:     users,
 		ServerDNS: natscreds.ServerDNSNames(f.service, f.peers, namespace),
 		ServerIPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 		Validity:  f.validity,

@@ -45,6 +45,8 @@ func TestCredentialsArguments(t *testing.T) {
 		{reason: "a stray argument", args: []string{"ensure", "now"}, want: `unknown command "now"`},
 		{reason: "rotate without a service", args: []string{"rotate"}, want: "--service is required: one of watcher, dispatcher, applier, revisions"},
 		{reason: "an unknown flag", args: []string{"ensure", "--force"}, want: "unknown flag: --force"},
+		{reason: "a hook user that is not a DNS label", args: []string{"ensure", "--hook-user", "Team_B"}, want: `--hook-user: hook user name "Team_B"`},
+		{reason: "a hook user twice", args: []string{"ensure", "--hook-user", "a", "--hook-user", "a"}, want: "--hook-user: hook user a is listed twice"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.reason, func(t *testing.T) {
@@ -143,6 +145,43 @@ func TestCredentialsAgainstAPIServer(t *testing.T) {
 	}) {
 		t.Errorf("second ensure rewrote TLS Secrets (%v)", err)
 	}
+
+	// A hook user declared later: its seed, public key and certificate are
+	// added, nothing else is written, and a second run changes nothing.
+	hook := natscreds.HookUserID("hello")
+	out, err = runCredentials(t, "ensure", "--kubeconfig", env.Kubeconfig, "-n", ns, "--hook-user", "hello",
+		"--tls-service=mb-nats", "--tls-peers=mb-nats-headless")
+	if err != nil {
+		t.Fatalf("ensure --hook-user: %v\n%s", err, out)
+	}
+	withHook, err := store.Read(ctx, natscreds.Names(append(append([]string(nil), natscreds.Services...), hook)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hookPub, err := natscreds.PublicKey(withHook[natscreds.HookSecret("hello")].Data[natscreds.SeedKey])
+	if err != nil {
+		t.Fatalf("the hook's seed Secret %s: %v\n%s", natscreds.HookSecret("hello"), err, out)
+	}
+	if got := string(withHook[natscreds.UsersSecret].Data["HOOK_HELLO_NKEY"]); got != hookPub {
+		t.Errorf("users Secret's HOOK_HELLO_NKEY = %q, want the hook seed's %q", got, hookPub)
+	}
+	for _, svc := range natscreds.Services {
+		if withHook[natscreds.SeedSecret(svc)].ResourceVersion != first[natscreds.SeedSecret(svc)].ResourceVersion {
+			t.Errorf("ensure --hook-user rewrote %s", natscreds.SeedSecret(svc))
+		}
+	}
+	if hookCert, err := store.Read(ctx, []string{natscreds.ClientTLSSecret(hook)}); err != nil || len(hookCert) != 1 {
+		t.Errorf("the hook's client certificate %s: %v (%d Secrets)", natscreds.ClientTLSSecret(hook), err, len(hookCert))
+	}
+	out, err = runCredentials(t, "ensure", "--kubeconfig", env.Kubeconfig, "-n", ns, "--hook-user", "hello")
+	if err != nil || !strings.Contains(out, "NATS credentials in namespace "+ns+" are complete: nothing to do") {
+		t.Fatalf("second ensure --hook-user: %v\n%s", err, out)
+	}
+	if again, err := store.Read(ctx, []string{natscreds.HookSecret("hello")}); err != nil ||
+		again[natscreds.HookSecret("hello")].ResourceVersion != withHook[natscreds.HookSecret("hello")].ResourceVersion {
+		t.Errorf("second ensure --hook-user rewrote the hook's seed (%v)", err)
+	}
+	first = read() // the users Secret now holds the hook's key too
 
 	// --tls=false (Helm with cert-manager, or TLS off): seeds only.
 	const plain = "mb-creds-plain"

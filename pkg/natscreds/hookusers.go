@@ -27,8 +27,11 @@ type HookUser struct {
 	// Name is a DNS label; the user's seed lives in the Secret
 	// HookSecret(Name), its subjects under HookSubjectRoot+Name+".".
 	Name string `json:"name"`
-	// NKey is the user's public nkey (U...). The seed stays with the hook.
-	NKey string `json:"nkey"`
+	// NKey is the user's public nkey (U...), when the hook's owner made the
+	// seed and keeps it. Empty: `metabus credentials ensure --hook-user
+	// <name>` makes the seed (Secret HookSecret(Name)) and puts the public
+	// key in UsersSecret, which nats-server reads as $HOOK_<NAME>_NKEY.
+	NKey string `json:"nkey,omitempty"`
 	// Subjects are what it may subscribe to; empty means
 	// HookSubjectRoot+Name+".>". Each must be under that.
 	Subjects []string `json:"subjects,omitempty"`
@@ -37,6 +40,52 @@ type HookUser struct {
 // HookSecret names the Secret a hook user's seed is kept in, for the hook's
 // pods (key SeedKey). metabus never reads it.
 func HookSecret(name string) string { return natsx.CredentialsSecretPrefix + "hook-" + name }
+
+// HookUserID is the credentials user of hook user name, as Ensure and
+// EnsureTLS take it: its seed Secret SeedSecret(HookUserID(name)) is
+// HookSecret(name), its public key is UsersSecret's
+// UserKey(HookUserID(name)) (HOOK_<NAME>_NKEY), its TLS certificate
+// ClientTLSSecret(HookUserID(name)).
+func HookUserID(name string) string { return "hook-" + name }
+
+// HookUserIDs checks hook user names (DNS labels, each once) and returns
+// their credentials users, in order.
+func HookUserIDs(names []string) ([]string, error) {
+	seen := map[string]bool{}
+	ids := make([]string, 0, len(names))
+	for _, n := range names {
+		if err := checkHookName(n, seen); err != nil {
+			return nil, err
+		}
+		ids = append(ids, HookUserID(n))
+	}
+	return ids, nil
+}
+
+// checkHookName checks one hook user name, and that it is not in seen,
+// then adds it.
+func checkHookName(name string, seen map[string]bool) error {
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return fmt.Errorf("hook user name %q: %s", name, strings.Join(errs, "; "))
+	}
+	if seen[name] {
+		return fmt.Errorf("hook user %s is listed twice", name)
+	}
+	seen[name] = true
+	return nil
+}
+
+// nkeyRef is what the configuration names as the user's nkey: the public
+// key given, or the variable holding the one ensure generated.
+func (u HookUser) nkeyRef() (string, error) {
+	if u.NKey == "" {
+		return "$" + UserKey(HookUserID(u.Name)), nil
+	}
+	if !nkeys.IsValidPublicUserKey(u.NKey) {
+		return "", fmt.Errorf("hook user %s: nkey %q is not a public user nkey (U...)", u.Name, u.NKey)
+	}
+	return u.NKey, nil
+}
 
 // subjects returns the user's subscribe subjects, defaulted and checked.
 func (u HookUser) subjects() ([]string, error) {
@@ -63,15 +112,12 @@ func HookUsersConf(users []HookUser) (string, error) {
 	var b strings.Builder
 	seen := map[string]bool{}
 	for _, u := range users {
-		if errs := validation.IsDNS1123Label(u.Name); len(errs) > 0 {
-			return "", fmt.Errorf("hook user name %q: %s", u.Name, strings.Join(errs, "; "))
+		if err := checkHookName(u.Name, seen); err != nil {
+			return "", err
 		}
-		if seen[u.Name] {
-			return "", fmt.Errorf("hook user %s is listed twice", u.Name)
-		}
-		seen[u.Name] = true
-		if !nkeys.IsValidPublicUserKey(u.NKey) {
-			return "", fmt.Errorf("hook user %s: nkey %q is not a public user nkey (U...)", u.Name, u.NKey)
+		nkey, err := u.nkeyRef()
+		if err != nil {
+			return "", err
 		}
 		subjects, err := u.subjects()
 		if err != nil {
@@ -82,7 +128,7 @@ func HookUsersConf(users []HookUser) (string, error) {
 			quoted[i] = strconv.Quote(s)
 		}
 		fmt.Fprintf(&b, "    # hook %s: its own subjects, and replies to the requests it received.\n", u.Name)
-		fmt.Fprintf(&b, "    {\n      nkey: %s\n      permissions: {\n", u.NKey)
+		fmt.Fprintf(&b, "    {\n      nkey: %s\n      permissions: {\n", nkey)
 		b.WriteString("        publish: { deny: [\">\"] }\n")
 		fmt.Fprintf(&b, "        subscribe: { allow: [%s] }\n", strings.Join(quoted, ", "))
 		b.WriteString("        allow_responses: true\n      }\n    }\n")
