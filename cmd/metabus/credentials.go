@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -151,8 +152,67 @@ service its seed when it connects, so restart both afterwards, NATS first
 	}
 	rotate.Flags().StringVar(&service, "service", "", "the service (or operator user) whose seed to replace: "+strings.Join(natscreds.Users, ", "))
 
-	cmd.AddCommand(ensure, rotate)
+	cmd.AddCommand(ensure, rotate, hookUsersCommand())
 	return cmd
+}
+
+// hookUsersCommand is `metabus credentials hook-users`: the kustomize
+// counterpart of the Helm chart's nats.hookUsers.
+func hookUsersCommand() *cobra.Command {
+	var conf, out string
+	c := &cobra.Command{
+		Use:   "hook-users --conf deploy/nats/nats-server.conf --out DIR NAME[:SUBJECT,...]...",
+		Short: "Write a kustomize component adding NATS hook users to an install from deploy/",
+		Long: `Writes DIR/kustomization.yaml, a kustomize component, and DIR/nats-server.conf:
+the --conf file (the nats-server.conf of the install) with an entry for each
+hook user NAME, who may subscribe to hooks.NAME.> (or the SUBJECTs given, each
+under hooks.NAME.) and publish nothing but replies to the requests it got.
+The component merges that file into the nats-config ConfigMap, adds
+--hook-user=NAME to "credentials ensure" in the NATS pods' init container
+(which then makes the seed Secret metabus-nats-hook-NAME for the hook's pods,
+its public key and certificate) and lets the credentials Role write those
+Secrets. Use it from your kustomization:
+
+  resources:
+  - github.com/metabus/metabus/deploy
+  components:
+  - ./DIR`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if conf == "" || out == "" {
+				return errors.New("--conf and --out are required")
+			}
+			users := make([]natscreds.HookUser, len(args))
+			for i, a := range args {
+				u, err := natscreds.ParseHookUser(a)
+				if err != nil {
+					return err
+				}
+				users[i] = u
+			}
+			data, err := os.ReadFile(conf)
+			if err != nil {
+				return err
+			}
+			files, err := natscreds.HookUsersComponent(string(data), users)
+			if err != nil {
+				return fmt.Errorf("%s: %w", conf, err)
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return err
+			}
+			for _, name := range []string{natscreds.ComponentConf, natscreds.ComponentKustomization} {
+				if err := os.WriteFile(filepath.Join(out, name), files[name], 0o644); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote the kustomize component %s (hook users %s)\n", out, strings.Join(args, " "))
+			return nil
+		},
+	}
+	c.Flags().StringVar(&conf, "conf", "", "the install's nats-server.conf (deploy/nats/nats-server.conf), with its # @hook-users line")
+	c.Flags().StringVar(&out, "out", "", "directory to write the component to (created if missing; its two files are replaced)")
+	return c
 }
 
 // credentialsNamespace is the namespace the Secrets live in: the flag, the

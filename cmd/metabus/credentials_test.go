@@ -6,10 +6,13 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -47,6 +50,9 @@ func TestCredentialsArguments(t *testing.T) {
 		{reason: "an unknown flag", args: []string{"ensure", "--force"}, want: "unknown flag: --force"},
 		{reason: "a hook user that is not a DNS label", args: []string{"ensure", "--hook-user", "Team_B"}, want: `--hook-user: hook user name "Team_B"`},
 		{reason: "a hook user twice", args: []string{"ensure", "--hook-user", "a", "--hook-user", "a"}, want: "--hook-user: hook user a is listed twice"},
+		{reason: "hook-users without a user", args: []string{"hook-users", "--conf", "c", "--out", "o"}, want: "requires at least 1 arg"},
+		{reason: "hook-users without --conf", args: []string{"hook-users", "--out", "o", "hello"}, want: "--conf and --out are required"},
+		{reason: "hook-users with another hook's subject", args: []string{"hook-users", "--conf", "c", "--out", "o", "b:hooks.c.sync"}, want: `subject "hooks.c.sync" is not under hooks.b.`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.reason, func(t *testing.T) {
@@ -213,5 +219,46 @@ func TestCredentialsAgainstAPIServer(t *testing.T) {
 		if err != nil || string(after[natscreds.UsersSecret].Data[natscreds.UserKey(svc)]) != pub {
 			t.Errorf("%s: users Secret key %q, seed's %q (%v)", svc, after[natscreds.UsersSecret].Data[natscreds.UserKey(svc)], pub, err)
 		}
+	}
+}
+
+// TestCredentialsHookUsers: hook-users writes the component
+// natscreds.HookUsersComponent makes of the given nats-server.conf (which
+// deploy's TestKustomizeHookUsers builds with kustomize), and refuses a
+// configuration without the hook users' line, writing nothing.
+func TestCredentialsHookUsers(t *testing.T) {
+	conf := filepath.Join("..", "..", "deploy", "nats", "nats-server.conf")
+	out := filepath.Join(t.TempDir(), "hook-users")
+	if msg, err := runCredentials(t, "hook-users", "--conf", conf, "--out", out, "hello", "team-b:hooks.team-b.sync,hooks.team-b.finalize"); err != nil {
+		t.Fatalf("hook-users: %v\n%s", err, msg)
+	}
+	data, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := natscreds.HookUsersComponent(string(data), []natscreds.HookUser{{Name: "hello"},
+		{Name: "team-b", Subjects: []string{"hooks.team-b.sync", "hooks.team-b.finalize"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, w := range want {
+		got, err := os.ReadFile(filepath.Join(out, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(string(w), string(got)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", name, diff)
+		}
+	}
+	bad := filepath.Join(t.TempDir(), "no-marker.conf")
+	if err := os.WriteFile(bad, []byte("authorization { users = [\n] }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(t.TempDir(), "out")
+	if _, err := runCredentials(t, "hook-users", "--conf", bad, "--out", empty, "hello"); err == nil || !strings.Contains(err.Error(), "@hook-users") {
+		t.Errorf("a configuration without the marker: err %v", err)
+	}
+	if _, err := os.Stat(empty); !os.IsNotExist(err) {
+		t.Errorf("a refused run wrote %s (%v)", empty, err)
 	}
 }

@@ -148,3 +148,60 @@ func InsertHookUsers(conf string, users []HookUser) (string, error) {
 	}
 	return strings.Replace(conf, HookUsersMarker+"\n", entries, 1), nil
 }
+
+// The files of a hook users kustomize component (HookUsersComponent).
+const (
+	ComponentKustomization = "kustomization.yaml"
+	ComponentConf          = "nats-server.conf"
+)
+
+// HookUsersComponent renders a kustomize component that adds hook users to
+// an install made from deploy/ (or an overlay of it): conf (the install's
+// nats-server.conf) with the users inserted, merged into the nats-config
+// ConfigMap, and, for each user without nkey, `--hook-user=<name>` on the
+// credentials init container of the NATS pods and its seed and
+// certificate Secrets in the credentials Role, so that ensure makes them
+// as Helm's nats.hookUsers does. It returns the component's files by name.
+func HookUsersComponent(conf string, users []HookUser) (map[string][]byte, error) {
+	withUsers, err := InsertHookUsers(conf, users)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(users))
+	var initArgs, roleNames strings.Builder
+	for i, u := range users {
+		names[i] = u.Name
+		if u.NKey != "" {
+			continue
+		}
+		fmt.Fprintf(&initArgs, "    - op: add\n      path: /spec/template/spec/initContainers/0/args/-\n      value: --hook-user=%s\n", u.Name)
+		fmt.Fprintf(&roleNames, "    - op: add\n      path: /rules/1/resourceNames/-\n      value: %s\n", HookSecret(u.Name))
+		fmt.Fprintf(&roleNames, "    - op: add\n      path: /rules/2/resourceNames/-\n      value: %s\n", ClientTLSSecret(HookUserID(u.Name)))
+	}
+	var k strings.Builder
+	fmt.Fprintf(&k, "# Hook users %s, made by `metabus credentials hook-users`\n", strings.Join(names, ", "))
+	k.WriteString("# (docs/hooks-nats.md): run it again to change them rather than editing.\n")
+	k.WriteString("apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\n")
+	k.WriteString("configMapGenerator:\n- name: nats-config\n  behavior: merge\n  files:\n  - " + ComponentConf + "\n")
+	if initArgs.Len() > 0 {
+		k.WriteString("patches:\n- target:\n    kind: StatefulSet\n    name: nats\n  patch: |-\n")
+		k.WriteString(strings.TrimSuffix(initArgs.String(), "\n") + "\n")
+		k.WriteString("- target:\n    kind: Role\n    name: metabus-credentials\n  patch: |-\n")
+		k.WriteString(strings.TrimSuffix(roleNames.String(), "\n") + "\n")
+	}
+	return map[string][]byte{ComponentKustomization: []byte(k.String()), ComponentConf: []byte(withUsers)}, nil
+}
+
+// ParseHookUser reads a hook user as the command line gives it: NAME, or
+// NAME:SUBJECT,SUBJECT... (its own subjects, each under hooks.NAME.).
+func ParseHookUser(arg string) (HookUser, error) {
+	name, subjects, hasSubjects := strings.Cut(arg, ":")
+	u := HookUser{Name: name}
+	if hasSubjects {
+		u.Subjects = strings.Split(subjects, ",")
+	}
+	if _, err := u.subjects(); err != nil {
+		return HookUser{}, err
+	}
+	return u, nil
+}
