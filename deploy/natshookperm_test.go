@@ -138,10 +138,10 @@ func waitViolation(t *testing.T, c *hookConn, part string) {
 	}
 }
 
-// TestHelmHookUsers: the chart's nats.hookUsers give the configuration
-// natscreds.InsertHookUsers makes (the one the permission test runs), and
-// none leave the shipped file's users unchanged.
-func TestHelmHookUsers(t *testing.T) {
+// shippedConfAndKey returns the shipped nats-server.conf and a fresh
+// public user nkey, for hook users declared with one.
+func shippedConfAndKey(t *testing.T) ([]byte, string) {
+	t.Helper()
 	conf, err := os.ReadFile(filepath.Join("nats", "nats-server.conf"))
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +150,18 @@ func TestHelmHookUsers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, _ := kp.PublicKey()
+	pub, err := kp.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conf, pub
+}
+
+// TestHelmHookUsers: the chart's nats.hookUsers give the configuration
+// natscreds.InsertHookUsers makes (the one the permission test runs), and
+// none leave the shipped file's users unchanged.
+func TestHelmHookUsers(t *testing.T) {
+	conf, pub := shippedConfAndKey(t)
 	for _, tc := range []struct {
 		reason string
 		users  []natscreds.HookUser
@@ -236,15 +247,7 @@ func TestHelmHookUsers(t *testing.T) {
 // credentials init container --hook-user for each user without nkey, and
 // the credentials Role those users' Secrets, as Helm's nats.hookUsers do.
 func TestKustomizeHookUsers(t *testing.T) {
-	conf, err := os.ReadFile(filepath.Join("nats", "nats-server.conf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, _ := kp.PublicKey()
+	conf, pub := shippedConfAndKey(t)
 	users := []natscreds.HookUser{{Name: "hello"}, {Name: "team-b", Subjects: []string{"hooks.team-b.sync"}}, {Name: "own", NKey: pub}}
 	files, err := natscreds.HookUsersComponent(string(conf), users)
 	if err != nil {

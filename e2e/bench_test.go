@@ -183,6 +183,9 @@ func benchSetup(b *testing.B, cfg allinone.Config) *benchEnv {
 const (
 	benchWebhook = "webhook"
 	benchNATS    = "nats"
+	// benchNATSOwnConn is benchNATS with the dispatcher's hook requests on
+	// a connection of their own (allinone.Config.HookConnection).
+	benchNATSOwnConn = "nats-ownconn"
 )
 
 // benchSetupOver is benchSetup with the hook served over transport.
@@ -212,8 +215,11 @@ func benchStartOver(b *testing.B, cfg allinone.Config, transport string) *benchE
 	srv := httptest.NewServer(jsonHook(benchHook(&be.hookCalls)))
 	b.Cleanup(srv.Close)
 	be.hookURL = srv.URL
+	if transport == benchNATSOwnConn {
+		cfg.HookConnection = true
+	}
 	be.inst = benchMetabus(b, cfg, be.api)
-	if transport == benchNATS {
+	if transport == benchNATS || transport == benchNATSOwnConn {
 		be.hookSubject = "hooks.bench." + be.ns
 		be.serveNATS(b)
 	}
@@ -907,16 +913,17 @@ func benchConvergeOver(b *testing.B, workers int, backlog bool, transport string
 // have settled.
 func BenchmarkIdleLatency(b *testing.B) { benchIdleLatency(b, benchWebhook) }
 
-// BenchmarkHookTransport: the same hook served over HTTP and over NATS, in
-// one run: idle change-to-child latency (BenchmarkIdleLatency's p50-ms and
+// BenchmarkHookTransport: the same hook served over HTTP and over NATS
+// (through the dispatcher's bus connection, and through a connection of
+// its own for hooks), in one run: idle change-to-child latency (BenchmarkIdleLatency's p50-ms and
 // p99-ms) and convergence throughput (BenchmarkConvergeParents'
 // live/workers=16: 500 parents created 32 at a time, parents/s). Printed,
 // never asserted.
 func BenchmarkHookTransport(b *testing.B) {
-	for _, transport := range []string{benchWebhook, benchNATS} {
+	for _, transport := range []string{benchWebhook, benchNATS, benchNATSOwnConn} {
 		b.Run("idle/"+transport, func(b *testing.B) { benchIdleLatency(b, transport) })
 	}
-	for _, transport := range []string{benchWebhook, benchNATS} {
+	for _, transport := range []string{benchWebhook, benchNATS, benchNATSOwnConn} {
 		b.Run("converge/"+transport, func(b *testing.B) { benchConvergeOver(b, 16, false, transport) })
 	}
 }

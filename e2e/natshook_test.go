@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -193,10 +194,12 @@ func TestNATSHooksQueueGroup(t *testing.T) {
 // structured, served by the SDK, gets structured-mode CloudEvents; when it
 // answers hook.Throttled(2s) (code 429 with Retry-After) the dispatcher
 // calls again no sooner than that, without a SyncError Event, as it does
-// for a webhook's 429 (TestHook429RetryAfter).
+// for a webhook's 429 (TestHook429RetryAfter). The dispatcher has a
+// connection of its own for hooks (allinone.Config.HookConnection), which
+// carries the requests.
 func TestNATSHookStructuredThrottled(t *testing.T) {
 	ctx := context.Background()
-	inst := startMetabus(t, allinone.Config{}, nil)
+	inst := startMetabus(t, allinone.Config{HookConnection: true}, nil)
 	ns := newNamespace(t)
 	subject := "hooks.e2e." + ns + ".sync"
 	const retryAfter = 2 * time.Second
@@ -237,14 +240,17 @@ func TestNATSHookStructuredThrottled(t *testing.T) {
 	if gap < retryAfter {
 		t.Errorf("called again after %s, before the %s the hook asked for", gap, retryAfter)
 	}
-	evs, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	noSyncError(ctx, t, ns, "a throttled answer")
+	connz, err := inst.nats.Connz(&server.ConnzOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range evs.Items {
-		if e.Reason == "SyncError" {
-			t.Errorf("a throttled answer produced a SyncError event: %s", e.Message)
-		}
+	sent := map[string]int64{}
+	for _, c := range connz.Conns {
+		sent[c.Name] += c.InMsgs // what the server received from it
+	}
+	if n := sent["metabus-dispatcher-0-hooks"]; n < r.calls.Load() {
+		t.Errorf("the dispatcher's hook connection sent %d messages for %d hook calls (connections: %v)", n, r.calls.Load(), sent)
 	}
 }
 

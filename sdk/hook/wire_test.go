@@ -211,22 +211,7 @@ func TestThroughMetabusClient(t *testing.T) {
 				srv := httptest.NewServer(asMode(t, mode, hook.HTTPHandler(h)))
 				defer srv.Close()
 				url := srv.URL + "/" + tc.kind
-				item := hooks.Item{ControllerName: "c", WorkSeq: 42}
-				item.Controller.Kind, item.Controller.Name = "CompositeController", "c"
-				item.Parent.Namespace, item.Parent.Name, item.Parent.UID = "ns", "p", "uid-p"
-				call := item.SyncCall(&v1alpha1.Hook{Webhook: &v1alpha1.Webhook{URL: &url}}, tc.kind, "", tc.request)
-				resp := tc.apiResp()
-				if err := client.Do(context.Background(), call, resp); err != nil {
-					t.Fatalf("metabus's client: %v", err)
-				}
-				want := tc.apiResp()
-				answer, _ := json.Marshal(tc.sdkResp)
-				if err := hookapi.Decode(answer, true, want); err != nil {
-					t.Fatal(err)
-				}
-				if diff := cmp.Diff(want, resp); diff != "" {
-					t.Errorf("decoded answer (-want +got):\n%s", diff)
-				}
+				callThroughClient(t, client, &v1alpha1.Hook{Webhook: &v1alpha1.Webhook{URL: &url}}, tc)
 				if got == nil || got.Mode != mode {
 					t.Fatalf("call %+v, want mode %s", got, mode)
 				}
@@ -239,6 +224,29 @@ func TestThroughMetabusClient(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// callThroughClient calls tc's hook kind at h with metabus's client, for
+// controller c's parent ns/p (uid uid-p) at work sequence 42, and checks
+// that the answer decodes as the SDK handler's response does.
+func callThroughClient(t *testing.T, client *hooks.Client, h *v1alpha1.Hook, tc wireCase) {
+	t.Helper()
+	item := hooks.Item{ControllerName: "c", WorkSeq: 42}
+	item.Controller.Kind, item.Controller.Name = "CompositeController", "c"
+	item.Parent.Namespace, item.Parent.Name, item.Parent.UID = "ns", "p", "uid-p"
+	call := item.SyncCall(h, tc.kind, "", tc.request)
+	resp := tc.apiResp()
+	if err := client.Do(context.Background(), call, resp); err != nil {
+		t.Fatalf("metabus's client: %v", err)
+	}
+	want := tc.apiResp()
+	answer, _ := json.Marshal(tc.sdkResp)
+	if err := hookapi.Decode(answer, true, want); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, resp); diff != "" {
+		t.Errorf("decoded answer (-want +got):\n%s", diff)
 	}
 }
 
@@ -291,22 +299,7 @@ func TestThroughMetabusClientNATS(t *testing.T) {
 		for _, mode := range []v1alpha1.CloudEventsMode{v1alpha1.CloudEventsBinary, v1alpha1.CloudEventsStructured} {
 			t.Run(tc.reason+"/"+string(mode), func(t *testing.T) {
 				got = nil
-				item := hooks.Item{ControllerName: "c", WorkSeq: 42}
-				item.Controller.Kind, item.Controller.Name = "CompositeController", "c"
-				item.Parent.Namespace, item.Parent.Name, item.Parent.UID = "ns", "p", "uid-p"
-				call := item.SyncCall(&v1alpha1.Hook{NATS: &v1alpha1.NATSHook{Subject: subject, CloudEvents: &mode}}, tc.kind, "", tc.request)
-				resp := tc.apiResp()
-				if err := client.Do(context.Background(), call, resp); err != nil {
-					t.Fatalf("metabus's client: %v", err)
-				}
-				want := tc.apiResp()
-				answer, _ := json.Marshal(tc.sdkResp)
-				if err := hookapi.Decode(answer, true, want); err != nil {
-					t.Fatal(err)
-				}
-				if diff := cmp.Diff(want, resp); diff != "" {
-					t.Errorf("decoded answer (-want +got):\n%s", diff)
-				}
+				callThroughClient(t, client, &v1alpha1.Hook{NATS: &v1alpha1.NATSHook{Subject: subject, CloudEvents: &mode}}, tc)
 				wantMode := map[v1alpha1.CloudEventsMode]hook.Mode{v1alpha1.CloudEventsBinary: hook.ModeBinary, v1alpha1.CloudEventsStructured: hook.ModeStructured}[mode]
 				if got == nil || got.Mode != wantMode {
 					t.Fatalf("call %+v, want mode %s", got, wantMode)
