@@ -15,6 +15,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -39,6 +40,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/metabus/metabus/pkg/allinone"
+	"github.com/metabus/metabus/sdk/hook"
 )
 
 // benchAPICounter counts the API requests of one metabus instance by class
@@ -181,6 +183,9 @@ func benchSetup(b *testing.B, cfg allinone.Config) *benchEnv {
 const (
 	benchWebhook = "webhook"
 	benchNATS    = "nats"
+	// benchNATSOwnConn is benchNATS with the dispatcher's hook requests on
+	// a connection of their own (allinone.Config.HookConnection).
+	benchNATSOwnConn = "nats-ownconn"
 )
 
 // benchSetupOver is benchSetup with the hook served over transport.
@@ -210,8 +215,11 @@ func benchStartOver(b *testing.B, cfg allinone.Config, transport string) *benchE
 	srv := httptest.NewServer(jsonHook(benchHook(&be.hookCalls)))
 	b.Cleanup(srv.Close)
 	be.hookURL = srv.URL
+	if transport == benchNATSOwnConn {
+		cfg.HookConnection = true
+	}
 	be.inst = benchMetabus(b, cfg, be.api)
-	if transport == benchNATS {
+	if transport == benchNATS || transport == benchNATSOwnConn {
 		be.hookSubject = "hooks.bench." + be.ns
 		be.serveNATS(b)
 	}
@@ -219,23 +227,37 @@ func benchStartOver(b *testing.B, cfg allinone.Config, transport string) *benchE
 	return be
 }
 
-// serveNATS answers be.hookSubject with benchHook, from a connection of
-// its own to the benchmark's metabus (as a hook process would), in a
-// queue group, concurrently.
+// serveNATS answers be.hookSubject with benchHook through the SDK
+// (hook.ServeNATS, which answers calls concurrently as an HTTP server
+// does), from a connection of its own to the benchmark's metabus (as a
+// hook process would), in a queue group.
 func (be *benchEnv) serveNATS(b *testing.B) {
 	b.Helper()
 	nc, err := nats.Connect(be.inst.url)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(nc.Close)
-	// A subscription's messages are handed to its callback one at a time;
-	// each is answered in a goroutine of its own, as an HTTP server serves
-	// each request, so that both columns measure the transport and not a
-	// hook that can only answer one call at once.
-	h := natsJSONHook(benchHook(&be.hookCalls))
-	if _, err := nc.QueueSubscribe(be.hookSubject, "bench", func(m *nats.Msg) { go h(m) }); err != nil {
-		b.Fatal(err)
+	f := benchHook(&be.hookCalls)
+	h := hook.HandlerFunc(func(_ context.Context, call *hook.Call) ([]byte, error) {
+		var req map[string]any
+		if err := json.Unmarshal(call.Data, &req); err != nil {
+			return nil, hook.Errorf(400, "%v", err)
+		}
+		_, resp := f(req)
+		return json.Marshal(resp)
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- hook.ServeNATS(ctx, nc, be.hookSubject, "bench", h) }()
+	b.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Errorf("ServeNATS: %v", err)
+		}
+		nc.Close()
+	})
+	for nc.NumSubscriptions() == 0 {
+		time.Sleep(5 * time.Millisecond)
 	}
 	if err := nc.Flush(); err != nil {
 		b.Fatal(err)
@@ -891,16 +913,17 @@ func benchConvergeOver(b *testing.B, workers int, backlog bool, transport string
 // have settled.
 func BenchmarkIdleLatency(b *testing.B) { benchIdleLatency(b, benchWebhook) }
 
-// BenchmarkHookTransport: the same hook served over HTTP and over NATS, in
-// one run: idle change-to-child latency (BenchmarkIdleLatency's p50-ms and
+// BenchmarkHookTransport: the same hook served over HTTP and over NATS
+// (through the dispatcher's bus connection, and through a connection of
+// its own for hooks), in one run: idle change-to-child latency (BenchmarkIdleLatency's p50-ms and
 // p99-ms) and convergence throughput (BenchmarkConvergeParents'
 // live/workers=16: 500 parents created 32 at a time, parents/s). Printed,
 // never asserted.
 func BenchmarkHookTransport(b *testing.B) {
-	for _, transport := range []string{benchWebhook, benchNATS} {
+	for _, transport := range []string{benchWebhook, benchNATS, benchNATSOwnConn} {
 		b.Run("idle/"+transport, func(b *testing.B) { benchIdleLatency(b, transport) })
 	}
-	for _, transport := range []string{benchWebhook, benchNATS} {
+	for _, transport := range []string{benchWebhook, benchNATS, benchNATSOwnConn} {
 		b.Run("converge/"+transport, func(b *testing.B) { benchConvergeOver(b, 16, false, transport) })
 	}
 }

@@ -178,13 +178,20 @@ func TestHook429RetryAfter(t *testing.T) {
 	if gap < 1500*time.Millisecond {
 		t.Errorf("called again after %s, before Retry-After (2s)", gap)
 	}
+	noSyncError(ctx, t, ns, "a 429")
+}
+
+// noSyncError fails t for each SyncError Event in ns, which what (a
+// throttled answer) must not have produced.
+func noSyncError(ctx context.Context, t *testing.T, ns, what string) {
+	t.Helper()
 	evs, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range evs.Items {
 		if e.Reason == "SyncError" {
-			t.Errorf("a 429 produced a SyncError event: %s", e.Message)
+			t.Errorf("%s produced a SyncError event: %s", what, e.Message)
 		}
 	}
 }

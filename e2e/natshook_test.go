@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -10,64 +9,95 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/metabus/metabus/pkg/allinone"
+	"github.com/metabus/metabus/sdk/hook"
 )
 
-// natsReplica is one hook process serving a controller's hooks over NATS:
-// its own connection, one queue subscription per hook subject, and a count
-// of the calls it answered.
+// natsReplica is one hook process serving a controller's hooks over NATS
+// through the SDK (hook.ServeNATS, one queue subscription per subject) on
+// its own connection, with a count of the calls it answered.
 type natsReplica struct {
 	nc    *nats.Conn
 	calls atomic.Int64
+	// modes counts the calls by the CloudEvents mode they arrived in.
+	modes [3]atomic.Int64
+	// done receives each ServeNATS's return once its connection is closed
+	// or the test ends.
+	done chan error
 }
 
-// serveNATSHooks starts a replica answering each subject of hooks (subject
-// to a JSON handler) in the queue group queue.
-func serveNATSHooks(t *testing.T, url, queue string, hooks map[string]func(req map[string]any) (int, any)) *natsReplica {
+// serveSDKHooks starts a replica serving each subject of hooks with its
+// SDK handler in the queue group queue, and returns once the server knows
+// every subscription. Closing the replica's connection is a crash: the
+// calls it holds are never answered.
+func serveSDKHooks(t *testing.T, url, queue string, hooks map[string]hook.Handler) *natsReplica {
 	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(nc.Close)
-	r := &natsReplica{nc: nc}
-	for subject, h := range hooks {
-		count := func(req map[string]any) (int, any) { r.calls.Add(1); return h(req) }
-		if _, err := nc.QueueSubscribe(subject, queue, natsJSONHook(count)); err != nil {
-			t.Fatal(err)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &natsReplica{nc: nc, done: make(chan error, len(hooks))}
+	t.Cleanup(func() {
+		cancel()
+		for range hooks {
+			if err := <-r.done; err != nil {
+				t.Errorf("ServeNATS: %v", err)
+			}
 		}
+		nc.Close()
+	})
+	for subject, h := range hooks {
+		counted := hook.HandlerFunc(func(ctx context.Context, call *hook.Call) ([]byte, error) {
+			r.calls.Add(1)
+			r.modes[call.Mode].Add(1)
+			return h.ServeHook(ctx, call)
+		})
+		go func() { r.done <- hook.ServeNATS(ctx, nc, subject, queue, counted) }()
 	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	eventually(t, 10*time.Second, "the replica's subscriptions", func() error {
+		if n := nc.NumSubscriptions(); n != len(hooks) {
+			return fmt.Errorf("%d of %d subscribed", n, len(hooks))
+		}
+		return nc.Flush()
+	})
 	return r
 }
 
-// natsJSONHook adapts a function of the decoded request to a hook served
-// over NATS, as jsonHook does for HTTP: a request that is not JSON gets a
-// 400 error answer (hookwire's Nats-Service-Error-Code).
-func natsJSONHook(f func(req map[string]any) (int, any)) nats.MsgHandler {
-	return func(m *nats.Msg) {
-		var req map[string]any
-		if err := json.Unmarshal(m.Data, &req); err != nil {
-			answer := nats.NewMsg(m.Reply)
-			answer.Header.Set("Nats-Service-Error-Code", "400")
-			answer.Header.Set("Nats-Service-Error", err.Error())
-			_ = m.RespondMsg(answer)
-			return
+// widgetSDKHook is widgetHook written against the SDK's types: one
+// ConfigMap per spec.items entry, and a finalize call answered finalized
+// (counted in finalized).
+func widgetSDKHook(finalized *atomic.Int64) hook.Handler {
+	return hook.Composite(func(_ context.Context, req *hook.CompositeRequest) (*hook.CompositeResponse, error) {
+		if req.Finalizing {
+			finalized.Add(1)
+			return &hook.CompositeResponse{Finalized: true}, nil
 		}
-		_, resp := f(req)
-		data, _ := json.Marshal(resp)
-		_ = m.Respond(data)
-	}
+		items, _, _ := unstructured.NestedStringSlice(req.Parent.Object, "spec", "items")
+		version, _, _ := unstructured.NestedFieldNoCopy(req.Parent.Object, "spec", "version")
+		resp := &hook.CompositeResponse{Status: map[string]any{
+			"configMaps": len(req.Children.Of("v1", "ConfigMap")), "version": version,
+		}}
+		for _, it := range items {
+			cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+				"data": map[string]any{"item": it, "version": fmt.Sprint(version)}}}
+			cm.SetName(req.Parent.GetName() + "-" + it)
+			cm.SetLabels(map[string]string{"app": req.Parent.GetName()})
+			resp.Children = append(resp.Children, cm)
+		}
+		return resp, nil
+	})
 }
 
 // TestNATSHooksQueueGroup: a CompositeController whose sync, finalize and
-// customize hooks are served over NATS by two replicas in one queue group.
-// One replica is closed while parents are being synced: nothing is lost,
+// customize hooks are served over NATS by the SDK in two replicas of one
+// queue group. One replica's connection is closed while parents are being
+// synced (a crash: what it held is never answered): nothing is lost,
 // every parent converges on the other one, and deleting the parents runs
 // the finalize hook, which releases them.
 func TestNATSHooksQueueGroup(t *testing.T) {
@@ -75,17 +105,18 @@ func TestNATSHooksQueueGroup(t *testing.T) {
 	inst := startMetabus(t, allinone.Config{}, nil)
 	ns := newNamespace(t)
 	prefix := "hooks.e2e." + ns + "."
-	hooks := map[string]func(map[string]any) (int, any){
-		prefix + "sync": widgetHook(nil),
-		prefix + "finalize": func(map[string]any) (int, any) {
-			return 200, map[string]any{"children": []any{}, "finalized": true}
-		},
-		prefix + "customize": func(map[string]any) (int, any) {
-			return 200, map[string]any{"relatedResources": []any{}}
-		},
+	var finalized, customized atomic.Int64
+	widgets := widgetSDKHook(&finalized)
+	hooks := map[string]hook.Handler{
+		prefix + "sync":     widgets,
+		prefix + "finalize": widgets,
+		prefix + "customize": hook.Customize(func(context.Context, *hook.CustomizeRequest) (*hook.CustomizeResponse, error) {
+			customized.Add(1)
+			return &hook.CustomizeResponse{RelatedResources: []hook.RelatedResourceRule{}}, nil
+		}),
 	}
-	a := serveNATSHooks(t, inst.url, "widgets", hooks)
-	b := serveNATSHooks(t, inst.url, "widgets", hooks)
+	a := serveSDKHooks(t, inst.url, "widgets", hooks)
+	b := serveSDKHooks(t, inst.url, "widgets", hooks)
 	natsHook := func(kind string) map[string]any {
 		return map[string]any{"nats": map[string]any{"subject": prefix + kind, "timeout": "2s"}}
 	}
@@ -128,6 +159,9 @@ func TestNATSHooksQueueGroup(t *testing.T) {
 	if a.calls.Load() == 0 || beforeDelete == 0 {
 		t.Errorf("calls answered: replica a %d, replica b %d; want both to have served", a.calls.Load(), beforeDelete)
 	}
+	if customized.Load() == 0 {
+		t.Error("the customize hook was never called over NATS")
+	}
 	for i := range parents {
 		if err := dyn.Resource(widgetsGVR).Namespace(ns).Delete(ctx, fmt.Sprintf("w%02d", i), metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
@@ -143,10 +177,81 @@ func TestNATSHooksQueueGroup(t *testing.T) {
 		}
 		return nil
 	})
-	if b.calls.Load() == beforeDelete {
-		t.Error("the finalize hook was never called over NATS")
+	if finalized.Load() < parents {
+		t.Errorf("the finalize hook answered %d calls over NATS, want at least one per parent (%d)", finalized.Load(), parents)
 	}
-	t.Logf("calls answered: replica a %d (closed mid-run), replica b %d", a.calls.Load(), b.calls.Load())
+	// The dispatcher sends binary-mode CloudEvents unless told otherwise.
+	for name, r := range map[string]*natsReplica{"a": a, "b": b} {
+		if n := r.modes[hook.ModePlain].Load() + r.modes[hook.ModeStructured].Load(); n > 0 {
+			t.Errorf("replica %s got %d calls that were not binary-mode CloudEvents", name, n)
+		}
+	}
+	t.Logf("calls answered: replica a %d (closed mid-run), replica b %d; %d finalize, %d customize",
+		a.calls.Load(), b.calls.Load(), finalized.Load(), customized.Load())
+}
+
+// TestNATSHookStructuredThrottled: a NATS hook with cloudEvents:
+// structured, served by the SDK, gets structured-mode CloudEvents; when it
+// answers hook.Throttled(2s) (code 429 with Retry-After) the dispatcher
+// calls again no sooner than that, without a SyncError Event, as it does
+// for a webhook's 429 (TestHook429RetryAfter). The dispatcher has a
+// connection of its own for hooks (allinone.Config.HookConnection), which
+// carries the requests.
+func TestNATSHookStructuredThrottled(t *testing.T) {
+	ctx := context.Background()
+	inst := startMetabus(t, allinone.Config{HookConnection: true}, nil)
+	ns := newNamespace(t)
+	subject := "hooks.e2e." + ns + ".sync"
+	const retryAfter = 2 * time.Second
+	var busyCalls, first, second atomic.Int64
+	var finalized atomic.Int64
+	widgets := widgetSDKHook(&finalized)
+	throttleOnce := hook.HandlerFunc(func(ctx context.Context, call *hook.Call) ([]byte, error) {
+		// Only the test's own parent counts (the event's subject is its path).
+		if strings.HasSuffix(call.Subject, "/busy") {
+			switch now := time.Now().UnixNano(); busyCalls.Add(1) {
+			case 1:
+				first.Store(now)
+				return nil, hook.Throttled(retryAfter, "the test's hook is busy")
+			case 2:
+				second.Store(now)
+			}
+		}
+		return widgets.ServeHook(ctx, call)
+	})
+	r := serveSDKHooks(t, inst.url, "widgets", map[string]hook.Handler{subject: throttleOnce})
+	createController(t, inst, compositeKind, "widgets-structured-"+ns, map[string]any{
+		"parentResource": map[string]any{"apiVersion": "test.metabus.dev/v1", "resource": "widgets"},
+		"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": map[string]any{"method": "InPlace"}}},
+		"hooks":          map[string]any{"sync": map[string]any{"nats": map[string]any{"subject": subject, "cloudEvents": "structured"}}},
+	})
+	if _, err := dyn.Resource(widgetsGVR).Namespace(ns).Create(ctx, newWidget("busy", []string{"a"}, 1), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the child after the throttled call", func() error {
+		_, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, "busy-a", metav1.GetOptions{})
+		return err
+	})
+	if n := r.modes[hook.ModeStructured].Load(); n == 0 || n != r.calls.Load() {
+		t.Errorf("%d of %d calls were structured-mode CloudEvents, want all", n, r.calls.Load())
+	}
+	gap := time.Duration(second.Load() - first.Load())
+	t.Logf("hook.Throttled(%s) over NATS → called again after %s", retryAfter, gap.Round(time.Millisecond))
+	if gap < retryAfter {
+		t.Errorf("called again after %s, before the %s the hook asked for", gap, retryAfter)
+	}
+	noSyncError(ctx, t, ns, "a throttled answer")
+	connz, err := inst.nats.Connz(&server.ConnzOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := map[string]int64{}
+	for _, c := range connz.Conns {
+		sent[c.Name] += c.InMsgs // what the server received from it
+	}
+	if n := sent["metabus-dispatcher-0-hooks"]; n < r.calls.Load() {
+		t.Errorf("the dispatcher's hook connection sent %d messages for %d hook calls (connections: %v)", n, r.calls.Load(), sent)
+	}
 }
 
 // TestNATSHookFailures: a NATS hook that hangs, answers garbage or is

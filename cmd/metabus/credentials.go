@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -29,6 +30,7 @@ func credentialsCommand() *cobra.Command {
 		namespace  string
 		timeout    time.Duration
 		tlsOpts    tlsFlags
+		hookUsers  []string
 	)
 	store := func() (natscreds.Store, error) {
 		cfg, err := (&cli.KubeFlags{Kubeconfig: kubeconfig, QPS: -1}).Config()
@@ -75,21 +77,32 @@ With --tls (the default) it then does the same for NATS TLS: a CA
 (metabus-nats-ca), the server's certificate (metabus-nats-server-tls, valid
 for --tls-service and the pods of --tls-peers in the namespace, localhost and
 127.0.0.1) and a client certificate per user (metabus-nats-<user>-tls),
-signed by that CA. Existing ones are never replaced.`,
+signed by that CA. Existing ones are never replaced.
+
+Each --hook-user NAME (a hook served over NATS, docs/hooks-nats.md) gets the
+same: a seed in metabus-nats-hook-NAME for the hook's pods to mount, its
+public key in metabus-nats-users as HOOK_NAME_NKEY (dashes as underscores,
+upper case), which nats-server.conf's entry for that hook user names, and with
+--tls a client certificate in metabus-nats-hook-NAME-tls.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			hooks, err := natscreds.HookUserIDs(hookUsers)
+			if err != nil {
+				return fmt.Errorf("--hook-user: %w", err)
+			}
+			users := append(append([]string(nil), natscreds.Users...), hooks...)
 			s, err := store()
 			if err != nil {
 				return err
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			done, err := natscreds.Run(ctx, s, natscreds.Users, natscreds.GenerateSeed)
+			done, err := natscreds.Run(ctx, s, users, natscreds.GenerateSeed)
 			report(cmd.OutOrStdout(), "NATS credentials", s.Namespace, done)
 			if err != nil || !tlsOpts.enabled {
 				return err
 			}
-			done, err = natscreds.RunTLS(ctx, s, tlsOpts.spec(s.Namespace, time.Now()))
+			done, err = natscreds.RunTLS(ctx, s, tlsOpts.spec(users, s.Namespace, time.Now()))
 			report(cmd.OutOrStdout(), "NATS TLS certificates", s.Namespace, done)
 			return err
 		},
@@ -99,6 +112,7 @@ signed by that CA. Existing ones are never replaced.`,
 	ensure.Flags().StringVar(&tlsOpts.service, "tls-service", "nats", "the NATS client Service the server certificate is for (<name>, <name>.<namespace>, .svc, .svc.cluster.local)")
 	ensure.Flags().StringVar(&tlsOpts.peers, "tls-peers", "nats-headless", "the headless Service of the NATS pods, whose addresses the routes dial (*.<name>.<namespace>.svc); empty for none")
 	ensure.Flags().DurationVar(&tlsOpts.validity, "tls-validity", natscreds.DefaultValidity, "validity of new certificates")
+	ensure.Flags().StringArrayVar(&hookUsers, "hook-user", nil, "a hook user (a DNS label; repeatable) to make an nkey seed (Secret metabus-nats-hook-<name>), public key and certificate for")
 
 	var service string
 	rotate := &cobra.Command{
@@ -138,8 +152,67 @@ service its seed when it connects, so restart both afterwards, NATS first
 	}
 	rotate.Flags().StringVar(&service, "service", "", "the service (or operator user) whose seed to replace: "+strings.Join(natscreds.Users, ", "))
 
-	cmd.AddCommand(ensure, rotate)
+	cmd.AddCommand(ensure, rotate, hookUsersCommand())
 	return cmd
+}
+
+// hookUsersCommand is `metabus credentials hook-users`: the kustomize
+// counterpart of the Helm chart's nats.hookUsers.
+func hookUsersCommand() *cobra.Command {
+	var conf, out string
+	c := &cobra.Command{
+		Use:   "hook-users --conf deploy/nats/nats-server.conf --out DIR NAME[:SUBJECT,...]...",
+		Short: "Write a kustomize component adding NATS hook users to an install from deploy/",
+		Long: `Writes DIR/kustomization.yaml, a kustomize component, and DIR/nats-server.conf:
+the --conf file (the nats-server.conf of the install) with an entry for each
+hook user NAME, who may subscribe to hooks.NAME.> (or the SUBJECTs given, each
+under hooks.NAME.) and publish nothing but replies to the requests it got.
+The component merges that file into the nats-config ConfigMap, adds
+--hook-user=NAME to "credentials ensure" in the NATS pods' init container
+(which then makes the seed Secret metabus-nats-hook-NAME for the hook's pods,
+its public key and certificate) and lets the credentials Role write those
+Secrets. Use it from your kustomization:
+
+  resources:
+  - github.com/metabus/metabus/deploy
+  components:
+  - ./DIR`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if conf == "" || out == "" {
+				return errors.New("--conf and --out are required")
+			}
+			users := make([]natscreds.HookUser, len(args))
+			for i, a := range args {
+				u, err := natscreds.ParseHookUser(a)
+				if err != nil {
+					return err
+				}
+				users[i] = u
+			}
+			data, err := os.ReadFile(conf)
+			if err != nil {
+				return err
+			}
+			files, err := natscreds.HookUsersComponent(string(data), users)
+			if err != nil {
+				return fmt.Errorf("%s: %w", conf, err)
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return err
+			}
+			for _, name := range []string{natscreds.ComponentConf, natscreds.ComponentKustomization} {
+				if err := os.WriteFile(filepath.Join(out, name), files[name], 0o644); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote the kustomize component %s (hook users %s)\n", out, strings.Join(args, " "))
+			return nil
+		},
+	}
+	c.Flags().StringVar(&conf, "conf", "", "the install's nats-server.conf (deploy/nats/nats-server.conf), with its # @hook-users line")
+	c.Flags().StringVar(&out, "out", "", "directory to write the component to (created if missing; its two files are replaced)")
+	return c
 }
 
 // credentialsNamespace is the namespace the Secrets live in: the flag, the
@@ -173,11 +246,12 @@ type tlsFlags struct {
 	validity       time.Duration
 }
 
-// spec is what ensure makes in namespace: certificates for every user,
-// the server's valid for the Services' names and for a port-forward.
-func (f tlsFlags) spec(namespace string, now time.Time) natscreds.TLSSpec {
+// spec is what ensure makes in namespace: certificates for every one of
+// users, the server's valid for the Services' names and for a
+// port-forward.
+func (f tlsFlags) spec(users []string, namespace string, now time.Time) natscreds.TLSSpec {
 	return natscreds.TLSSpec{
-		Users:     natscreds.Users,
+		Users:     users,
 		ServerDNS: natscreds.ServerDNSNames(f.service, f.peers, namespace),
 		ServerIPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 		Validity:  f.validity,

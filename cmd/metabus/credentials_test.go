@@ -6,10 +6,13 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -45,6 +48,11 @@ func TestCredentialsArguments(t *testing.T) {
 		{reason: "a stray argument", args: []string{"ensure", "now"}, want: `unknown command "now"`},
 		{reason: "rotate without a service", args: []string{"rotate"}, want: "--service is required: one of watcher, dispatcher, applier, revisions"},
 		{reason: "an unknown flag", args: []string{"ensure", "--force"}, want: "unknown flag: --force"},
+		{reason: "a hook user that is not a DNS label", args: []string{"ensure", "--hook-user", "Team_B"}, want: `--hook-user: hook user name "Team_B"`},
+		{reason: "a hook user twice", args: []string{"ensure", "--hook-user", "a", "--hook-user", "a"}, want: "--hook-user: hook user a is listed twice"},
+		{reason: "hook-users without a user", args: []string{"hook-users", "--conf", "c", "--out", "o"}, want: "requires at least 1 arg"},
+		{reason: "hook-users without --conf", args: []string{"hook-users", "--out", "o", "hello"}, want: "--conf and --out are required"},
+		{reason: "hook-users with another hook's subject", args: []string{"hook-users", "--conf", "c", "--out", "o", "b:hooks.c.sync"}, want: `subject "hooks.c.sync" is not under hooks.b.`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.reason, func(t *testing.T) {
@@ -144,6 +152,43 @@ func TestCredentialsAgainstAPIServer(t *testing.T) {
 		t.Errorf("second ensure rewrote TLS Secrets (%v)", err)
 	}
 
+	// A hook user declared later: its seed, public key and certificate are
+	// added, nothing else is written, and a second run changes nothing.
+	hook := natscreds.HookUserID("hello")
+	out, err = runCredentials(t, "ensure", "--kubeconfig", env.Kubeconfig, "-n", ns, "--hook-user", "hello",
+		"--tls-service=mb-nats", "--tls-peers=mb-nats-headless")
+	if err != nil {
+		t.Fatalf("ensure --hook-user: %v\n%s", err, out)
+	}
+	withHook, err := store.Read(ctx, natscreds.Names(append(append([]string(nil), natscreds.Services...), hook)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hookPub, err := natscreds.PublicKey(withHook[natscreds.HookSecret("hello")].Data[natscreds.SeedKey])
+	if err != nil {
+		t.Fatalf("the hook's seed Secret %s: %v\n%s", natscreds.HookSecret("hello"), err, out)
+	}
+	if got := string(withHook[natscreds.UsersSecret].Data["HOOK_HELLO_NKEY"]); got != hookPub {
+		t.Errorf("users Secret's HOOK_HELLO_NKEY = %q, want the hook seed's %q", got, hookPub)
+	}
+	for _, svc := range natscreds.Services {
+		if withHook[natscreds.SeedSecret(svc)].ResourceVersion != first[natscreds.SeedSecret(svc)].ResourceVersion {
+			t.Errorf("ensure --hook-user rewrote %s", natscreds.SeedSecret(svc))
+		}
+	}
+	if hookCert, err := store.Read(ctx, []string{natscreds.ClientTLSSecret(hook)}); err != nil || len(hookCert) != 1 {
+		t.Errorf("the hook's client certificate %s: %v (%d Secrets)", natscreds.ClientTLSSecret(hook), err, len(hookCert))
+	}
+	out, err = runCredentials(t, "ensure", "--kubeconfig", env.Kubeconfig, "-n", ns, "--hook-user", "hello")
+	if err != nil || !strings.Contains(out, "NATS credentials in namespace "+ns+" are complete: nothing to do") {
+		t.Fatalf("second ensure --hook-user: %v\n%s", err, out)
+	}
+	if again, err := store.Read(ctx, []string{natscreds.HookSecret("hello")}); err != nil ||
+		again[natscreds.HookSecret("hello")].ResourceVersion != withHook[natscreds.HookSecret("hello")].ResourceVersion {
+		t.Errorf("second ensure --hook-user rewrote the hook's seed (%v)", err)
+	}
+	first = read() // the users Secret now holds the hook's key too
+
 	// --tls=false (Helm with cert-manager, or TLS off): seeds only.
 	const plain = "mb-creds-plain"
 	if err := kube.Create(ctx, kubeapi.Path(corev1.SchemeGroupVersion.WithResource("namespaces"), "", "", ""),
@@ -174,5 +219,46 @@ func TestCredentialsAgainstAPIServer(t *testing.T) {
 		if err != nil || string(after[natscreds.UsersSecret].Data[natscreds.UserKey(svc)]) != pub {
 			t.Errorf("%s: users Secret key %q, seed's %q (%v)", svc, after[natscreds.UsersSecret].Data[natscreds.UserKey(svc)], pub, err)
 		}
+	}
+}
+
+// TestCredentialsHookUsers: hook-users writes the component
+// natscreds.HookUsersComponent makes of the given nats-server.conf (which
+// deploy's TestKustomizeHookUsers builds with kustomize), and refuses a
+// configuration without the hook users' line, writing nothing.
+func TestCredentialsHookUsers(t *testing.T) {
+	conf := filepath.Join("..", "..", "deploy", "nats", "nats-server.conf")
+	out := filepath.Join(t.TempDir(), "hook-users")
+	if msg, err := runCredentials(t, "hook-users", "--conf", conf, "--out", out, "hello", "team-b:hooks.team-b.sync,hooks.team-b.finalize"); err != nil {
+		t.Fatalf("hook-users: %v\n%s", err, msg)
+	}
+	data, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := natscreds.HookUsersComponent(string(data), []natscreds.HookUser{{Name: "hello"},
+		{Name: "team-b", Subjects: []string{"hooks.team-b.sync", "hooks.team-b.finalize"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, w := range want {
+		got, err := os.ReadFile(filepath.Join(out, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(string(w), string(got)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", name, diff)
+		}
+	}
+	bad := filepath.Join(t.TempDir(), "no-marker.conf")
+	if err := os.WriteFile(bad, []byte("authorization { users = [\n] }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(t.TempDir(), "out")
+	if _, err := runCredentials(t, "hook-users", "--conf", bad, "--out", empty, "hello"); err == nil || !strings.Contains(err.Error(), "@hook-users") {
+		t.Errorf("a configuration without the marker: err %v", err)
+	}
+	if _, err := os.Stat(empty); !os.IsNotExist(err) {
+		t.Errorf("a refused run wrote %s (%v)", empty, err)
 	}
 }

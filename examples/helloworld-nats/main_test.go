@@ -113,7 +113,9 @@ func TestFlags(t *testing.T) {
 }
 
 // TestManifestSubject holds the controller's NATS subject to the one the
-// command serves by default.
+// command serves by default. That the manifest as a whole is valid is
+// checked against the CRD by a real API server, in e2e's
+// TestHelloWorldNATS.
 func TestManifestSubject(t *testing.T) {
 	data, err := os.ReadFile("manifests/controller.yaml")
 	if err != nil {

@@ -58,6 +58,12 @@ type Config struct {
 	// snapshot and revisions services instead of calling the watcher and
 	// the revisions service directly.
 	SnapshotsOverNATS bool
+	// HookConnection gives each dispatcher a second NATS connection, used
+	// for hook requests only (as --hook-nats-* does for a dispatcher
+	// process), instead of sending them over its bus connection, which
+	// also carries its JetStream traffic. BenchmarkHookTransport compares
+	// the two.
+	HookConnection bool
 }
 
 // Deps are shared by every component.
@@ -245,6 +251,16 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 		}
 		conns = append(conns, nc)
 		d := dispatcher.Deps{REST: deps.restFor(ServiceDispatcher), NC: nc, JS: js, Log: log.With(zap.Int("replica", i)), Health: deps.Health, Trace: deps.Trace, Echoes: book}
+		if cfg.HookConnection {
+			hnc, _, err := connect(ServiceDispatcher, fmt.Sprintf("metabus-dispatcher-%d-hooks", i))
+			if err != nil {
+				cancel()
+				wg.Wait()
+				return err
+			}
+			conns = append(conns, hnc)
+			d.HookNC = hnc
+		}
 		if !cfg.SnapshotsOverNATS {
 			d.Snapshots, d.Revisions = src, store
 		}

@@ -231,9 +231,11 @@ func retryAfterSeconds(v string) time.Duration {
 
 // natsRequest builds a call's request message as the CloudEvents NATS
 // binding does. Binary mode: every attribute and extension in a
-// "ce-<name>" header (values percent-encoded as over HTTP, since a NATS
-// header cannot carry a line break), content-type application/json, the
-// request body untouched as payload. Structured mode: the whole event as
+// "ce-<name>" header with its value verbatim (the NATS binding, unlike the
+// HTTP one, has no percent-encoding, and a hook reading the headers with
+// its CloudEvents SDK takes them as they are), content-type
+// application/json, the request body untouched as payload. A value a NATS
+// header line cannot carry (a control character) is an error, not sent. Structured mode: the whole event as
 // JSON, content-type application/cloudevents+json.
 func natsRequest(subject string, m v1alpha1.CloudEventsMode, call *Call, body []byte, now time.Time) (*nats.Msg, error) {
 	msg := nats.NewMsg(subject)
@@ -254,7 +256,10 @@ func natsRequest(subject string, m v1alpha1.CloudEventsMode, call *Call, body []
 		return nil, err
 	}
 	for _, a := range attrs {
-		msg.Header[hookwire.HeaderPrefix+a[0]] = []string{percentEncode(a[1])}
+		if i := strings.IndexFunc(a[1], func(r rune) bool { return r < ' ' || r == 0x7f }); i >= 0 {
+			return nil, fmt.Errorf("CloudEvents attribute %s has a control character at byte %d, which a NATS header cannot carry", a[0], i)
+		}
+		msg.Header[hookwire.HeaderPrefix+a[0]] = []string{a[1]}
 	}
 	msg.Header[hookwire.HeaderContentType] = []string{hookwire.ContentTypeJSON}
 	msg.Data = body

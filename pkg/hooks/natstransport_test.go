@@ -37,6 +37,10 @@ func TestNATSRequestMatchesBinding(t *testing.T) {
 			ControllerName: "c", Subject: "/apis/example.com/v1/namespaces/ns/things/p",
 			Extensions: map[string]string{"partitionkey": "cc-c/uid", "parentuid": "uid", "workseq": "00000000000000000007"}}},
 		{"no subject, an explicit source", Call{ID: "id-2", Kind: "customize", Source: "/apis/x/v1/y/z"}},
+		// The HTTP binding would percent-encode these; the NATS binding
+		// carries them verbatim, and so does metabus.
+		{"values with a space, a percent sign, a quote and non-ASCII", Call{ID: "id 3%41", Kind: "sync", Source: "/apis/x/v1/y/z", Subject: "/\"é\"",
+			Extensions: map[string]string{"parentuid": "50% off"}}},
 	}
 	for _, tc := range calls {
 		ref, err := sdkEvent(&tc.call, body, now)
@@ -77,6 +81,25 @@ func TestNATSRequestMatchesBinding(t *testing.T) {
 				t.Errorf("headers (-want +got):\n%s", diff)
 			}
 			readBack(t, got, ref)
+		})
+	}
+}
+
+// TestNATSRequestRefusesControlCharacters: a value a NATS header line
+// cannot carry is an error before anything is sent, whatever its place.
+func TestNATSRequestRefusesControlCharacters(t *testing.T) {
+	for _, tc := range []struct {
+		reason string
+		call   Call
+	}{
+		{"a line break in the subject", Call{ID: "i", Kind: "sync", Source: "/s", Subject: "/a\r\nce-id: forged"}},
+		{"a NUL in an extension", Call{ID: "i", Kind: "sync", Source: "/s", Extensions: map[string]string{"parentuid": "a\x00b"}}},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			msg, err := natsRequest("hooks.x", v1alpha1.CloudEventsBinary, &tc.call, []byte(`{}`), time.Now())
+			if err == nil || !strings.Contains(err.Error(), "control character") {
+				t.Fatalf("natsRequest = %v, %v; want a control character error", msg, err)
+			}
 		})
 	}
 }

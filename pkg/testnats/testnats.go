@@ -49,7 +49,10 @@ func StartProduction(t testing.TB, conf string) *Production {
 
 // StartProductionWithHooks is StartProduction with hook users (natscreds.
 // HookUser with default subjects) inserted where the configuration takes
-// them; their seeds are Seeds["hook-<name>"].
+// them, as an install declares them for `metabus credentials ensure
+// --hook-user`: without nkey, so that the configuration reads each one's
+// public key from $HOOK_<NAME>_NKEY, set here as the users Secret sets it.
+// Their seeds are Seeds["hook-<name>"].
 func StartProductionWithHooks(t testing.TB, conf string, hooks ...string) *Production {
 	t.Helper()
 	dir := t.TempDir()
@@ -62,9 +65,11 @@ func StartProductionWithHooks(t testing.TB, conf string, hooks ...string) *Produ
 	}
 	hookUsers := make([]natscreds.HookUser, len(hooks))
 	for i, name := range hooks {
-		pub, seedFile := NewUser(t, dir, "hook-"+name)
-		hookUsers[i] = natscreds.HookUser{Name: name, NKey: pub}
-		p.Seeds["hook-"+name] = seedFile
+		id := natscreds.HookUserID(name)
+		pub, seedFile := NewUser(t, dir, id)
+		hookUsers[i] = natscreds.HookUser{Name: name}
+		env[natscreds.UserKey(id)] = pub
+		p.Seeds[id] = seedFile
 	}
 
 	data, err := os.ReadFile(conf)

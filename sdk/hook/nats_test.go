@@ -1,6 +1,7 @@
 package hook_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -8,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	cejs "github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2"
+	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats-server/v2/server"
@@ -316,5 +319,53 @@ func TestServeNATSNeedsQueue(t *testing.T) {
 	err := hook.ServeNATS(context.Background(), nc, "hooks.x", "", hook.Composite(greet))
 	if err == nil || !strings.Contains(err.Error(), "queue group") {
 		t.Errorf("err = %v, want one asking for a queue group", err)
+	}
+}
+
+// TestServeNATSHeadersVerbatim: the CloudEvents NATS binding carries
+// attribute values verbatim (no percent-encoding, unlike HTTP's): a request
+// written by the CloudEvents sdk's NATS binding reaches the handler with
+// its values unchanged, and the answer's request id, read back by that
+// binding, is the request's as sent.
+func TestServeNATSHeadersVerbatim(t *testing.T) {
+	nc := natsConn(t)
+	var got *hook.Call
+	serveNATS(t, nc, "hooks.test.verbatim", hook.HandlerFunc(func(_ context.Context, call *hook.Call) ([]byte, error) {
+		if call.Mode == hook.ModeBinary {
+			got = call
+		}
+		return []byte(`{}`), nil
+	}))
+	ev := event.New()
+	ev.SetID("id 3%41")
+	ev.SetType(hookwire.EventType(hook.KindSync))
+	ev.SetSource("/apis/c")
+	ev.SetSubject(`/ns/"é" 100%`)
+	ev.SetExtension(hookwire.ExtParentUID, "50% off")
+	if err := ev.SetData(event.ApplicationJSON, json.RawMessage(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	var payload bytes.Buffer
+	h, err := cejs.WriteMsg(binding.WithForceBinary(context.Background()), binding.ToMessage(&ev), &payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &nats.Msg{Subject: "hooks.test.verbatim", Header: h, Data: payload.Bytes()}
+	reply, err := nc.RequestMsg(req, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got == nil {
+		t.Fatalf("the handler saw no binary call; answer headers %v", reply.Header)
+	}
+	if diff := cmp.Diff([]string{"id 3%41", `/ns/"é" 100%`, "50% off"}, []string{got.ID, got.Subject, got.Extensions[hookwire.ExtParentUID]}); diff != "" {
+		t.Errorf("id, subject, parentuid as the handler saw them (-sent +got):\n%s", diff)
+	}
+	answer, err := binding.ToEvent(context.Background(), cejs.NewMessage(reply))
+	if err != nil {
+		t.Fatalf("the sdk's NATS binding cannot read the answer: %v", err)
+	}
+	if diff := cmp.Diff([]string{`/ns/"é" 100%`, "id 3%41"}, []string{answer.Subject(), answer.Extensions()[hookwire.ExtRequestID].(string)}); diff != "" {
+		t.Errorf("answer's subject and requestid (-want +got):\n%s", diff)
 	}
 }

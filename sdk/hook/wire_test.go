@@ -211,22 +211,7 @@ func TestThroughMetabusClient(t *testing.T) {
 				srv := httptest.NewServer(asMode(t, mode, hook.HTTPHandler(h)))
 				defer srv.Close()
 				url := srv.URL + "/" + tc.kind
-				item := hooks.Item{ControllerName: "c", WorkSeq: 42}
-				item.Controller.Kind, item.Controller.Name = "CompositeController", "c"
-				item.Parent.Namespace, item.Parent.Name, item.Parent.UID = "ns", "p", "uid-p"
-				call := item.SyncCall(&v1alpha1.Hook{Webhook: &v1alpha1.Webhook{URL: &url}}, tc.kind, "", tc.request)
-				resp := tc.apiResp()
-				if err := client.Do(context.Background(), call, resp); err != nil {
-					t.Fatalf("metabus's client: %v", err)
-				}
-				want := tc.apiResp()
-				answer, _ := json.Marshal(tc.sdkResp)
-				if err := hookapi.Decode(answer, true, want); err != nil {
-					t.Fatal(err)
-				}
-				if diff := cmp.Diff(want, resp); diff != "" {
-					t.Errorf("decoded answer (-want +got):\n%s", diff)
-				}
+				callThroughClient(t, client, &v1alpha1.Hook{Webhook: &v1alpha1.Webhook{URL: &url}}, tc)
 				if got == nil || got.Mode != mode {
 					t.Fatalf("call %+v, want mode %s", got, mode)
 				}
@@ -239,6 +224,29 @@ func TestThroughMetabusClient(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// callThroughClient calls tc's hook kind at h with metabus's client, for
+// controller c's parent ns/p (uid uid-p) at work sequence 42, and checks
+// that the answer decodes as the SDK handler's response does.
+func callThroughClient(t *testing.T, client *hooks.Client, h *v1alpha1.Hook, tc wireCase) {
+	t.Helper()
+	item := hooks.Item{ControllerName: "c", WorkSeq: 42}
+	item.Controller.Kind, item.Controller.Name = "CompositeController", "c"
+	item.Parent.Namespace, item.Parent.Name, item.Parent.UID = "ns", "p", "uid-p"
+	call := item.SyncCall(h, tc.kind, "", tc.request)
+	resp := tc.apiResp()
+	if err := client.Do(context.Background(), call, resp); err != nil {
+		t.Fatalf("metabus's client: %v", err)
+	}
+	want := tc.apiResp()
+	answer, _ := json.Marshal(tc.sdkResp)
+	if err := hookapi.Decode(answer, true, want); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, resp); diff != "" {
+		t.Errorf("decoded answer (-want +got):\n%s", diff)
 	}
 }
 
@@ -271,4 +279,39 @@ func asMode(t *testing.T, mode hook.Mode, next http.Handler) http.Handler {
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// TestThroughMetabusClientNATS: the same round trip as
+// TestThroughMetabusClient over NATS, metabus's client requesting (in both
+// CloudEvents modes a controller may ask for) and ServeNATS answering.
+func TestThroughMetabusClientNATS(t *testing.T) {
+	nc := natsConn(t)
+	client := hooks.New(hooks.Options{NATS: nc})
+	for _, tc := range wireCases() {
+		var got *hook.Call
+		subject := "hooks.wire." + tc.kind
+		serveNATS(t, nc, subject, hook.HandlerFunc(func(ctx context.Context, call *hook.Call) ([]byte, error) {
+			if call.Mode != hook.ModePlain { // serveNATS's readiness probe is plain
+				got = call
+			}
+			return tc.handler.ServeHook(ctx, call)
+		}))
+		for _, mode := range []v1alpha1.CloudEventsMode{v1alpha1.CloudEventsBinary, v1alpha1.CloudEventsStructured} {
+			t.Run(tc.reason+"/"+string(mode), func(t *testing.T) {
+				got = nil
+				callThroughClient(t, client, &v1alpha1.Hook{NATS: &v1alpha1.NATSHook{Subject: subject, CloudEvents: &mode}}, tc)
+				wantMode := map[v1alpha1.CloudEventsMode]hook.Mode{v1alpha1.CloudEventsBinary: hook.ModeBinary, v1alpha1.CloudEventsStructured: hook.ModeStructured}[mode]
+				if got == nil || got.Mode != wantMode {
+					t.Fatalf("call %+v, want mode %s", got, wantMode)
+				}
+				if got.Kind() != tc.kind || got.Extensions["parentuid"] != "uid-p" || got.Extensions["workseq"] != "00000000000000000042" ||
+					!strings.HasSuffix(got.Subject, "/namespaces/ns/p") && !strings.HasSuffix(got.Subject, "/p") {
+					t.Errorf("call attributes %+v", got)
+				}
+				if err := json.Unmarshal(got.Data, tc.sdkReq()); err != nil {
+					t.Errorf("the request data does not decode: %v", err)
+				}
+			})
+		}
+	}
 }

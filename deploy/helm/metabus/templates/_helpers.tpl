@@ -224,6 +224,11 @@ NATS pods' init container): the Services its server certificate is for, or
 {{- else }}
 - --tls=false
 {{- end }}
+{{- range .Values.nats.hookUsers }}
+{{- if not .nkey }}
+- --hook-user={{ .name }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* A service's NATS client TLS flags (nats.tls.enabled): its certificate, key and the CA. */}}
