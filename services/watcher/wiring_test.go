@@ -328,8 +328,18 @@ func TestWiringEvents(t *testing.T) {
 				}
 				if e.parent {
 					wr.onParent(&wr.plan.Parents[0], old, e.obj)
-				} else {
-					wr.onOwned(configmapsGVR, old, e.obj)
+					continue
+				}
+				before := pendingItems(w)
+				wr.onOwned(configmapsGVR, old, e.obj)
+				// The registry routes owned events by ownedInterest: it
+				// may leave out only events that change nothing.
+				var oldMeta metav1.Object
+				if e.old != nil {
+					oldMeta = e.old
+				}
+				if !cmp.Equal(before, pendingItems(w)) && !ownedInterest(wr.plan).Matches(oldMeta, e.obj) {
+					t.Errorf("an event that enqueues work would not be routed to the wiring: %s", e.obj.GetName())
 				}
 			}
 			if diff := cmp.Diff(tc.want, pendingItems(w)); diff != "" {
