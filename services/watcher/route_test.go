@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,7 +19,6 @@ import (
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/decorator"
 	"github.com/metabus/metabus/pkg/discovery"
-	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/kindtable"
 )
 
@@ -42,17 +40,7 @@ func TestOwnedEventsRouted(t *testing.T) {
 	p := thing("p", "10", map[string]string{"deco": "yes"}, map[string]any{"app": "x"})
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds, p)
 
-	w := &Watcher{
-		cfg:         Config{SnapshotWait: time.Second},
-		log:         zap.NewNop(),
-		registry:    informers.New(dyn, 0),
-		wirings:     map[string]*wiring{},
-		ctrlHandles: map[string]*informers.Handle{},
-	}
-	w.out = newOutbox(w.log, nil, nil, 0)
-	w.metrics = newMetrics(nil, w)
-	w.out.metrics = w.metrics
-	w.leader.Store(true)
+	w := leadingWatcher(dyn)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() {
 		for _, wr := range w.wirings {
