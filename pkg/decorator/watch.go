@@ -42,7 +42,10 @@ func (c *Controller) WatchPlan(resolve kinds.WatchResolver) (*kinds.WatchPlan, e
 		return nil, fmt.Errorf("spec.resources is empty: nothing to decorate")
 	}
 	rules := &watchRules{name: c.DC.Name, finalizer: c.Finalizer()}
-	plan := &kinds.WatchPlan{Finalizer: rules.finalizer, Rules: rules}
+	// OwnerRef ignores objects without this mark: the watcher routes
+	// attachment events by it.
+	plan := &kinds.WatchPlan{Finalizer: rules.finalizer, Rules: rules,
+		Attachment: &kinds.Attachment{Annotation: ControllerAnnotation, Value: c.DC.Name}}
 	resolved := make([]ResolvedRule, 0, len(spec.Resources))
 	byGVR := map[schema.GroupVersionResource]int{}
 	for i, r := range spec.Resources {

@@ -95,7 +95,9 @@ func TestWatchPlan(t *testing.T) {
 		Owned     []string
 		Adopts    bool
 		Finalizer string
+		Mark      kinds.Attachment
 	}
+	mark := kinds.Attachment{Annotation: "metacontroller.k8s.io/decorator-controller", Value: "dec"}
 	cases := []struct {
 		reason   string
 		finalize bool
@@ -109,19 +111,19 @@ func TestWatchPlan(t *testing.T) {
 			targets: []v1alpha1.DecoratorControllerResourceRule{watchTarget("apps/v1/deployments", true, nil), watchTarget("v1/namespaces", false, nil)},
 			attach:  []string{"v1/configmaps", "v1/secrets"},
 			want: summary{Parents: []string{"apps/v1, Resource=deployments", "/v1, Resource=namespaces"}, Ignore: []bool{true, false},
-				Owned: []string{"/v1, Resource=configmaps", "/v1, Resource=secrets"}},
+				Owned: []string{"/v1, Resource=configmaps", "/v1, Resource=secrets"}, Mark: mark},
 		},
 		{
 			reason:   "one resource named by two rules is watched once, ignoring status only if both ask",
 			finalize: true,
 			targets: []v1alpha1.DecoratorControllerResourceRule{
 				watchTarget("apps/v1/deployments", true, map[string]string{"a": "1"}), watchTarget("apps/v1/deployments", false, map[string]string{"b": "1"})},
-			want: summary{Parents: []string{"apps/v1, Resource=deployments"}, Ignore: []bool{false}, Finalizer: "metacontroller.io/decoratorcontroller-dec"},
+			want: summary{Parents: []string{"apps/v1, Resource=deployments"}, Ignore: []bool{false}, Finalizer: "metacontroller.io/decoratorcontroller-dec", Mark: mark},
 		},
 		{
 			reason:  "both rules ignoring status changes keep ignoring them",
 			targets: []v1alpha1.DecoratorControllerResourceRule{watchTarget("apps/v1/deployments", true, nil), watchTarget("apps/v1/deployments", true, nil)},
-			want:    summary{Parents: []string{"apps/v1, Resource=deployments"}, Ignore: []bool{true}},
+			want:    summary{Parents: []string{"apps/v1, Resource=deployments"}, Ignore: []bool{true}, Mark: mark},
 		},
 		{
 			reason:  "nothing to decorate",
@@ -170,6 +172,9 @@ func TestWatchPlan(t *testing.T) {
 				return
 			}
 			s := summary{Adopts: plan.Adopts, Finalizer: plan.Finalizer}
+			if plan.Attachment != nil {
+				s.Mark = *plan.Attachment
+			}
 			for _, p := range plan.Parents {
 				s.Parents = append(s.Parents, p.Res.GVR.String())
 				s.Ignore = append(s.Ignore, p.IgnoreStatusChanges)

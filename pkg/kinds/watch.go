@@ -55,6 +55,11 @@ type WatchPlan struct {
 	// it has no finalize hook). A parent carrying it stays selected, so
 	// its finalize hook runs after it opts out.
 	Finalizer string
+	// Attachment, if set, is the annotation and value without which an
+	// owned object is none of the controller's business (Rules.OwnerRef
+	// returns nil for it): a DecoratorController's mark. The watcher
+	// routes owned objects' events by it.
+	Attachment *Attachment
 	// Rules are the kind's decisions.
 	Rules WatchRules
 	// Keyed is set for a kind whose unit of work is (parent, map key),
@@ -62,6 +67,12 @@ type WatchPlan struct {
 	// parents and owned objects, and its work items, snapshots and desired
 	// states are per key (design §10). nil for per-parent kinds.
 	Keyed *KeyedPlan
+}
+
+// Attachment is an annotation and the value that mark an owned object.
+type Attachment struct {
+	Annotation string
+	Value      string
 }
 
 // KeyedPlan is the part of a plan only keyed kinds have.

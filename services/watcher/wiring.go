@@ -116,10 +116,13 @@ func (wr *wiring) start(ctx context.Context) error {
 			UpdateFunc: func(old, obj any) { wr.onOwned(gvr, old, obj) },
 			DeleteFunc: func(obj any) { wr.onOwned(gvr, nil, obj) },
 		}
+		interest := ownedInterest(wr.plan)
 		if wr.keyed != nil {
-			handler = wr.keyedOwnedHandler(i)
+			// A keyed plan indexes every output it is given (keyed.go):
+			// it keeps getting every event.
+			handler, interest = wr.keyedOwnedHandler(i), nil
 		}
-		if err := h.AddHandler(handler); err != nil {
+		if err := h.AddRoutedHandler(handler, interest); err != nil {
 			return err
 		}
 	}
@@ -130,6 +133,23 @@ func (wr *wiring) start(ctx context.Context) error {
 	}
 	resyncEvery(ctx, wr.resyncSeconds, wr.resync)
 	return nil
+}
+
+// ownedInterest is the events of owned objects that onOwned can act on:
+// those of objects controlled (before or after the event) by one of the
+// plan's parent kinds, and marked as the controller's when the plan has a
+// mark; and, for a kind that adopts, those of objects with no controller.
+// onOwned does nothing with the others (ownerOf and offerOrphan find no
+// parent), so the registry need not call it for them.
+func ownedInterest(plan *kinds.WatchPlan) *informers.Interest {
+	in := &informers.Interest{Orphans: plan.Adopts}
+	for _, p := range plan.Parents {
+		in.OwnerKinds = append(in.OwnerKinds, schema.GroupKind{Group: p.Res.GVR.Group, Kind: p.Res.Kind})
+	}
+	if a := plan.Attachment; a != nil {
+		in.Attachment = &informers.Attachment{Annotation: a.Annotation, Value: a.Value}
+	}
+	return in
 }
 
 // stop releases the informer subscriptions.

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
@@ -137,18 +138,7 @@ func wired(t *testing.T, ctrlObj *unstructured.Unstructured, objs ...runtime.Obj
 // wiredPlan is wired for a plan built by the test (a fake kind).
 func wiredPlan(t *testing.T, ref bus.ControllerRef, ctrlObj *unstructured.Unstructured, plan *kinds.WatchPlan, objs ...runtime.Object) (*Watcher, *wiring) {
 	t.Helper()
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), fakeListKinds, objs...)
-	w := &Watcher{
-		cfg:         Config{SnapshotWait: time.Second},
-		log:         zap.NewNop(),
-		registry:    informers.New(dyn, 0),
-		wirings:     map[string]*wiring{},
-		ctrlHandles: map[string]*informers.Handle{},
-	}
-	w.out = newOutbox(w.log, nil, nil, 0)
-	w.metrics = newMetrics(nil, w)
-	w.out.metrics = w.metrics
-	w.leader.Store(true)
+	w := leadingWatcher(dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), fakeListKinds, objs...))
 	wr := w.newWiring(ref, ctrlObj, "", nil, plan)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() {
@@ -178,6 +168,23 @@ func wiredPlan(t *testing.T, ref bus.ControllerRef, ctrlObj *unstructured.Unstru
 	}
 	w.wirings[ref.ID()] = wr
 	return w, wr
+}
+
+// leadingWatcher is a leading watcher with no wirings yet, its informers
+// on dyn, its outbox publishing nowhere.
+func leadingWatcher(dyn dynamic.Interface) *Watcher {
+	w := &Watcher{
+		cfg:         Config{SnapshotWait: time.Second},
+		log:         zap.NewNop(),
+		registry:    informers.New(dyn, 0),
+		wirings:     map[string]*wiring{},
+		ctrlHandles: map[string]*informers.Handle{},
+	}
+	w.out = newOutbox(w.log, nil, nil, 0)
+	w.metrics = newMetrics(nil, w)
+	w.out.metrics = w.metrics
+	w.leader.Store(true)
+	return w
 }
 
 // pendingItem is a pending work item in comparable form.
@@ -328,8 +335,18 @@ func TestWiringEvents(t *testing.T) {
 				}
 				if e.parent {
 					wr.onParent(&wr.plan.Parents[0], old, e.obj)
-				} else {
-					wr.onOwned(configmapsGVR, old, e.obj)
+					continue
+				}
+				before := pendingItems(w)
+				wr.onOwned(configmapsGVR, old, e.obj)
+				// The registry routes owned events by ownedInterest: it
+				// may leave out only events that change nothing.
+				var oldMeta metav1.Object
+				if e.old != nil {
+					oldMeta = e.old
+				}
+				if !cmp.Equal(before, pendingItems(w)) && !ownedInterest(wr.plan).Matches(oldMeta, e.obj) {
+					t.Errorf("an event that enqueues work would not be routed to the wiring: %s", e.obj.GetName())
 				}
 			}
 			if diff := cmp.Diff(tc.want, pendingItems(w)); diff != "" {
