@@ -2,7 +2,7 @@
 // JetStream: subjects, CloudEvent types and their encoding, the message
 // schemas exchanged by the watcher, dispatcher, applier and revisions
 // services, and the stream, consumer and bucket configurations, all as
-// plain data. It links no NATS client (TestContractsLinkNoNATSClient), so
+// plain data. It links no NATS client (internal/layers TestCoresLinkNoTransport), so
 // that the pure cores and the kind cores can import it; package jsbus runs
 // the bus on JetStream from these contracts.
 //
