@@ -114,12 +114,14 @@ upper case), which nats-server.conf's entry for that hook user names, and with
 	ensure.Flags().DurationVar(&tlsOpts.validity, "tls-validity", natscreds.DefaultValidity, "validity of new certificates")
 	ensure.Flags().StringArrayVar(&hookUsers, "hook-user", nil, "a hook user (a DNS label; repeatable) to make an nkey seed (Secret metabus-nats-hook-<name>), public key and certificate for")
 
-	var service string
+	var service, hookUser string
 	rotate := &cobra.Command{
-		Use:   "rotate --service NAME",
-		Short: "Give one service a new nkey seed and nats-server its new public key",
+		Use:   "rotate --service NAME | --hook-user NAME",
+		Short: "Give one service or hook user a new nkey seed and nats-server its new public key",
 		Long: `Replaces the seed in metabus-nats-<service> and the service's public key in
-metabus-nats-users. nats-server reads the public keys when it starts, and the
+metabus-nats-users (with --hook-user, the hook user's seed in
+metabus-nats-hook-<name> and its HOOK_<NAME>_NKEY; restart the hook's pods
+instead of a service). nats-server reads the public keys when it starts, and the
 service its seed when it connects, so restart both afterwards, NATS first
 (the service is refused between the two restarts):
 
@@ -128,8 +130,18 @@ service its seed when it connects, so restart both afterwards, NATS first
   kubectl -n metabus rollout restart deployment -l app.kubernetes.io/component=<service>`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if service == "" {
-				return errors.New("--service is required: one of " + strings.Join(natscreds.Users, ", "))
+			users, who := natscreds.Users, service
+			switch {
+			case service != "" && hookUser != "":
+				return errors.New("--service and --hook-user: give one")
+			case hookUser != "":
+				ids, err := natscreds.HookUserIDs([]string{hookUser})
+				if err != nil {
+					return fmt.Errorf("--hook-user: %w", err)
+				}
+				users, who = append(append([]string(nil), natscreds.Users...), ids[0]), ids[0]
+			case service == "":
+				return errors.New("--service is required: one of " + strings.Join(natscreds.Users, ", ") + " (or --hook-user NAME)")
 			}
 			s, err := store()
 			if err != nil {
@@ -137,10 +149,17 @@ service its seed when it connects, so restart both afterwards, NATS first
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			done, err := natscreds.RunRotate(ctx, s, natscreds.Users, service, natscreds.GenerateSeed)
+			done, err := natscreds.RunRotate(ctx, s, users, who, natscreds.GenerateSeed)
 			report(cmd.OutOrStdout(), "NATS credentials", s.Namespace, done)
 			if err != nil {
 				return err
+			}
+			if hookUser != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "now restart NATS, then the pods serving hook user %s (they mount %s):\n"+
+					"  kubectl -n %s rollout restart statefulset -l app.kubernetes.io/component=nats\n"+
+					"  kubectl -n %s rollout status statefulset -l app.kubernetes.io/component=nats\n",
+					hookUser, natscreds.HookSecret(hookUser), s.Namespace, s.Namespace)
+				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "now restart NATS, then the %s:\n"+
 				"  kubectl -n %s rollout restart statefulset -l app.kubernetes.io/component=nats\n"+
@@ -151,6 +170,7 @@ service its seed when it connects, so restart both afterwards, NATS first
 		},
 	}
 	rotate.Flags().StringVar(&service, "service", "", "the service (or operator user) whose seed to replace: "+strings.Join(natscreds.Users, ", "))
+	rotate.Flags().StringVar(&hookUser, "hook-user", "", "the hook user (made by ensure --hook-user) whose seed to replace")
 
 	cmd.AddCommand(ensure, rotate, hookUsersCommand())
 	return cmd

@@ -47,6 +47,8 @@ func TestCredentialsArguments(t *testing.T) {
 		{reason: "an unknown subcommand", args: []string{"make"}, want: `unknown command "make"`},
 		{reason: "a stray argument", args: []string{"ensure", "now"}, want: `unknown command "now"`},
 		{reason: "rotate without a service", args: []string{"rotate"}, want: "--service is required: one of watcher, dispatcher, applier, revisions"},
+		{reason: "rotate of a service and a hook user at once", args: []string{"rotate", "--service", "applier", "--hook-user", "hello"}, want: "--service and --hook-user: give one"},
+		{reason: "rotate of a hook user that is not a DNS label", args: []string{"rotate", "--hook-user", "Team_B"}, want: `--hook-user: hook user name "Team_B"`},
 		{reason: "an unknown flag", args: []string{"ensure", "--force"}, want: "unknown flag: --force"},
 		{reason: "a hook user that is not a DNS label", args: []string{"ensure", "--hook-user", "Team_B"}, want: `--hook-user: hook user name "Team_B"`},
 		{reason: "a hook user twice", args: []string{"ensure", "--hook-user", "a", "--hook-user", "a"}, want: "--hook-user: hook user a is listed twice"},
@@ -218,6 +220,35 @@ func TestCredentialsAgainstAPIServer(t *testing.T) {
 		pub, err := natscreds.PublicKey(after[natscreds.SeedSecret(svc)].Data[natscreds.SeedKey])
 		if err != nil || string(after[natscreds.UsersSecret].Data[natscreds.UserKey(svc)]) != pub {
 			t.Errorf("%s: users Secret key %q, seed's %q (%v)", svc, after[natscreds.UsersSecret].Data[natscreds.UserKey(svc)], pub, err)
+		}
+	}
+
+	// A hook user's seed is rotated the same way; the services' seeds and
+	// keys stay as they are.
+	hookBefore, err := store.Read(ctx, []string{natscreds.HookSecret("hello")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = runCredentials(t, "rotate", "--hook-user", "hello", "--kubeconfig", env.Kubeconfig, "-n", ns)
+	if err != nil || !strings.Contains(out, natscreds.HookSecret("hello")) {
+		t.Fatalf("rotate --hook-user: %v\n%s", err, out)
+	}
+	hookAfter, err := store.Read(ctx, []string{natscreds.HookSecret("hello")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newSeed := hookAfter[natscreds.HookSecret("hello")].Data[natscreds.SeedKey]
+	if string(newSeed) == string(hookBefore[natscreds.HookSecret("hello")].Data[natscreds.SeedKey]) {
+		t.Errorf("rotate --hook-user kept the hook's seed")
+	}
+	rotated := read()
+	if pub, err := natscreds.PublicKey(newSeed); err != nil || string(rotated[natscreds.UsersSecret].Data["HOOK_HELLO_NKEY"]) != pub {
+		t.Errorf("users Secret's HOOK_HELLO_NKEY = %q, want the new seed's %q (%v)", rotated[natscreds.UsersSecret].Data["HOOK_HELLO_NKEY"], pub, err)
+	}
+	for _, svc := range natscreds.Services {
+		if string(rotated[natscreds.SeedSecret(svc)].Data[natscreds.SeedKey]) != string(after[natscreds.SeedSecret(svc)].Data[natscreds.SeedKey]) ||
+			string(rotated[natscreds.UsersSecret].Data[natscreds.UserKey(svc)]) != string(after[natscreds.UsersSecret].Data[natscreds.UserKey(svc)]) {
+			t.Errorf("rotate --hook-user changed %s's seed or key", svc)
 		}
 	}
 }
