@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	"github.com/metabus/metabus/pkg/hookapi"
+	"github.com/metabus/metabus/pkg/hookwire"
 )
 
 // CloudEvent types. Every message on the bus is a CloudEvent
@@ -21,15 +22,17 @@ const (
 	TypeDesired         = "io.k8s.metacontroller.desired.v1"
 	TypeApplied         = "io.k8s.metacontroller.applied.v1"
 	TypeRevisionUpdated = "io.k8s.metacontroller.revision.updated.v1"
-	// TypeHookPrefix + "<hook>.v1" is the type of hook requests over HTTP.
-	TypeHookPrefix = "io.k8s.metacontroller.hook."
+	// TypeHookPrefix + "<hook>.v1" is the type of hook requests (the hook
+	// wire contract's, package hookwire).
+	TypeHookPrefix = hookwire.EventTypePrefix
 )
 
 // CloudEvent extension names (lowercase alphanumeric, as the spec requires).
 const (
-	ExtPartitionKey = "partitionkey"
-	ExtWorkSeq      = "workseq"
-	ExtParentUID    = "parentuid"
+	// The three a hook request carries too are the hook wire contract's.
+	ExtPartitionKey = hookwire.ExtPartitionKey
+	ExtWorkSeq      = hookwire.ExtWorkSeq
+	ExtParentUID    = hookwire.ExtParentUID
 	ExtParentRV     = "parentrv"
 	ExtTraceParent  = "traceparent"
 	ExtReason       = "reason"
@@ -56,20 +59,20 @@ const (
 // Hook kinds: DesiredState.Hook names the hook whose answer it carries.
 const (
 	// HookSync is a sync hook's answer.
-	HookSync = "sync"
+	HookSync = hookwire.HookSync
 	// HookFinalize is a finalize hook's answer.
-	HookFinalize = "finalize"
+	HookFinalize = hookwire.HookFinalize
 	// HookRelease is a finalizer release: no hook ran.
 	HookRelease = "release"
 	// HookCustomize names the customize hook's calls (CloudEvent type,
 	// metrics); its answer is never a desired state.
-	HookCustomize = "customize"
+	HookCustomize = hookwire.HookCustomize
 	// HookMap is a MapController map hook's answer for one map key.
-	HookMap = "map"
+	HookMap = hookwire.HookMap
 	// HookTombstone is the outcome for one detached map key: the
 	// tombstone hook's answer, or, without one, metabus's own decision to
 	// delete the key's outputs.
-	HookTombstone = "tombstone"
+	HookTombstone = hookwire.HookTombstone
 	// HookStatus is a state computed by metabus without a hook (a
 	// MapController parent's aggregated status).
 	HookStatus = "status"
