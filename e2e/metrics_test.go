@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -290,15 +289,16 @@ func scrape(addr string) (map[string]*dto.MetricFamily, error) {
 	return parser.TextToMetricFamilies(res.Body)
 }
 
-// freeAddr is a free loopback address for a process to listen on.
+// freeAddr is a free loopback address for a process to listen on later:
+// below the kernel's ephemeral range (testnats.FreePort), where no
+// outgoing connection of the tests alongside takes it meanwhile.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testnats.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", port)
 }
 
 // runBinary starts bin/name with args until the test ends (SIGTERM, then

@@ -2,7 +2,7 @@ package jsbus
 
 import (
 	"context"
-	"net"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +12,7 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/natsx/natstest"
+	"github.com/metabus/metabus/pkg/testnats"
 )
 
 // TestConsumersSurviveServerRestart: the partition consumers keep their
@@ -21,12 +22,14 @@ import (
 // are both handled.
 func TestConsumersSurviveServerRestart(t *testing.T) {
 	dir := t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// The server binds the same port again after its restart: a port
+	// below the ephemeral range, which no outgoing connection takes
+	// meanwhile.
+	port, err := testnats.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	start := func() func() {
 		s, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: dir, Listen: addr})
 		if err != nil {

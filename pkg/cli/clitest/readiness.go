@@ -24,6 +24,7 @@ import (
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kubeenv"
 	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/pkg/testnats"
 )
 
 // Readiness describes one binary for CheckReadiness.
@@ -195,7 +196,14 @@ func (n *natsServer) start(t *testing.T) {
 	}
 	go s.Start()
 	if !s.ReadyForConnections(30 * time.Second) {
-		t.Fatal("nats-server did not start")
+		s.Shutdown()
+		// The server logs nothing here; say whether it is the port.
+		if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", n.port)); err != nil {
+			t.Fatalf("nats-server did not start: port %d: %v", n.port, err)
+		} else {
+			_ = ln.Close()
+		}
+		t.Fatalf("nats-server did not start on port %d within 30s", n.port)
 	}
 	n.mu.Lock()
 	n.s = s
@@ -301,14 +309,19 @@ func proxiedKubeconfig(t *testing.T, path, addr string) string {
 	return out
 }
 
+// freePort is a port this test binds later, and again after closing it:
+// the NATS server's, the API proxy's, the probe's. It comes from
+// testnats.FreePort, below the kernel's ephemeral range, because a port
+// of that range freed here may be handed to any outgoing connection of
+// the tests running alongside before it is bound again (a CI run's NATS
+// server could not start that way).
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testnats.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // repoPath is rel in the repository holding the working directory.
