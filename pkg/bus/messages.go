@@ -399,6 +399,11 @@ type Applied struct {
 	// the highest resourceVersion the desired state's writes produced: a
 	// snapshot that reflects them shows the hook every write of the answer.
 	Fresh map[string]string `json:"fresh,omitempty"`
+	// Strategy (Done notes only) is the settling applier's
+	// --apply-strategy. A dispatcher in a process of its own learns from
+	// it whether an answer that would write nothing under that strategy
+	// may be settled without a desired state (package echo, Strategies).
+	Strategy string `json:"strategy,omitempty"`
 }
 
 // Write is one update an applier made: object UID, from resourceVersion

@@ -56,6 +56,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -195,6 +196,10 @@ type Book struct {
 	// note it expects, by bus.ItemKey (Expect), in two generations like
 	// refs.
 	answers, aold map[string]*answer
+	// strategies are the apply strategies the Done notes reported, read
+	// through ApplierStrategy; now is the clock they are stamped with.
+	strategies Strategies
+	now        func() time.Time
 }
 
 // answer is a published desired state's way through the applier: done
@@ -228,7 +233,7 @@ func NewBook(size int) *Book {
 	}
 	return &Book{size: size, origin: newOrigin(), refs: map[string]ref{}, old: map[string]ref{},
 		writes: map[string][]bus.Write{}, wold: map[string][]bus.Write{}, inflight: map[string]*flight{},
-		answers: map[string]*answer{}, aold: map[string]*answer{}}
+		answers: map[string]*answer{}, aold: map[string]*answer{}, now: time.Now}
 }
 
 // Record takes an applier's note in: its writes, and its inputs (if any)
@@ -254,7 +259,20 @@ func (b *Book) Record(a *bus.Applied) {
 	}
 	if a.Done {
 		b.doneLocked(a.Key(), a.WorkSeq, a.Fresh)
+		b.strategies.Saw(a.Strategy, b.now())
 	}
+}
+
+// ApplierStrategy is the apply strategy every applier that settled a
+// desired state within StrategyWindow reported on its Done notes, and
+// false while that is not one known strategy (Strategies.Agreed).
+func (b *Book) ApplierStrategy() (string, bool) {
+	if b == nil {
+		return "", false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.strategies.Agreed(b.now(), StrategyWindow)
 }
 
 // Expect records that this process is about to publish the desired state

@@ -209,7 +209,8 @@ func (a *Applier) newWriteLog(ds *bus.DesiredState) *writeLog {
 // update's sync also depends on ControllerRevisions, so its desired states
 // list no inputs and its writes are never treated as echoes.
 func (a *Applier) noteDone(ds *bus.DesiredState, wl *writeLog, complete bool) {
-	note := &bus.Applied{Controller: ds.Controller, ParentUID: ds.Parent.UID, MapKey: ds.MapKey, WorkSeq: ds.WorkSeq, Done: true}
+	note := &bus.Applied{Controller: ds.Controller, ParentUID: ds.Parent.UID, MapKey: ds.MapKey, WorkSeq: ds.WorkSeq, Done: true,
+		Strategy: string(a.cfg.Strategy)}
 	if wl != nil {
 		note.Fresh = wl.fresh
 	}

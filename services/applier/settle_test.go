@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/metabus/metabus/pkg/apply"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
@@ -194,14 +195,14 @@ func results(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	return out
 }
 
-// TestNoteDone: the Done note carries what the apply wrote per resource
-// whatever the opt-in, but lists the writes themselves (which watchers
+// TestNoteDone: the Done note carries the applier's strategy and what the
+// apply wrote per resource whatever the opt-in, but lists the writes themselves (which watchers
 // drop as echoes) only for a desired state that lists its inputs.
 func TestNoteDone(t *testing.T) {
 	for _, optedIn := range []bool{false, true} {
 		t.Run(fmt.Sprintf("echo suppression %v", optedIn), func(t *testing.T) {
 			book := echo.NewBook(16)
-			a := &Applier{log: zap.NewNop(), echoes: book}
+			a := &Applier{log: zap.NewNop(), echoes: book, cfg: Config{Strategy: apply.ServerSideApply}}
 			ds := &bus.DesiredState{
 				Controller: bus.ControllerRef{Kind: "CompositeController", Name: "things"},
 				Parent:     bus.ObjectRef{APIVersion: "example.com/v1", Resource: "things", UID: "p-uid"}, WorkSeq: 3,
@@ -227,6 +228,11 @@ func TestNoteDone(t *testing.T) {
 			}
 			if got := book.Wrote(ds.Controller.ID(), "p-uid", "51"); got != optedIn {
 				t.Errorf("the status write is known as this controller's: %v, want %v", got, optedIn)
+			}
+			// The note says which strategy applied it: a separate
+			// dispatcher judges answers that would write nothing by it.
+			if got, ok := book.ApplierStrategy(); got != string(apply.ServerSideApply) || !ok {
+				t.Errorf("the book learned the appliers' strategy %q (%v), want %q", got, ok, apply.ServerSideApply)
 			}
 		})
 	}

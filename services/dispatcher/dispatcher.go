@@ -91,11 +91,12 @@ type Config struct {
 	MergeWait time.Duration
 	// ApplyStrategy is the appliers' --apply-strategy, when this
 	// dispatcher knows it (the all-in-one process, whose one flag sets
-	// both stages). With dynamic apply, a sync answer that would write
-	// nothing against the snapshot its hook was shown is settled here,
-	// unpublished (kinds.WritesNothing). "" (unknown, as for a separate
-	// dispatcher, whose appliers may be started with another strategy)
-	// publishes every answer.
+	// both stages). A sync answer that would write nothing against the
+	// snapshot its hook was shown, under that strategy, is settled here,
+	// unpublished (kinds.WritesNothing). "" (a dispatcher of its own,
+	// whose appliers may be started with another strategy) learns the
+	// strategy from the appliers' Done notes (echo.Book.ApplierStrategy)
+	// and publishes every answer while they do not agree on one.
 	ApplyStrategy apply.Strategy
 	// HookNATS is the connection NATS hooks are called through (main dials
 	// it into Deps.HookNC when set); HookSubjectPrefix is the prefix their

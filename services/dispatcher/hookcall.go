@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/apply"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/hooks"
 	"github.com/metabus/metabus/pkg/inspect"
@@ -184,13 +185,35 @@ const resultUnchanged = "unchanged"
 // by), nor while an earlier answer of this replica for the item is still
 // being applied (applying that one may write what this one would undo).
 func (d *Dispatcher) unpublished(c syncCall, ds *bus.DesiredState, snap *snapshot.Response, k kinds.Applying) bool {
-	if d.cfg.ApplyStrategy == "" || len(c.inputs) > 0 || k == nil {
+	if len(c.inputs) > 0 || k == nil {
+		return false
+	}
+	strategy, ok := d.applierStrategy()
+	if !ok {
 		return false
 	}
 	if d.echoes.Applying(c.item.Controller.ID(), c.parent.UID, c.item.MapKey) != nil {
 		return false
 	}
-	return kinds.WritesNothing(k, ds, snap, d.cfg.ApplyStrategy)
+	return kinds.WritesNothing(k, ds, snap, strategy)
+}
+
+// applierStrategy is the appliers' apply strategy: the configured one
+// (the all-in-one's), else the one the appliers' Done notes agree on;
+// false while unknown.
+func (d *Dispatcher) applierStrategy() (apply.Strategy, bool) {
+	if d.cfg.ApplyStrategy != "" {
+		return d.cfg.ApplyStrategy, true
+	}
+	s, ok := d.echoes.ApplierStrategy()
+	if !ok {
+		return "", false
+	}
+	strategy, err := apply.ParseStrategy(s)
+	if err != nil {
+		return "", false // a strategy this build does not know
+	}
+	return strategy, true
 }
 
 // resyncLater arranges the hook's resyncAfterSeconds request (0: none) for

@@ -45,8 +45,11 @@ func TestUnchangedAnswer(t *testing.T) {
 	tests := []struct {
 		reason   string
 		strategy apply.Strategy
-		path     string // the sync hook's path on the hook server
-		echo     bool   // the controller opted into echo suppression
+		// notes are the strategies the appliers' Done notes reported
+		// before the sync (a separate dispatcher's only knowledge of it).
+		notes []string
+		path  string // the sync hook's path on the hook server
+		echo  bool   // the controller opted into echo suppression
 		// applying: an earlier answer of this dispatcher for the parent
 		// is still being applied.
 		applying bool
@@ -122,6 +125,33 @@ func TestUnchangedAnswer(t *testing.T) {
 			wantPublished: true,
 		},
 		{
+			reason:     "a separate dispatcher learns dynamic apply from the appliers' Done notes and settles the answer unpublished",
+			notes:      []string{"dynamic-apply", "dynamic-apply"},
+			path:       "/sync",
+			wantResult: "unchanged",
+		},
+		{
+			reason:        "appliers reporting two strategies (one being moved to another): every answer is published",
+			notes:         []string{"dynamic-apply", "server-side-apply"},
+			path:          "/sync",
+			wantResult:    "ok",
+			wantPublished: true,
+		},
+		{
+			reason:        "an applier too old to report its strategy makes it unknown: every answer is published",
+			notes:         []string{"dynamic-apply", ""},
+			path:          "/sync",
+			wantResult:    "ok",
+			wantPublished: true,
+		},
+		{
+			reason:        "appliers reporting server-side apply: every answer is published",
+			notes:         []string{"server-side-apply"},
+			path:          "/sync",
+			wantResult:    "ok",
+			wantPublished: true,
+		},
+		{
 			reason:        "while an earlier answer is still being applied the answer is published",
 			strategy:      apply.DynamicApply,
 			path:          "/sync",
@@ -134,6 +164,13 @@ func TestUnchangedAnswer(t *testing.T) {
 		t.Run(tc.reason, func(t *testing.T) {
 			uid := fmt.Sprintf("n%d", i)
 			d.cfg.ApplyStrategy = tc.strategy
+			// A book of its own per case: what appliers reported is
+			// process-wide.
+			d.echoes = echo.NewBook(0)
+			for j, st := range tc.notes {
+				d.echoes.Record(&bus.Applied{Controller: bus.ControllerRef{Kind: "CompositeController", Name: "other", UID: "other"},
+					ParentUID: fmt.Sprintf("other-%d", j), WorkSeq: uint64(j + 1), Done: true, Strategy: st})
+			}
 			ctrl := controllerObject(t, v1alpha1.CompositeControllerKind, "cc-"+uid, "ctrl-"+uid, map[string]any{
 				"parentResource": map[string]any{"apiVersion": "example.com/v1", "resource": "things"},
 				"childResources": []any{map[string]any{"apiVersion": "v1", "resource": "configmaps"}}, "generateSelector": true,
