@@ -1,5 +1,10 @@
-// Package hooks calls user hooks over HTTP(S). It is the one hook client every metabus service
-// uses, so that the wire contract of upstream Metacontroller is implemented exactly once.
+// Package hooks calls user hooks, over HTTP(S) (a webhook) or as a NATS request (hooks.<hook>.nats).
+// It is the one hook client every metabus service uses, so that the wire contract of upstream
+// Metacontroller is implemented exactly once. Callers hold a Caller (Client implements it);
+// Client.Do does what every transport shares (validation, encoding the body once, the timeout,
+// metrics, logging, the size and shape limits, decoding the answer) and hands the encoded
+// request to the hook's transport (transport.go): HTTP, described below, or NATS
+// (natstransport.go).
 //
 // # Request
 //
