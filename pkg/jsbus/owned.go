@@ -1100,13 +1100,17 @@ func (o *owner) handle(j job) {
 // a message this replica still holds, running or waiting its parent's turn.
 // While nothing is in hand it waits for receive's signal instead of
 // ticking: a message's first keep-alive is due a third of its AckWait
-// after it arrived, so starting the ticks then misses nothing.
+// after it arrived, so starting the ticks then misses nothing. Each scan
+// finds the earliest keep-alive due next, and the next scan waits for it
+// (beatWait): held messages that are all young cost no scans.
 func (o *owner) heartbeat(ctx context.Context) {
+	var next time.Time // the earliest keep-alive due, as of the last scan
 	for {
 		o.mu.Lock()
 		empty := len(o.msgs) == 0
 		o.mu.Unlock()
 		if empty {
+			next = time.Time{}
 			select {
 			case <-ctx.Done():
 				return
@@ -1117,7 +1121,7 @@ func (o *owner) heartbeat(ctx context.Context) {
 		if period == 0 {
 			period = o.c.AckWait
 		}
-		t := time.NewTimer(min(max(period/12, 20*time.Millisecond), 250*time.Millisecond))
+		t := time.NewTimer(beatWait(time.Now(), next, period))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -1127,12 +1131,19 @@ func (o *owner) heartbeat(ctx context.Context) {
 		o.beatScans.Add(1)
 		now := time.Now()
 		var due []*held
+		next = time.Time{}
 		o.mu.Lock()
 		o.core.Held(now, func(id uint64) {
 			hm := o.msgs[id]
-			if hm != nil && now.Sub(hm.lastBeat) >= hm.part.beat/3 {
+			if hm == nil {
+				return
+			}
+			if now.Sub(hm.lastBeat) >= hm.part.beat/3 {
 				hm.lastBeat = now
 				due = append(due, hm)
+			}
+			if at := hm.lastBeat.Add(hm.part.beat / 3); next.IsZero() || at.Before(next) {
+				next = at
 			}
 		})
 		o.mu.Unlock()
@@ -1140,4 +1151,20 @@ func (o *owner) heartbeat(ctx context.Context) {
 			_ = hm.InProgress()
 		}
 	}
+}
+
+// beatWait is how long the heartbeat sleeps before its next scan, given
+// the earliest keep-alive due among the messages held at the last scan
+// (zero: none known yet, as right after the first message arrives) and
+// period, the shortest keep-alive period of the owner's partitions. It
+// never scans more often than every period/12 (at least 20 ms, at most
+// 250 ms: how late a keep-alive may be), and never waits longer than
+// period/3, so a message that arrives meanwhile, due period/3 after it
+// arrives at the earliest, is seen by then.
+func beatWait(now, next time.Time, period time.Duration) time.Duration {
+	floor := min(max(period/12, 20*time.Millisecond), 250*time.Millisecond)
+	if next.IsZero() {
+		return floor
+	}
+	return min(max(next.Sub(now), floor), max(period/3, floor))
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -586,5 +587,78 @@ func TestHeartbeatSleepsWhileNothingHeld(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // the scan in progress ends
 	if n := scansOver(time.Second); n > 1 {
 		t.Errorf("after the message was settled: %d heartbeat scans in 1 s, want at most 1", n)
+	}
+}
+
+func TestBeatWait(t *testing.T) {
+	now := time.Date(2026, 11, 28, 21, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		reason string
+		next   time.Duration // after now; -1: none known
+		period time.Duration
+		want   time.Duration
+	}{
+		{"no keep-alive known yet: the short first wait", -1, 15 * time.Second, 250 * time.Millisecond},
+		{"a short AckWait scans sooner at first", -1, 600 * time.Millisecond, 50 * time.Millisecond},
+		{"the first wait is never under 20 ms", -1, 60 * time.Millisecond, 20 * time.Millisecond},
+		{"young messages: sleep until the earliest keep-alive", 3 * time.Second, 15 * time.Second, 3 * time.Second},
+		{"a keep-alive due at once still waits the floor", 0, 15 * time.Second, 250 * time.Millisecond},
+		{"a keep-alive overdue still waits the floor", -2, 15 * time.Second, 250 * time.Millisecond},
+		{"never longer than a third of the period: a new arrival is due by then", 20 * time.Second, 15 * time.Second, 5 * time.Second},
+	} {
+		t.Run(c.reason, func(t *testing.T) {
+			var next time.Time
+			switch c.next {
+			case -1:
+			case -2:
+				next = now.Add(-time.Second)
+			default:
+				next = now.Add(c.next)
+			}
+			if diff := cmp.Diff(c.want, beatWait(now, next, c.period)); diff != "" {
+				t.Errorf("beatWait (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestHeartbeatScansOnlyWhenDue (issue 31): while the messages held are
+// younger than their first keep-alive, the heartbeat does not rescan them
+// every tick: it sleeps until the earliest keep-alive is due (beatWait).
+func TestHeartbeatScansOnlyWhenDue(t *testing.T) {
+	connect := replicas(t, bus.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, js := connect()
+	owners := make(chan *owner, 1)
+	testOwner = func(o *owner) { owners <- o }
+	defer func() { testOwner = nil }()
+	ran := make(chan struct{}, 1)
+	go func() {
+		// AckWait 15 s: the first keep-alive is due 5 s after arrival;
+		// the old heartbeat scanned every 250 ms meanwhile.
+		_ = Consume(ctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
+			AckWait: 15 * time.Second}, func(_ context.Context, m jetstream.Msg) {
+			time.Sleep(2 * time.Second)
+			_ = m.Ack()
+			ran <- struct{}{}
+		})
+	}()
+	var o *owner
+	select {
+	case o = <-owners:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Consume did not start")
+	}
+	time.Sleep(2 * time.Second) // partitions claimed
+	before := o.beatScans.Load()
+	publishMany(t, js, "young", 1)
+	select {
+	case <-ran:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the message did not run")
+	}
+	if n := o.beatScans.Load() - before; n > 2 {
+		t.Errorf("%d heartbeat scans while one message was held 2 s with its first keep-alive due at 5 s, want at most 2", n)
 	}
 }
