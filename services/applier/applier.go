@@ -426,9 +426,9 @@ func workItem(ds *bus.DesiredState, reason string, attempt int) bus.WorkItem {
 // metric, the applied note, and the message's outcome (outcomeOf), which
 // the bus settles.
 //
-//   - nil is "ok", a done its own result: ack (ok and noop also note that
+//   - nil is "ok", a done its own result: Done (ok and noop also note that
 //     the desired state was applied, so watchers and dispatchers can drop
-//     the echoes of its writes; every acked outcome ends with a Done note,
+//     the echoes of its writes; every Done outcome ends with a Done note,
 //     which the dispatcher that published it may be waiting for);
 //   - a requeueError ("conflict") schedules the sync now. It goes through
 //     the parent's schedule rather than straight to MC_WORK so that a
