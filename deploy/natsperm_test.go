@@ -21,6 +21,7 @@ import (
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/pkg/outcome"
 	"github.com/metabus/metabus/pkg/revstore"
 	"github.com/metabus/metabus/pkg/snapshot"
 	"github.com/metabus/metabus/pkg/testnats"
@@ -198,23 +199,21 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 		err := jsbus.Consume(runCtx, dispatcher.js, jsbus.ConsumeConfig{
 			Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
 			Member: "dispatcher-0", OnError: dispatcher.busError,
-		}, func(ctx context.Context, m jetstream.Msg) {
+		}, func(ctx context.Context, m jetstream.Msg) outcome.Outcome {
 			var item bus.WorkItem
 			if err := jsbus.Decode(m, bus.TypeSyncRequested, &item); err != nil {
 				dispatcher.busError(err)
-				_ = m.Term()
-				return
+				return outcome.Terminal("malformed")
 			}
 			seq, _, err := jsbus.Meta(m)
 			if err != nil {
 				dispatcher.busError(err)
-				_ = m.NakWithDelay(time.Second)
-				return
+				return outcome.Retry(time.Second, 0)
 			}
 			uid := item.Parent.UID
 			if uid == poisonW {
 				ev.add("dispatcher delivery " + uid)
-				return // unsettled: redelivered until MaxDeliver, then dead-lettered
+				return outcome.Outcome{} // no outcome: redelivered until MaxDeliver, then dead-lettered
 			}
 			snapshotProbe(dispatcher, uid)
 			revisionsProbe(dispatcher, uid)
@@ -228,8 +227,7 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 				Inputs: map[string]string{child: "1"}, ProducedAt: time.Now(),
 			}); err != nil {
 				dispatcher.busError(err)
-				_ = m.NakWithDelay(time.Second)
-				return
+				return outcome.Retry(time.Second, 0)
 			}
 			if uid == uidA && item.Reason == bus.ReasonEvent {
 				// A failed sync's retry: fires into mc.due, the relay moves
@@ -240,10 +238,8 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 					dispatcher.busError(err)
 				}
 			}
-			if err := m.Ack(); err != nil {
-				dispatcher.busError(err)
-			}
 			ev.add("dispatcher " + uid + " " + item.Reason)
+			return outcome.Done() // acked by Consume, its errors to OnError
 		})
 		if err != nil {
 			dispatcher.busError(fmt.Errorf("work consumer: %w", err))
@@ -261,23 +257,21 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 		err := jsbus.Consume(runCtx, applier.js, jsbus.ConsumeConfig{
 			Stream: bus.DesiredStream, Prefix: bus.DesiredConsumerPrefix, Stage: bus.DesiredStage,
 			AckWait: bus.DesiredAckWait, Ordered: true, Member: "applier-0", OnError: applier.busError,
-		}, func(ctx context.Context, m jetstream.Msg) {
+		}, func(ctx context.Context, m jetstream.Msg) outcome.Outcome {
 			var ds bus.DesiredState
 			if err := jsbus.Decode(m, bus.TypeDesired, &ds); err != nil {
 				applier.busError(err)
-				_ = m.Term()
-				return
+				return outcome.Terminal("malformed")
 			}
 			md, err := m.Metadata()
 			if err != nil {
 				applier.busError(err)
-				_ = m.NakWithDelay(time.Second)
-				return
+				return outcome.Retry(time.Second, 0)
 			}
 			uid := ds.Parent.UID
 			if uid == poisonD {
 				ev.add("applier delivery " + uid)
-				return
+				return outcome.Outcome{}
 			}
 			// services/applier's superseded(): the last stored desired
 			// state of the parent, by direct get.
@@ -310,10 +304,8 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 				Inputs: ds.Inputs, Writes: []bus.Write{{UID: child, From: "1", To: "2"}}}, ""); err != nil {
 				applier.busError(err)
 			}
-			if err := m.Ack(); err != nil {
-				applier.busError(err)
-			}
 			ev.add("applier " + uid)
+			return outcome.Done() // acked (and confirmed) by Consume, its errors to OnError
 		})
 		if err != nil {
 			applier.busError(fmt.Errorf("desired-state consumer: %w", err))

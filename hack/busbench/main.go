@@ -65,6 +65,7 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/pkg/outcome"
 )
 
 type config struct {
@@ -455,7 +456,7 @@ func (e *env) waitBalanced(ctx context.Context, members map[string][]string) (st
 
 func (e *env) dispatcher(js jetstream.JetStream) jsbus.Handler {
 	pub := jsbus.Publisher{JS: js}
-	return func(ctx context.Context, m jetstream.Msg) {
+	return func(ctx context.Context, m jetstream.Msg) outcome.Outcome {
 		n := e.running.Add(1)
 		defer e.running.Add(-1)
 		for cur := e.maxRunning.Load(); n > cur && !e.maxRunning.CompareAndSwap(cur, n); cur = e.maxRunning.Load() {
@@ -463,13 +464,11 @@ func (e *env) dispatcher(js jetstream.JetStream) jsbus.Handler {
 		var item bus.WorkItem
 		if err := jsbus.Decode(m, bus.TypeSyncRequested, &item); err != nil {
 			e.onError(err)
-			_ = m.TermWithReason("malformed work item")
-			return
+			return outcome.Terminal("malformed work item")
 		}
 		seq, _, err := jsbus.Meta(m)
 		if err != nil {
-			_ = m.NakWithDelay(time.Second)
-			return
+			return outcome.Retry(time.Second, 0)
 		}
 		if e.hook > 0 {
 			t := time.NewTimer(e.hook)
@@ -477,7 +476,7 @@ func (e *env) dispatcher(js jetstream.JetStream) jsbus.Handler {
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
-				return
+				return outcome.Outcome{}
 			}
 		}
 		ds := bus.DesiredState{
@@ -488,29 +487,24 @@ func (e *env) dispatcher(js jetstream.JetStream) jsbus.Handler {
 		}
 		if err := pub.PublishDesired(ctx, ds); err != nil {
 			e.onError(err)
-			_ = m.NakWithDelay(time.Second)
-			return
+			return outcome.Retry(time.Second, 0)
 		}
-		if err := m.Ack(); err != nil {
-			e.onError(err)
-		}
+		return outcome.Done()
 	}
 }
 
 func (e *env) applier(js jetstream.JetStream) jsbus.Handler {
 	var stream jetstream.Stream
 	var once sync.Once
-	return func(ctx context.Context, m jetstream.Msg) {
+	return func(ctx context.Context, m jetstream.Msg) outcome.Outcome {
 		var ds bus.DesiredState
 		if err := jsbus.Decode(m, bus.TypeDesired, &ds); err != nil {
 			e.onError(err)
-			_ = m.TermWithReason("malformed desired state")
-			return
+			return outcome.Terminal("malformed desired state")
 		}
 		md, err := m.Metadata()
 		if err != nil {
-			_ = m.NakWithDelay(time.Second)
-			return
+			return outcome.Retry(time.Second, 0)
 		}
 		if e.c.superseded && !jsbus.NewerQueued(ctx) && md.NumPending > 0 {
 			once.Do(func() { stream, _ = js.Stream(ctx, bus.DesiredStream) })
@@ -518,23 +512,23 @@ func (e *env) applier(js jetstream.JetStream) jsbus.Handler {
 				_, _ = stream.GetLastMsgForSubject(ctx, bus.StoredDesiredSubject(ds.Controller.ID(), ds.Parent.UID))
 			}
 		}
-		if err := m.Ack(); err != nil {
-			e.onError(err)
-			return
+		if err := jsbus.LeaseValid(ctx); err != nil {
+			return outcome.Outcome{} // the ack would be dropped: the new owner applies it
 		}
 		i, ok := e.index[ds.Parent.UID]
 		if !ok {
-			return
+			return outcome.Done()
 		}
 		if !e.end[i].CompareAndSwap(0, time.Now().UnixNano()) {
 			e.dups.Add(1)
-			return
+			return outcome.Done()
 		}
 		e.applied.Add(1)
 		select {
 		case e.progress <- struct{}{}:
 		default:
 		}
+		return outcome.Done()
 	}
 }
 

@@ -52,7 +52,7 @@ func graph(t *testing.T) map[string]pkg {
 // Kubernetes client.
 var pureCores = []string{
 	"pkg/bus", "pkg/ownership", "pkg/fairq", "pkg/revstore", "pkg/rollout", "pkg/apply",
-	"pkg/children", "pkg/revision", "pkg/hookwire", "pkg/hookapi",
+	"pkg/children", "pkg/revision", "pkg/hookwire", "pkg/hookapi", "pkg/outcome",
 }
 
 // Kind cores plan what a controller kind means; they link no bus client.

@@ -16,6 +16,7 @@ import (
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs/obstest"
+	"github.com/metabus/metabus/pkg/outcome"
 )
 
 // TestCollectorReadsTheBus puts work items, a desired state and a dead
@@ -116,7 +117,7 @@ func TestCollectorReadsTheBus(t *testing.T) {
 	go func() {
 		defer close(done)
 		_ = jsbus.Consume(cctx, js, jsbus.ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage},
-			func(_ context.Context, m jetstream.Msg) { <-release; _ = m.Ack() })
+			func(context.Context, jetstream.Msg) outcome.Outcome { <-release; return outcome.Done() })
 	}()
 	defer func() { close(release); stop(); <-done }()
 	deadline := time.Now().Add(30 * time.Second)

@@ -29,6 +29,7 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/pkg/outcome"
 )
 
 // benchBus starts an embedded server with the metabus streams and returns a
@@ -228,7 +229,7 @@ func BenchmarkWorkRoundTrip(b *testing.B) {
 		stopped := make(chan error, 1)
 		go func() {
 			stopped <- jsbus.Consume(ctx, js, jsbus.ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage, PerController: 16, AckWait: bus.WorkAckWait},
-				func(_ context.Context, m jetstream.Msg) {
+				func(_ context.Context, m jetstream.Msg) outcome.Outcome {
 					now := time.Now()
 					var it bus.WorkItem
 					if err := jsbus.Decode(m, bus.TypeSyncRequested, &it); err != nil {
@@ -237,12 +238,12 @@ func BenchmarkWorkRoundTrip(b *testing.B) {
 					mu.Lock()
 					lat = append(lat, now.Sub(it.EnqueuedAt))
 					mu.Unlock()
-					_ = m.Ack()
 					handled.Add(1)
 					select {
 					case signal <- struct{}{}:
 					default:
 					}
+					return outcome.Done()
 				})
 		}()
 		defer func() {

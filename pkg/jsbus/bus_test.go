@@ -16,6 +16,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/natsx/natstest"
+	"github.com/metabus/metabus/pkg/outcome"
 	"github.com/metabus/metabus/pkg/testnats"
 )
 
@@ -149,16 +150,17 @@ func TestWorkQueueSemantics(t *testing.T) {
 	acked := make(chan struct{}, 2)
 	go func() {
 		_ = Consume(cctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage, PerController: 4},
-			func(hctx context.Context, m jetstream.Msg) {
+			func(hctx context.Context, m jetstream.Msg) outcome.Outcome {
 				select {
 				case runs <- m:
 				case <-hctx.Done():
-					return
+					return outcome.Outcome{}
 				}
-				<-acked // the test settles it
+				<-acked // the test says when it is done
+				return outcome.Done()
 			})
 	}()
-	first := <-runs
+	<-runs
 	select {
 	case <-runs:
 		t.Fatal("a second item of the parent ran while the first was in flight")
@@ -167,22 +169,16 @@ func TestWorkQueueSemantics(t *testing.T) {
 	if queued, err := pub.PublishWork(ctx, it); err != nil || queued {
 		t.Errorf("publish during processing: queued=%v err=%v, want already queued", queued, err)
 	}
-	if err := first.DoubleAck(ctx); err != nil {
-		t.Fatal(err)
-	}
 	acked <- struct{}{}
 	// Ack frees the slot: one more run follows, and a new publish is
 	// accepted again as the pending one.
-	var second jetstream.Msg
 	select {
-	case second = <-runs:
+	case <-runs:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the pending item was never run after the ack")
 	}
-	if err := second.DoubleAck(ctx); err != nil {
-		t.Fatal(err)
-	}
 	acked <- struct{}{}
+	waitEmpty(t, st, "both were done") // acked and gone
 	if queued, err := pub.PublishWork(ctx, it); err != nil || !queued {
 		t.Errorf("publish after the pending item was taken: queued=%v err=%v", queued, err)
 	}
@@ -365,11 +361,11 @@ func TestHeartbeatFollowsConsumerAckWait(t *testing.T) {
 	var calls, done atomic.Int32
 	errc := make(chan error, 1)
 	go func() {
-		errc <- Consume(ctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage, PerController: 2, AckWait: 30 * time.Second}, func(_ context.Context, m jetstream.Msg) {
+		errc <- Consume(ctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage, PerController: 2, AckWait: 30 * time.Second}, func(_ context.Context, m jetstream.Msg) outcome.Outcome {
 			calls.Add(1)
 			time.Sleep(2 * time.Second) // > 3 × the consumer's AckWait
-			_ = m.Ack()
 			done.Add(1)
+			return outcome.Done()
 		})
 	}()
 	deadline := time.Now().Add(15 * time.Second)

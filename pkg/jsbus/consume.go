@@ -10,12 +10,34 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/outcome"
 )
 
-// Handler processes one message. It must settle the message (Ack, Nak or
-// Term); the context is cancelled when the replica loses the message's
-// partition.
-type Handler func(ctx context.Context, m jetstream.Msg)
+// Handler processes one message and returns how it ended; Consume settles
+// the message from that outcome, the handler never does (the message's
+// Ack, Nak and Term fail). The context is cancelled when the replica loses
+// the message's partition; a handler that stops then may return the zero
+// outcome.
+type Handler func(ctx context.Context, m jetstream.Msg) outcome.Outcome
+
+// settlePlain settles a message of a plain consumer (one without partition
+// ownership: the schedule relay, the dead-letter worker) from its outcome:
+// Done acks, Terminal terms with the reason, a retry naks with its wait
+// (the server's redelivery, counted against the consumer's MaxDeliver; a
+// plain consumer counts no retries itself, so a Retry without an Attempt
+// waits its After), and no outcome naks at once.
+func settlePlain(m jetstream.Msg, o outcome.Outcome) error {
+	switch {
+	case o.Kind == outcome.KindDone:
+		return m.Ack()
+	case o.Kind == outcome.KindTerminal:
+		return m.TermWithReason(o.Reason)
+	case o.Retries():
+		return m.NakWithDelay(o.Wait(time.Now(), 1))
+	default:
+		return m.Nak()
+	}
+}
 
 // Meta returns the stream sequence and delivery count of a message.
 func Meta(m jetstream.Msg) (streamSeq uint64, delivered uint64, err error) {
@@ -85,25 +107,30 @@ func RunRelayWith(ctx context.Context, pub Publisher, onError func(error)) error
 	}
 	lost := newConsumeWatch()
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		var item bus.WorkItem
-		if err := Decode(m, bus.TypeSyncRequested, &item); err != nil {
-			onError(err)
-			_ = m.Term()
-			remove(m)
-			return
+		out := relay(ctx, pub, m, onError)
+		_ = settlePlain(m, out)
+		if !out.Retries() {
+			remove(m) // relayed, or never relayable
 		}
-		if _, err := pub.PublishWork(ctx, item); err != nil {
-			onError(err)
-			_ = m.NakWithDelay(time.Second)
-			return
-		}
-		_ = m.Ack()
-		remove(m)
 	}, jetstream.ConsumeErrHandler(lost.handler(onError)))
 	if err != nil {
 		return fmt.Errorf("consume due schedules: %w", err)
 	}
 	return lost.wait(ctx, cc, "schedule relay")
+}
+
+// relay moves one fired schedule into MC_WORK.
+func relay(ctx context.Context, pub Publisher, m jetstream.Msg, onError func(error)) outcome.Outcome {
+	var item bus.WorkItem
+	if err := Decode(m, bus.TypeSyncRequested, &item); err != nil {
+		onError(err)
+		return outcome.Terminal("malformed due work item")
+	}
+	if _, err := pub.PublishWork(ctx, item); err != nil {
+		onError(err)
+		return outcome.Retry(time.Second, 0)
+	}
+	return outcome.Done()
 }
 
 // consumeWatch notices that a Consume has stopped for good (its consumer

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/outcome"
 )
 
 // DeadLetter describes a message moved to MC_DLQ.
@@ -46,24 +47,7 @@ func RunDLQ(ctx context.Context, js jetstream.JetStream, onDead func(DeadLetter)
 	}
 	lost := newConsumeWatch()
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		dl, err := deadLetter(ctx, js, m.Data())
-		if err != nil {
-			onError(err)
-			if errors.Is(err, errPermanent) {
-				_ = m.TermWithReason(err.Error())
-				return
-			}
-			// Transient (NATS unavailable, a timeout, a leader move):
-			// retry, or the poison message would stay in its stream for
-			// good, holding one of its parent's two MC_WORK slots.
-			// MC_ADV's MaxAge bounds how long an advisory is retried.
-			_ = m.NakWithDelay(dlqRetryDelay(m))
-			return
-		}
-		if dl != nil && onDead != nil {
-			onDead(*dl)
-		}
-		_ = m.Ack()
+		_ = settlePlain(m, moveDead(ctx, js, m, onDead, onError))
 	}, jetstream.ConsumeErrHandler(lost.handler(onError)))
 	if err != nil {
 		return fmt.Errorf("consume advisories: %w", err)
@@ -77,17 +61,30 @@ var errPermanent = errors.New("permanent")
 
 func permanent(err error) error { return fmt.Errorf("%w: %w", errPermanent, err) }
 
-// dlqRetryDelay is the redelivery delay of an advisory whose move failed
-// transiently: 1 s doubling per delivery, at most 30 s.
-func dlqRetryDelay(m jetstream.Msg) time.Duration {
-	n := uint64(1)
-	if md, err := m.Metadata(); err == nil && md.NumDelivered > 0 {
-		n = md.NumDelivered
+// moveDead handles one max-deliveries advisory: the message it names is
+// moved to MC_DLQ (Done), an advisory that can never be handled is
+// dropped (Terminal), and a transient failure (NATS unavailable, a
+// timeout, a leader move) is retried after 1 s doubling per delivery, at
+// most 30 s: otherwise the poison message would stay in its stream for
+// good, holding one of its parent's two MC_WORK slots. MC_ADV's MaxAge
+// bounds how long an advisory is retried.
+func moveDead(ctx context.Context, js jetstream.JetStream, m jetstream.Msg, onDead func(DeadLetter), onError func(error)) outcome.Outcome {
+	dl, err := deadLetter(ctx, js, m.Data())
+	if err != nil {
+		onError(err)
+		if errors.Is(err, errPermanent) {
+			return outcome.Terminal(err.Error())
+		}
+		attempt := 1
+		if md, err := m.Metadata(); err == nil && md.NumDelivered > 0 {
+			attempt = int(min(md.NumDelivered, 64))
+		}
+		return outcome.Retry(time.Second, attempt)
 	}
-	if n > 6 {
-		return 30 * time.Second
+	if dl != nil && onDead != nil {
+		onDead(*dl)
 	}
-	return min(time.Second<<(n-1), 30*time.Second)
+	return outcome.Done()
 }
 
 // deadLetter moves the message an advisory names to MC_DLQ. Errors wrapping

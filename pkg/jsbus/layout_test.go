@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/outcome"
 )
 
 // partitionConsumers lists a stream's partition consumers, sorted.
@@ -61,12 +62,11 @@ func TestRepartitionNeverOverlaps(t *testing.T) {
 		// Every tenth parent's handler outlasts a lease tick, so a
 		// cut-over always finds handlers of the old layout running.
 		fast, slow := x.handler(name, 20*time.Millisecond), x.handler(name, 1500*time.Millisecond)
-		h := func(ctx context.Context, m jetstream.Msg) {
+		h := func(ctx context.Context, m jetstream.Msg) outcome.Outcome {
 			if _, _, uid, _ := bus.ParseStoredSubject(m.Subject()); strings.HasSuffix(uid, "0") {
-				slow(ctx, m)
-				return
+				return slow(ctx, m)
 			}
-			fast(ctx, m)
+			return fast(ctx, m)
 		}
 		consumeWork(ctx, t, &wg, js, name, h)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/outcome"
 )
 
 // testMapKey has the shape of a mapctl map key (52 lower-case base32
@@ -156,12 +157,11 @@ func TestKeyedDesiredStatesOrderedPerKey(t *testing.T) {
 		defer close(consumed)
 		_ = Consume(ctx, js, ConsumeConfig{Stream: bus.DesiredStream, Prefix: bus.DesiredConsumerPrefix, Stage: bus.DesiredStage,
 			PerController: 8, Ordered: true},
-			func(hctx context.Context, m jetstream.Msg) {
+			func(hctx context.Context, m jetstream.Msg) outcome.Outcome {
 				var ds bus.DesiredState
 				if err := Decode(m, bus.TypeDesired, &ds); err != nil {
 					t.Error(err)
-					_ = m.Term()
-					return
+					return outcome.Terminal("malformed")
 				}
 				if ds.MapKey == "" {
 					// The per-parent state waits until every keyed one
@@ -169,7 +169,7 @@ func TestKeyedDesiredStatesOrderedPerKey(t *testing.T) {
 					select {
 					case <-keyedDone:
 					case <-hctx.Done():
-						return
+						return outcome.Outcome{}
 					case <-time.After(15 * time.Second):
 						t.Error("keyed desired states waited for the per-parent one")
 					}
@@ -182,15 +182,13 @@ func TestKeyedDesiredStatesOrderedPerKey(t *testing.T) {
 				}
 				total := keyed + len(got[bus.ItemKey(ctrl.ID(), uid, "")])
 				mu.Unlock()
-				if err := m.Ack(); err != nil {
-					t.Error(err)
-				}
 				if keyed == 2*perKey {
 					keyedOnce.Do(func() { close(keyedDone) })
 				}
 				if total == 3*perKey {
 					allOnce.Do(func() { close(allDone) })
 				}
+				return outcome.Done()
 			})
 	}()
 	select {

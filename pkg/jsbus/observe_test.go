@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/outcome"
 )
 
 // observed counts what an OwnershipObserver is told.
@@ -62,7 +63,7 @@ func TestOwnershipObserved(t *testing.T) {
 		go func() {
 			defer close(done)
 			_ = Consume(ctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage, Ownership: obs},
-				func(_ context.Context, m jetstream.Msg) { _ = m.Ack() })
+				func(context.Context, jetstream.Msg) outcome.Outcome { return outcome.Done() })
 		}()
 		return func() { cancel(); <-done }
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/fairq"
 	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/pkg/outcome"
 	"github.com/metabus/metabus/pkg/ownership"
 )
 
@@ -93,10 +94,15 @@ type ConsumeConfig struct {
 // reads the clock against the lease (so a process resumed after a pause
 // longer than the lease sees it expired before any timer has run), and
 // LeaseValid checks it through derived contexts at the point of writing.
-// In an ordered stage, Ack is confirmed by the server (retried while the
-// lease holds), so that a parent's next message never runs while this one
-// is still in the stream. A handler's NakWithDelay retries the message in
-// place after the delay, keeping its parent's turn.
+// A handler never settles its message: it returns an outcome (package
+// outcome), which Consume settles while the lease holds. Done is an ack;
+// in an ordered stage the ack is confirmed by the server (retried while
+// the lease holds), so that a parent's next message never runs while this
+// one is still in the stream. Terminal terms the message with its reason.
+// Retry, RetryAt and Throttled run the message again in place after their
+// wait (Outcome.Wait; a Retry's grows with the retries), keeping its
+// parent's turn and costing no delivery. No outcome leaves the message to
+// the server's redelivery.
 func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Handler) error {
 	if c.Lease <= 0 {
 		c.Lease = bus.OwnerLease
@@ -306,8 +312,10 @@ func LeaseValid(ctx context.Context) error {
 	return nil
 }
 
-// held is one message in hand. Its methods settle through the real
-// message only while the partition's lease holds.
+// held is one message in hand. The handler gets it as its jetstream.Msg
+// but cannot settle it (its Ack, Nak and Term fail): the driver settles it
+// from the handler's outcome (settle), through the real message, only
+// while the partition's lease holds.
 type held struct {
 	jetstream.Msg
 	o        *owner
@@ -318,36 +326,48 @@ type held struct {
 	key      string
 	seq      uint64
 	lastBeat time.Time
-	retry    time.Duration // set by NakWithDelay: run again after it
 	settled  bool
 }
 
-// Ack acknowledges the message. In an ordered stage it waits for the
+// errRuntimeSettles is what a handler gets from its message's Ack, Nak or
+// Term: settling is the runtime's, from the outcome the handler returns.
+var errRuntimeSettles = errors.New("a Consume handler does not settle its message: it returns an outcome, which Consume settles")
+
+// The settling methods of the message a handler holds all fail (see
+// errRuntimeSettles).
+func (m *held) Ack() error                       { return errRuntimeSettles }
+func (m *held) DoubleAck(context.Context) error  { return errRuntimeSettles }
+func (m *held) Nak() error                       { return errRuntimeSettles }
+func (m *held) NakWithDelay(time.Duration) error { return errRuntimeSettles }
+func (m *held) Term() error                      { return errRuntimeSettles }
+func (m *held) TermWithReason(string) error      { return errRuntimeSettles }
+
+// InProgress keeps the message alive while the lease holds (the
+// heartbeat's; a handler may call it too).
+func (m *held) InProgress() error {
+	if err := m.lease.valid(); err != nil {
+		return err
+	}
+	return m.Msg.InProgress()
+}
+
+// ack acknowledges the message. In an ordered stage it waits for the
 // server to confirm it, trying again while the lease holds: a lost ack
 // must not let the parent's next message run while this one is still in
 // the stream (it would come back after it, and nothing newer would be
 // left to show it is stale). A work item's ack is not waited for (the
 // round trip cost the bus benchmark a third of its throughput at hook
 // 0): one lost in transit redelivers the item, one more sync.
-func (m *held) Ack() error {
+func (m *held) ack() error {
 	if !m.o.c.Ordered {
-		return m.settle(m.Msg.Ack)
+		return m.settleWith(m.Msg.Ack)
 	}
-	return m.DoubleAck(context.Background())
-}
-
-// DoubleAck acknowledges the message and waits for the server to confirm
-// it, trying again while the lease holds (and ctx lasts).
-func (m *held) DoubleAck(ctx context.Context) error {
 	wait := 50 * time.Millisecond
 	for {
 		if err := m.lease.valid(); err != nil {
 			return err
 		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		actx, cancel := context.WithTimeout(ctx, min(apiTimeout, m.o.c.Lease/5))
+		actx, cancel := context.WithTimeout(context.Background(), min(apiTimeout, m.o.c.Lease/5))
 		err := m.Msg.DoubleAck(actx)
 		cancel()
 		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
@@ -359,36 +379,13 @@ func (m *held) DoubleAck(ctx context.Context) error {
 	}
 }
 
-func (m *held) settle(f func() error) error {
+// settleWith settles the message with f if the lease still holds.
+func (m *held) settleWith(f func() error) error {
 	if err := m.lease.valid(); err != nil {
 		return err
 	}
 	m.settled = true
 	return f()
-}
-
-func (m *held) Term() error { return m.settle(m.Msg.Term) }
-func (m *held) TermWithReason(r string) error {
-	return m.settle(func() error { return m.Msg.TermWithReason(r) })
-}
-
-// Nak and NakWithDelay retry in place (see Consume).
-func (m *held) Nak() error { return m.NakWithDelay(100 * time.Millisecond) }
-func (m *held) NakWithDelay(d time.Duration) error {
-	if err := m.lease.valid(); err != nil {
-		return err
-	}
-	if d <= 0 {
-		d = 100 * time.Millisecond
-	}
-	m.retry = d
-	return nil
-}
-func (m *held) InProgress() error {
-	if err := m.lease.valid(); err != nil {
-		return err
-	}
-	return m.Msg.InProgress()
 }
 
 type newerKey struct{}
@@ -1043,14 +1040,17 @@ func (o *owner) worker(j job) {
 	}
 }
 
+// handle runs a message until it is settled or its lease is lost: the
+// handler's outcome is settled here, and a retry runs again in place,
+// keeping the parent's turn.
 func (o *owner) handle(j job) {
 	defer o.running.Done()
 	hm := j.hm
 	ctx := context.WithValue(leaseCtx{Context: hm.lease.ctx, l: hm.lease}, newerKey{}, j.newer)
-	backoff := time.Duration(0)
 	check := j.check && o.c.Ordered
+	retries := 0 // in place so far, this one included when waiting
 	for ctx.Err() == nil {
-		hm.retry = 0
+		var out outcome.Outcome
 		if check {
 			run, err := oldest(ctx, o.js, o.c.Stream, hm.Subject(), hm.seq, o.c.KeepOlder)
 			switch {
@@ -1058,32 +1058,29 @@ func (o *owner) handle(j job) {
 				if ctx.Err() == nil {
 					o.c.OnError(err)
 				}
-				hm.retry = time.Second
+				out = outcome.Retry(time.Second, 0)
 			case !run:
 				hm.settled = true // gone from the stream: superseded
 			default:
 				check = false
 			}
 		}
-		if hm.retry == 0 && !hm.settled {
-			o.h(ctx, hm)
-			if !hm.settled && hm.retry == 0 {
-				// A handler that returned without settling: the server
-				// redelivers it, as after a crash, counting the delivery
-				// (the core checks what follows in an ordered stage).
-				if hm.lease.valid() == nil {
-					_ = hm.Msg.Nak()
-				}
-				break
-			}
-		}
 		if hm.settled {
 			break
 		}
-		// In-place retry, keeping the parent's turn; growing while it
-		// keeps failing (an unreachable dependency).
-		backoff = max(hm.retry, min(2*backoff, 30*time.Second))
-		t := time.NewTimer(backoff)
+		if !check {
+			out = o.h(ctx, hm)
+		}
+		if !out.Retries() {
+			o.settle(hm, out)
+			break
+		}
+		// In place, keeping the parent's turn; a Retry's wait grows while
+		// it keeps failing (an unreachable dependency).
+		if out.Kind == outcome.KindRetry {
+			retries++
+		}
+		t := time.NewTimer(out.Wait(time.Now(), retries))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -1094,6 +1091,33 @@ func (o *owner) handle(j job) {
 		delete(o.msgs, hm.id)
 		c.Done(hm.id, hm.settled, now)
 	})
+}
+
+// settle settles a message from its handler's final outcome (not a
+// retry), while the lease holds: after it, the new owner has the message.
+func (o *owner) settle(hm *held, out outcome.Outcome) {
+	var err error
+	switch out.Kind {
+	case outcome.KindDone:
+		err = hm.ack()
+	case outcome.KindTerminal:
+		err = hm.settleWith(func() error { return hm.Msg.TermWithReason(out.Reason) })
+	default:
+		// No outcome (the handler's context ended first), or one this
+		// runtime does not know: the server redelivers the message, as
+		// after a crash, counting the delivery (the core checks what
+		// follows in an ordered stage).
+		if out.Kind != 0 {
+			o.c.OnError(fmt.Errorf("%s seq %d: handler returned %s; redelivered", o.c.Stream, hm.seq, out))
+		}
+		if hm.lease.valid() == nil {
+			_ = hm.Msg.Nak()
+		}
+		return
+	}
+	if err != nil && !errors.Is(err, errFenced) {
+		o.c.OnError(fmt.Errorf("settle %s seq %d (%s): %w", o.c.Stream, hm.seq, out, err))
+	}
 }
 
 // heartbeat keeps every held message alive: the server must not redeliver

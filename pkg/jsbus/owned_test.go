@@ -14,6 +14,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/pkg/outcome"
 )
 
 // replicas starts one embedded server and returns a function that opens a
@@ -58,12 +59,11 @@ func newExclusive(t *testing.T) *exclusive {
 }
 
 func (x *exclusive) handler(replica string, work time.Duration) Handler {
-	return func(ctx context.Context, m jetstream.Msg) {
+	return func(ctx context.Context, m jetstream.Msg) outcome.Outcome {
 		var it bus.WorkItem
 		if err := Decode(m, bus.TypeSyncRequested, &it); err != nil {
 			x.t.Errorf("decode: %v", err)
-			_ = m.Term()
-			return
+			return outcome.Terminal("malformed")
 		}
 		seq, _, _ := Meta(m)
 		uid := it.Parent.UID
@@ -79,7 +79,7 @@ func (x *exclusive) handler(replica string, work time.Duration) Handler {
 			x.mu.Lock()
 			delete(x.running, uid)
 			x.mu.Unlock()
-			return // fenced: not settled, redelivered to the new owner
+			return outcome.Outcome{} // fenced: not settled, redelivered to the new owner
 		}
 		x.mu.Lock()
 		delete(x.running, uid)
@@ -88,13 +88,14 @@ func (x *exclusive) handler(replica string, work time.Duration) Handler {
 		}
 		x.lastSeq[uid] = seq
 		x.mu.Unlock()
-		if err := m.Ack(); err != nil {
-			return
+		if LeaseValid(ctx) != nil {
+			return outcome.Outcome{} // fenced: the ack would be dropped
 		}
 		x.mu.Lock()
 		x.done[uid]++
 		x.byRep[replica]++
 		x.mu.Unlock()
+		return outcome.Done()
 	}
 }
 
@@ -243,10 +244,11 @@ func TestCrashedReplicaFencedBeforeTakeover(t *testing.T) {
 	ncA, jsA := connect()
 	_, jsB := connect()
 	var cancelled, started atomic.Int64
-	hang := func(ctx context.Context, m jetstream.Msg) {
+	hang := func(ctx context.Context, m jetstream.Msg) outcome.Outcome {
 		started.Add(1)
 		<-ctx.Done() // a hook that hangs until the replica is fenced
 		cancelled.Add(1)
+		return outcome.Outcome{}
 	}
 	aDone := make(chan struct{})
 	go func() {
@@ -286,11 +288,11 @@ func TestCrashedReplicaFencedBeforeTakeover(t *testing.T) {
 	bHandler := x.handler("b", time.Millisecond)
 	go func() {
 		_ = Consume(ctx, jsB, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
-			PerController: 64, AckWait: 2 * time.Second, Member: "b"}, func(ctx context.Context, m jetstream.Msg) {
+			PerController: 64, AckWait: 2 * time.Second, Member: "b"}, func(ctx context.Context, m jetstream.Msg) outcome.Outcome {
 			if firstB.CompareAndSwap(0, time.Now().UnixNano()) && cancelled.Load() < int64(len(uids)) {
 				t.Errorf("b ran a message while a still ran %d", int64(len(uids))-cancelled.Load())
 			}
-			bHandler(ctx, m)
+			return bHandler(ctx, m)
 		})
 	}()
 	x.waitAll(t, uids, 30*time.Second)
@@ -313,7 +315,7 @@ func TestHangingControllerIsolated(t *testing.T) {
 	release := make(chan struct{})
 	go func() {
 		_ = Consume(ctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
-			PerController: 4, Total: 16}, func(hctx context.Context, m jetstream.Msg) {
+			PerController: 4, Total: 16}, func(hctx context.Context, m jetstream.Msg) outcome.Outcome {
 			var it bus.WorkItem
 			_ = Decode(m, bus.TypeSyncRequested, &it)
 			if it.Controller.Name == "slow" {
@@ -322,10 +324,9 @@ func TestHangingControllerIsolated(t *testing.T) {
 				case <-release:
 				case <-hctx.Done():
 				}
-				_ = m.Ack()
-				return
+				return outcome.Done()
 			}
-			x.handler("r", time.Millisecond)(hctx, m)
+			return x.handler("r", time.Millisecond)(hctx, m)
 		})
 	}()
 	publishMany(t, js, "slow", 300) // in every partition
@@ -356,7 +357,7 @@ func TestWaitingMessageKeptAlive(t *testing.T) {
 	runs := map[string][]uint64{} // parent → NumDelivered of each run
 	go func() {
 		_ = Consume(ctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
-			PerController: 1, AckWait: 30 * time.Second}, func(_ context.Context, m jetstream.Msg) {
+			PerController: 1, AckWait: 30 * time.Second}, func(_ context.Context, m jetstream.Msg) outcome.Outcome {
 			var it bus.WorkItem
 			_ = Decode(m, bus.TypeSyncRequested, &it)
 			_, delivered, _ := Meta(m)
@@ -364,7 +365,7 @@ func TestWaitingMessageKeptAlive(t *testing.T) {
 			runs[it.Parent.UID] = append(runs[it.Parent.UID], delivered)
 			mu.Unlock()
 			time.Sleep(1500 * time.Millisecond) // > 2 × the consumer's AckWait
-			_ = m.Ack()
+			return outcome.Done()
 		})
 	}()
 	uids := publishMany(t, js, "slow", 3) // one worker: the last waits 3 s
@@ -401,14 +402,13 @@ func TestRetryInPlaceKeepsDeliveryBudget(t *testing.T) {
 	done := make(chan uint64, 4)
 	go func() {
 		_ = Consume(ctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage, PerController: 4},
-			func(_ context.Context, m jetstream.Msg) {
+			func(_ context.Context, m jetstream.Msg) outcome.Outcome {
 				if attempts.Add(1) <= bus.MaxDeliver+2 {
-					_ = m.NakWithDelay(10 * time.Millisecond) // NATS leader moving
-					return
+					return outcome.Retry(10*time.Millisecond, 0) // NATS leader moving
 				}
 				_, delivered, _ := Meta(m)
-				_ = m.Ack()
 				done <- delivered
+				return outcome.Done()
 			})
 	}()
 	publishMany(t, js, "flaky", 1)
@@ -451,14 +451,14 @@ func TestWeightsShareASaturatedReplica(t *testing.T) {
 	var once sync.Once
 	go func() {
 		_ = Consume(ctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage, PerController: 8, Total: 1},
-			func(_ context.Context, m jetstream.Msg) {
+			func(_ context.Context, m jetstream.Msg) outcome.Outcome {
 				once.Do(func() { <-started }) // let every message arrive first
 				var it bus.WorkItem
 				_ = Decode(m, bus.TypeSyncRequested, &it)
 				mu.Lock()
 				order = append(order, it.Controller.Name)
 				mu.Unlock()
-				_ = m.Ack()
+				return outcome.Done()
 			})
 	}()
 	time.Sleep(time.Second)
@@ -554,10 +554,10 @@ func TestHeartbeatSleepsWhileNothingHeld(t *testing.T) {
 	ran := make(chan struct{}, 1)
 	go func() {
 		_ = Consume(ctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
-			AckWait: 3 * time.Second}, func(_ context.Context, m jetstream.Msg) {
+			AckWait: 3 * time.Second}, func(_ context.Context, m jetstream.Msg) outcome.Outcome {
 			time.Sleep(time.Second) // several heartbeat periods (AckWait/12)
-			_ = m.Ack()
 			ran <- struct{}{}
+			return outcome.Done()
 		})
 	}()
 	var o *owner

@@ -16,6 +16,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/pkg/outcome"
 )
 
 // pauseChildEnv names the server a paused replica (a child process of
@@ -138,18 +139,18 @@ func TestPausedReplicaChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	h := func(ctx context.Context, m jetstream.Msg) {
+	h := func(ctx context.Context, m jetstream.Msg) outcome.Outcome {
 		var it bus.WorkItem
 		_ = Decode(m, bus.TypeSyncRequested, &it)
 		end := time.Now().Add(10 * time.Second)
 		for time.Now().Before(end) {
 			if ctx.Err() != nil {
-				return
+				return outcome.Outcome{}
 			}
 			_ = nc.Publish(pauseWritesSubject, []byte(it.Parent.UID+" "+strconv.FormatInt(time.Now().UnixNano(), 10)))
 			time.Sleep(time.Millisecond)
 		}
-		_ = m.Ack()
+		return outcome.Done()
 	}
 	_ = Consume(context.Background(), js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
 		PerController: 64, AckWait: 2 * time.Second, Member: winner("child", "b")}, h)

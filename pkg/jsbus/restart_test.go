@@ -12,6 +12,7 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/natsx/natstest"
+	"github.com/metabus/metabus/pkg/outcome"
 	"github.com/metabus/metabus/pkg/testnats"
 )
 
@@ -57,7 +58,7 @@ func TestConsumersSurviveServerRestart(t *testing.T) {
 	cctx, ccancel := context.WithCancel(ctx)
 	defer ccancel()
 	go func() {
-		_ = Consume(cctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage, PerController: 4, AckWait: o.WorkAckWait}, func(_ context.Context, m jetstream.Msg) {
+		_ = Consume(cctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage, PerController: 4, AckWait: o.WorkAckWait}, func(_ context.Context, m jetstream.Msg) outcome.Outcome {
 			var it bus.WorkItem
 			if err := Decode(m, bus.TypeSyncRequested, &it); err == nil {
 				mu.Lock()
@@ -65,7 +66,7 @@ func TestConsumersSurviveServerRestart(t *testing.T) {
 				mu.Unlock()
 				handled <- it.Parent.UID
 			}
-			_ = m.Ack()
+			return outcome.Done()
 		})
 	}()
 	pub := Publisher{JS: js}

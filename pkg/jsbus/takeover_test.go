@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/outcome"
 )
 
 // Real-NATS tests of the partition-ownership protocol across takeovers and
@@ -34,9 +35,9 @@ func newApplied(t *testing.T) *applied {
 // that a backlog waits in the replica that owns the partition.
 func (a *applied) slowHandler(replica string, d time.Duration) Handler {
 	h := a.handler(replica, nil)
-	return func(ctx context.Context, m jetstream.Msg) {
+	return func(ctx context.Context, m jetstream.Msg) outcome.Outcome {
 		time.Sleep(d)
-		h(ctx, m)
+		return h(ctx, m)
 	}
 }
 
@@ -44,17 +45,16 @@ func (a *applied) slowHandler(replica string, d time.Duration) Handler {
 // says which ones to hold unsettled until the handler's context ends (a
 // replica that crashes while applying them).
 func (a *applied) handler(replica string, hold func(ds bus.DesiredState, delivered uint64) bool) Handler {
-	return func(ctx context.Context, m jetstream.Msg) {
+	return func(ctx context.Context, m jetstream.Msg) outcome.Outcome {
 		var ds bus.DesiredState
 		if err := Decode(m, bus.TypeDesired, &ds); err != nil {
 			a.t.Errorf("decode: %v", err)
-			_ = m.Term()
-			return
+			return outcome.Terminal("malformed")
 		}
 		_, delivered, _ := Meta(m)
 		if hold != nil && hold(ds, delivered) {
 			<-ctx.Done()
-			return
+			return outcome.Outcome{}
 		}
 		a.mu.Lock()
 		p := ds.Parent.UID
@@ -64,7 +64,7 @@ func (a *applied) handler(replica string, hold func(ds bus.DesiredState, deliver
 		a.seqs[p] = append(a.seqs[p], ds.WorkSeq)
 		a.by[p] = append(a.by[p], replica)
 		a.mu.Unlock()
-		_ = m.Ack()
+		return outcome.Done()
 	}
 }
 
@@ -400,7 +400,7 @@ func TestHandoversSpendNoDeliveries(t *testing.T) {
 	a := newApplied(t)
 	slow := func(replica string) Handler {
 		h := a.handler(replica, nil)
-		return func(ctx context.Context, m jetstream.Msg) {
+		return func(ctx context.Context, m jetstream.Msg) outcome.Outcome {
 			var ds bus.DesiredState
 			_ = Decode(m, bus.TypeDesired, &ds)
 			_, delivered, _ := Meta(m)
@@ -408,7 +408,7 @@ func TestHandoversSpendNoDeliveries(t *testing.T) {
 			maxDelivered[ds.WorkSeq] = max(maxDelivered[ds.WorkSeq], delivered)
 			mu.Unlock()
 			time.Sleep(100 * time.Millisecond)
-			h(ctx, m)
+			return h(ctx, m)
 		}
 	}
 	consume := func(ctx context.Context, js jetstream.JetStream, member string) <-chan struct{} {
@@ -491,13 +491,13 @@ type write struct {
 // writer is a handler that keeps writing for d (a long apply), checking
 // its context before every write, then acks.
 func (w *writes) writer(replica string, d time.Duration) Handler {
-	return func(ctx context.Context, m jetstream.Msg) {
+	return func(ctx context.Context, m jetstream.Msg) outcome.Outcome {
 		var it bus.WorkItem
 		_ = Decode(m, bus.TypeSyncRequested, &it)
 		end := time.Now().Add(d)
 		for time.Now().Before(end) {
 			if ctx.Err() != nil {
-				return
+				return outcome.Outcome{}
 			}
 			w.mu.Lock()
 			if w.log == nil {
@@ -507,7 +507,7 @@ func (w *writes) writer(replica string, d time.Duration) Handler {
 			w.mu.Unlock()
 			time.Sleep(10 * time.Millisecond)
 		}
-		_ = m.Ack()
+		return outcome.Done()
 	}
 }
 
@@ -648,18 +648,18 @@ func TestClaimDuringCutOverNeedsLayout(t *testing.T) {
 	go func() {
 		defer close(done)
 		_ = Consume(ctx, fa, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
-			PerController: 16, AckWait: 2 * time.Second, Member: "a"}, func(_ context.Context, m jetstream.Msg) {
+			PerController: 16, AckWait: 2 * time.Second, Member: "a"}, func(_ context.Context, m jetstream.Msg) outcome.Outcome {
 			md, err := m.Metadata()
 			if err != nil {
 				t.Error(err)
-				return
+				return outcome.Outcome{}
 			}
 			mu.Lock()
 			if md.Consumer != bus.PartitionConsumerName(bus.WorkConsumerPrefix, 1, 0) {
 				stale = append(stale, md.Consumer)
 			}
 			mu.Unlock()
-			_ = m.Ack()
+			return outcome.Done()
 		})
 	}()
 	time.Sleep(2 * time.Second) // a claims the old layout's partitions

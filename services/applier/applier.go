@@ -33,6 +33,8 @@ import (
 	"github.com/metabus/metabus/pkg/kubeapi"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
+	// Aliased: the package's tests name a helper outcome.
+	busoutcome "github.com/metabus/metabus/pkg/outcome"
 	"github.com/metabus/metabus/pkg/revstore"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
@@ -313,17 +315,17 @@ func (a *Applier) superseded(ctx context.Context, ds *bus.DesiredState, seq uint
 	return last.Sequence > seq
 }
 
-func (a *Applier) handle(ctx context.Context, m jetstream.Msg) {
+// handle applies one desired state and returns the message's outcome,
+// which jsbus.Consume settles.
+func (a *Applier) handle(ctx context.Context, m jetstream.Msg) busoutcome.Outcome {
 	var ds bus.DesiredState
 	if err := jsbus.Decode(m, bus.TypeDesired, &ds); err != nil {
 		a.log.Error("dropping malformed desired state", zap.Error(err))
-		_ = m.TermWithReason("malformed desired state")
-		return
+		return busoutcome.Terminal("malformed desired state")
 	}
 	md, err := m.Metadata()
 	if err != nil {
-		_ = m.NakWithDelay(time.Second)
-		return
+		return retrySoon
 	}
 	seq := md.Sequence.Stream
 	// A newer desired state of this parent already in hand, or in the
@@ -334,13 +336,12 @@ func (a *Applier) handle(ctx context.Context, m jetstream.Msg) {
 	// same parent need not release it (a stale sync from before the
 	// finalize hook was removed), and the release is idempotent.
 	if ds.Hook != bus.HookRelease && (jsbus.NewerQueued(ctx) || (md.NumPending > 0 && a.superseded(ctx, &ds, seq))) {
-		a.settle(ctx, m, &ds, nil, time.Time{}, done(resultSuperseded))
-		return
+		return a.settle(ctx, &ds, nil, time.Time{}, done(resultSuperseded))
 	}
 	start := time.Now()
 	wl := a.newWriteLog(&ds)
 	err = a.traced(withWriteLog(ctx, wl), &ds)
-	a.settle(ctx, m, &ds, wl, start, err)
+	return a.settle(ctx, &ds, wl, start, err)
 }
 
 // traced runs the apply inside the tracer's begin/end, closed before the
@@ -420,13 +421,14 @@ func workItem(ds *bus.DesiredState, reason string, attempt int) bus.WorkItem {
 	return item
 }
 
-// settle is the one place an apply's outcome becomes its effects: the
-// Event on the parent, the parent's next sync (backoff or at once), the
-// result metric, the applied note and the ack or nak.
+// settle is the one place an apply's end becomes its effects: the Event
+// on the parent, the parent's next sync (backoff or at once), the result
+// metric, the applied note, and the message's outcome (outcomeOf), which
+// the bus settles.
 //
-//   - nil is "ok", a done its own result: ack (ok and noop also note that
+//   - nil is "ok", a done its own result: Done (ok and noop also note that
 //     the desired state was applied, so watchers and dispatchers can drop
-//     the echoes of its writes; every acked outcome ends with a Done note,
+//     the echoes of its writes; every Done outcome ends with a Done note,
 //     which the dispatcher that published it may be waiting for);
 //   - a requeueError ("conflict") schedules the sync now. It goes through
 //     the parent's schedule rather than straight to MC_WORK so that a
@@ -439,10 +441,12 @@ func workItem(ds *bus.DesiredState, reason string, attempt int) bus.WorkItem {
 //     reason. Writes refused by RBAC become ApplyForbidden, with what to
 //     grant and a longer backoff: only an admin can fix them.
 //
-// A failure to schedule, or a shutdown during a failed apply, naks the
-// message instead, so that it is redelivered (here or to another replica).
-func (a *Applier) settle(ctx context.Context, m jetstream.Msg, ds *bus.DesiredState, wl *writeLog, start time.Time, err error) {
-	result, nak := resultOK, false
+// A failure to schedule, or a shutdown during a failed apply, retries the
+// message instead (in place, or by another replica once this one has lost
+// its lease).
+func (a *Applier) settle(ctx context.Context, ds *bus.DesiredState, wl *writeLog, start time.Time, err error) busoutcome.Outcome {
+	result := resultOK
+	var requeue error // why the sync a failed apply owes was not scheduled
 	var (
 		finished done
 		requeued *requeueError
@@ -455,11 +459,11 @@ func (a *Applier) settle(ctx context.Context, m jetstream.Msg, ds *bus.DesiredSt
 		result = resultConflict
 		if serr := a.sched.Schedule(ctx, workItem(ds, bus.ReasonConflict, requeued.attempt), time.Now()); serr != nil {
 			a.log.Warn("requeue after conflict", zap.Error(serr))
-			nak = true
+			requeue = serr
 		}
 	case ctx.Err() != nil:
 		// Shutting down: leave the message unacked for another replica.
-		result, nak = resultCancelled, true
+		result, requeue = resultCancelled, ctx.Err()
 	default:
 		result = resultError
 		n := ds.Attempt + 1
@@ -481,7 +485,7 @@ func (a *Applier) settle(ctx context.Context, m jetstream.Msg, ds *bus.DesiredSt
 		}
 		if serr := a.sched.Schedule(ctx, workItem(ds, bus.ReasonRetry, n), time.Now().Add(delay)); serr != nil {
 			a.log.Error("schedule retry", zap.Error(serr))
-			nak = true
+			requeue = serr
 		}
 	}
 	a.metrics.applies.WithLabelValues(ds.Controller.Kind, ds.Controller.Name, result).Inc()
@@ -489,15 +493,37 @@ func (a *Applier) settle(ctx context.Context, m jetstream.Msg, ds *bus.DesiredSt
 		a.metrics.applySeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
 	}
 	a.record(ds, wl, start, result, err)
-	if !nak {
-		a.publishEvents(ds, wl, result, err)
+	out := outcomeOf(err, requeue)
+	if out.Retries() {
+		return out
 	}
-	if nak {
-		_ = m.NakWithDelay(time.Second)
-		return
-	}
+	a.publishEvents(ds, wl, result, err)
 	a.noteDone(ds, wl, result == resultOK || result == resultNoop)
-	_ = m.Ack()
+	return out
+}
+
+// retrySoon is the outcome of a desired state that could not be handled
+// for want of the bus: retried in place after a second (growing while it
+// keeps failing), keeping its parent's turn.
+var retrySoon = busoutcome.Retry(time.Second, 0)
+
+// outcomeOf is the outcome of a desired state whose apply ended with err,
+// once settle has done what err asks for; requeue is why the sync a
+// conflict or a failure owes could not be scheduled (nil: it was), the
+// applier shutting down included.
+//
+// An apply that ended (nil, or a done: ok, noop, superseded, notfound...)
+// owes nothing: Done. A conflict (requeueError) or a failure (applyError,
+// or any other error) is Done once the parent's next sync is scheduled
+// through MC_SCHED: that sync, a new work item, is the retry. One that
+// could not be scheduled is retried in place soon, so that the message
+// comes back rather than the parent being forgotten.
+func outcomeOf(err, requeue error) busoutcome.Outcome {
+	var finished done
+	if err == nil || errors.As(err, &finished) || requeue == nil {
+		return busoutcome.Done()
+	}
+	return retrySoon
 }
 
 // record keeps the apply's outcome in the replica's inspect book: a done

@@ -54,7 +54,7 @@ func TestSettlePublishesBusEvents(t *testing.T) {
 			writes: func(ctx context.Context) { noteChange(ctx, changeCreated, cm("a"), "uid-a", "11") },
 			want: &bus.AppliedEvent{Outcome: bus.OutcomeFailed, Reason: events.ReasonApplyError, Message: "boom",
 				Created: []bus.ChildChange{{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "a", UID: "uid-a", ResourceVersion: "11"}}}},
-		{reason: "shutting down: nak, no event (the redelivery settles it)", err: retryAfter("", errors.New("boom")), cancelled: true},
+		{reason: "shutting down: retried, no event (the redelivery settles it)", err: retryAfter("", errors.New("boom")), cancelled: true},
 		{reason: "without --bus-events: nothing", off: true},
 	}
 	for i, tt := range tests {
@@ -80,7 +80,7 @@ func TestSettlePublishesBusEvents(t *testing.T) {
 			if tt.cancelled {
 				cancel()
 			}
-			a.settle(ctx, &settledMsg{}, ds, wl, time.Now(), tt.err)
+			a.settle(ctx, ds, wl, time.Now(), tt.err)
 			if err := nc.Flush(); err != nil {
 				t.Fatal(err)
 			}

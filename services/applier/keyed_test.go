@@ -27,6 +27,7 @@ import (
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/kindtable"
 	"github.com/metabus/metabus/pkg/natsx/natstest"
+	busoutcome "github.com/metabus/metabus/pkg/outcome"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 
@@ -121,7 +122,7 @@ func TestApplyKeyed(t *testing.T) {
 		Asked    []string
 		Outcome  string
 		Calls    []string
-		Msg      string
+		Settled  busoutcome.Outcome
 		Sched    []string
 		NotedFor []string // the items whose echo reference the applied note set
 	}
@@ -146,7 +147,7 @@ func TestApplyKeyed(t *testing.T) {
 				return &snapshot.Response{MapKey: key, Children: outputs(configMap("out-a", true))}
 			},
 			want: result{Asked: []string{"ka"}, Outcome: resultOK, Calls: []string{"delete configmaps out-a", "create configmaps out-a2"},
-				Msg: "ack", NotedFor: []string{"ka"}},
+				Settled: busoutcome.Done(), NotedFor: []string{"ka"}},
 		},
 		{
 			reason:     "a keyed apply that conflicts requeues its own key, naming the sync it repeats",
@@ -160,7 +161,7 @@ func TestApplyKeyed(t *testing.T) {
 				})
 			},
 			want: result{Asked: []string{"ka"}, Outcome: "conflict (attempt 0)", Calls: []string{"delete configmaps out-a"},
-				Msg: "ack", Sched: []string{"conflict attempt=0 in=0s after=7 key=ka"}},
+				Settled: busoutcome.Done(), Sched: []string{"conflict attempt=0 in=0s after=7 key=ka"}},
 		},
 		{
 			reason:     "the per-parent desired state writes the status alone: no owner asked, nothing planned, no output deleted",
@@ -168,7 +169,7 @@ func TestApplyKeyed(t *testing.T) {
 			snapshot: func(string) *snapshot.Response {
 				return &snapshot.Response{Summary: map[string]any{"inputs": int64(2)}}
 			},
-			want: result{Asked: []string{""}, Outcome: resultOK, Calls: []string{"update things/status web"}, Msg: "ack", NotedFor: []string{""}},
+			want: result{Asked: []string{""}, Outcome: resultOK, Calls: []string{"update things/status web"}, Settled: busoutcome.Done(), NotedFor: []string{""}},
 		},
 		{
 			reason:     "a per-parent desired state naming outputs is refused before any write, and retried on the parent's own schedule",
@@ -177,13 +178,13 @@ func TestApplyKeyed(t *testing.T) {
 			snapshot: func(string) *snapshot.Response {
 				return &snapshot.Response{Summary: map[string]any{"inputs": int64(2)}}
 			},
-			want: result{Asked: []string{""}, Outcome: "error " + events.ReasonApplyError, Msg: "ack", Sched: []string{"retry attempt=1 in=1s"}},
+			want: result{Asked: []string{""}, Outcome: "error " + events.ReasonApplyError, Settled: busoutcome.Done(), Sched: []string{"retry attempt=1 in=1s"}},
 		},
 		{
 			reason:     "composite: a snapshot without child groups plans nothing to delete, whatever the cluster holds",
 			controller: compositeController(false), key: "", hook: bus.HookSync, status: map[string]any{"inputs": float64(2)},
 			snapshot: func(string) *snapshot.Response { return &snapshot.Response{} },
-			want:     result{Asked: []string{""}, Outcome: resultOK, Calls: []string{"update things/status web"}, Msg: "ack", NotedFor: []string{""}},
+			want:     result{Asked: []string{""}, Outcome: resultOK, Calls: []string{"update things/status web"}, Settled: busoutcome.Done(), NotedFor: []string{""}},
 		},
 	}
 	for _, tt := range tests {
@@ -210,9 +211,7 @@ func TestApplyKeyed(t *testing.T) {
 			wl := a.newWriteLog(ds)
 			err := a.apply(withWriteLog(ctx, wl), ds)
 			got := result{Asked: snaps.asked, Outcome: outcome(err), Calls: calls(dyn)}
-			m := &settledMsg{}
-			a.settle(ctx, m, ds, wl, time.Now(), err)
-			got.Msg, got.Sched = m.how, sched.items
+			got.Settled, got.Sched = a.settle(ctx, ds, wl, time.Now(), err), sched.items
 			for _, key := range []string{"", "ka", "kb"} {
 				if book.Echo(ds.Controller.ID(), ds.Parent.UID, key, inputs) {
 					got.NotedFor = append(got.NotedFor, key)

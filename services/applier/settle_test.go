@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,19 +20,8 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
+	busoutcome "github.com/metabus/metabus/pkg/outcome"
 )
-
-// settledMsg records how a message was settled.
-type settledMsg struct {
-	jetstream.Msg
-	how string
-}
-
-func (m *settledMsg) Ack() error { m.how = "ack"; return nil }
-func (m *settledMsg) NakWithDelay(d time.Duration) error {
-	m.how = fmt.Sprintf("nak %s", d)
-	return nil
-}
 
 // schedules records the work items scheduled, as "reason attempt in
 // [after] [key]".
@@ -58,6 +46,34 @@ func (s *schedules) Schedule(_ context.Context, item bus.WorkItem, at time.Time)
 	return nil
 }
 
+// TestOutcomeOf: how each way an apply ends, once settle has done what it
+// asks for, becomes the desired state's outcome.
+func TestOutcomeOf(t *testing.T) {
+	down := errors.New("nats: timeout")
+	for _, tc := range []struct {
+		reason  string
+		err     error
+		requeue error
+		want    busoutcome.Outcome
+	}{
+		{reason: "applied: done", err: nil, want: busoutcome.Done()},
+		{reason: "ended without a write (noop, superseded, notfound...): done", err: done(resultNoop), want: busoutcome.Done()},
+		{reason: "ended, whatever a requeue says (none was owed): done", err: done(resultFinalized), requeue: down, want: busoutcome.Done()},
+		{reason: "a conflict whose sync is scheduled: done, the sync is the retry", err: &requeueError{attempt: 1}, want: busoutcome.Done()},
+		{reason: "a failure whose sync is scheduled with backoff: done", err: retryAfter(events.ReasonApplyError, errors.New("boom")), want: busoutcome.Done()},
+		{reason: "an untyped failure whose sync is scheduled: done", err: errors.New("boom"), want: busoutcome.Done()},
+		{reason: "a conflict whose sync could not be scheduled: retried in place", err: &requeueError{attempt: 1}, requeue: down, want: busoutcome.Retry(time.Second, 0)},
+		{reason: "a failure whose sync could not be scheduled: retried in place", err: retryAfter("", errors.New("boom")), requeue: down, want: busoutcome.Retry(time.Second, 0)},
+		{reason: "a failure while shutting down: retried (the bus leaves it to the new owner)", err: errors.New("boom"), requeue: context.Canceled, want: busoutcome.Retry(time.Second, 0)},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, outcomeOf(tc.err, tc.requeue)); diff != "" {
+				t.Errorf("outcome (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestSettle(t *testing.T) {
 	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "a",
 		errors.New(`User "system:serviceaccount:metabus:applier" cannot create resource "configmaps" in API group "" in the namespace "ns"`))
@@ -69,48 +85,48 @@ func TestSettle(t *testing.T) {
 		schedErr  error
 		inputs    bool
 		want      string // result label
-		wantMsg   string
+		wantOut   busoutcome.Outcome
 		wantSched []string
 		wantEvent string // reason of the Event, "" none
 		wantNote  bool
 	}{
-		{reason: "applied: ack, and the applied note", err: nil, inputs: true, want: "ok", wantMsg: "ack", wantNote: true},
-		{reason: "no-op: ack, and the applied note", err: done(resultNoop), inputs: true, want: "noop", wantMsg: "ack", wantNote: true},
-		{reason: "finalized: ack without a note", err: done(resultFinalized), inputs: true, want: "finalized", wantMsg: "ack"},
-		{reason: "parent gone: ack", err: done(resultNotFound), want: "notfound", wantMsg: "ack"},
-		{reason: "superseded: ack", err: done(resultSuperseded), inputs: true, want: "superseded", wantMsg: "ack"},
+		{reason: "applied: ack, and the applied note", err: nil, inputs: true, want: "ok", wantOut: busoutcome.Done(), wantNote: true},
+		{reason: "no-op: ack, and the applied note", err: done(resultNoop), inputs: true, want: "noop", wantOut: busoutcome.Done(), wantNote: true},
+		{reason: "finalized: ack without a note", err: done(resultFinalized), inputs: true, want: "finalized", wantOut: busoutcome.Done()},
+		{reason: "parent gone: ack", err: done(resultNotFound), want: "notfound", wantOut: busoutcome.Done()},
+		{reason: "superseded: ack", err: done(resultSuperseded), inputs: true, want: "superseded", wantOut: busoutcome.Done()},
 		{
 			reason: "conflict: sync again now through the schedule, keeping the attempt and naming the sync it repeats",
-			err:    &requeueError{attempt: 2}, want: "conflict", wantMsg: "ack",
+			err:    &requeueError{attempt: 2}, want: "conflict", wantOut: busoutcome.Done(),
 			wantSched: []string{"conflict attempt=2 in=0s after=7"},
 		},
 		{
 			reason: "apply error with a reason: Event, and backoff from the attempt",
-			err:    retryAfter(events.ReasonApplyError, errors.New("boom")), want: "error", wantMsg: "ack",
+			err:    retryAfter(events.ReasonApplyError, errors.New("boom")), want: "error", wantOut: busoutcome.Done(),
 			wantSched: []string{"retry attempt=2 in=2s"}, wantEvent: events.ReasonApplyError,
 		},
 		{
 			reason: "transient failure without a reason: no Event, still the backoff",
-			err:    retryAfter("", errors.New("not fresh")), want: "error", wantMsg: "ack",
+			err:    retryAfter("", errors.New("not fresh")), want: "error", wantOut: busoutcome.Done(),
 			wantSched: []string{"retry attempt=2 in=2s"},
 		},
 		{
 			reason: "RBAC refused a write: ApplyForbidden, with the longer backoff",
-			err:    retryAfter(events.ReasonApplyError, fmt.Errorf("create ConfigMap ns/a: %w", forbidden)), want: "error", wantMsg: "ack",
+			err:    retryAfter(events.ReasonApplyError, fmt.Errorf("create ConfigMap ns/a: %w", forbidden)), want: "error", wantOut: busoutcome.Done(),
 			wantSched: []string{"retry attempt=2 in=2m0s"}, wantEvent: events.ReasonApplyForbidden,
 		},
 		{
-			reason: "failure while shutting down: nak for another replica, nothing scheduled",
-			err:    retryAfter(events.ReasonApplyError, errors.New("boom")), cancelled: true, want: "cancelled", wantMsg: "nak 1s",
+			reason: "failure while shutting down: retried (by another replica, the lease being lost), nothing scheduled",
+			err:    retryAfter(events.ReasonApplyError, errors.New("boom")), cancelled: true, want: "cancelled", wantOut: busoutcome.Retry(time.Second, 0),
 		},
 		{
-			reason: "the retry cannot be scheduled: nak, so the message comes back",
-			err:    retryAfter("", errors.New("boom")), schedErr: errors.New("nats down"), want: "error", wantMsg: "nak 1s",
+			reason: "the retry cannot be scheduled: retried in place, so the message comes back",
+			err:    retryAfter("", errors.New("boom")), schedErr: errors.New("nats down"), want: "error", wantOut: busoutcome.Retry(time.Second, 0),
 			wantSched: nil,
 		},
 		{
-			reason: "the requeue cannot be scheduled: nak",
-			err:    &requeueError{attempt: 1}, schedErr: errors.New("nats down"), want: "conflict", wantMsg: "nak 1s",
+			reason: "the requeue cannot be scheduled: retried in place",
+			err:    &requeueError{attempt: 1}, schedErr: errors.New("nats down"), want: "conflict", wantOut: busoutcome.Retry(time.Second, 0),
 		},
 	}
 	for _, tt := range tests {
@@ -134,17 +150,16 @@ func TestSettle(t *testing.T) {
 			if tt.cancelled {
 				cancel()
 			}
-			m := &settledMsg{}
 			book.Expect(ds.Controller.ID(), ds.Parent.UID, ds.MapKey, ds.WorkSeq)
-			a.settle(ctx, m, ds, &writeLog{}, time.Now(), tt.err)
-			// Every acked outcome ends the dispatcher's wait for it; a
-			// nak leaves it to the redelivery.
-			if ended := book.Applying(ds.Controller.ID(), ds.Parent.UID, ds.MapKey) == nil; ended != (tt.wantMsg == "ack") {
-				t.Errorf("Done note recorded: %v, want %v", ended, tt.wantMsg == "ack")
+			out := a.settle(ctx, ds, &writeLog{}, time.Now(), tt.err)
+			// Every Done outcome ends the dispatcher's wait for it; a
+			// retry leaves it to the next run.
+			if ended := book.Applying(ds.Controller.ID(), ds.Parent.UID, ds.MapKey) == nil; ended != (tt.wantOut == busoutcome.Done()) {
+				t.Errorf("Done note recorded: %v, want %v", ended, tt.wantOut == busoutcome.Done())
 			}
 
-			if diff := cmp.Diff(tt.wantMsg, m.how); diff != "" {
-				t.Errorf("message settled (-want +got):\n%s", diff)
+			if diff := cmp.Diff(tt.wantOut, out); diff != "" {
+				t.Errorf("outcome (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tt.wantSched, sched.items); diff != "" {
 				t.Errorf("schedules (-want +got):\n%s", diff)

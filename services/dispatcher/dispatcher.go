@@ -36,6 +36,7 @@ import (
 	"github.com/metabus/metabus/pkg/kubeapi"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
+	"github.com/metabus/metabus/pkg/outcome"
 	"github.com/metabus/metabus/pkg/related"
 	"github.com/metabus/metabus/pkg/revstore"
 	"github.com/metabus/metabus/pkg/snapshot"
@@ -386,19 +387,19 @@ func (d *Dispatcher) onDeadLetter(dl jsbus.DeadLetter) {
 	}
 }
 
-func (d *Dispatcher) handle(ctx context.Context, m jetstream.Msg) {
+// handle syncs the parent of one work item and returns the item's outcome,
+// which jsbus.Consume settles.
+func (d *Dispatcher) handle(ctx context.Context, m jetstream.Msg) outcome.Outcome {
 	var item bus.WorkItem
 	if err := jsbus.Decode(m, bus.TypeSyncRequested, &item); err != nil {
 		// Nothing can ever process it: drop it (the resync covers the
 		// parent, whichever it was).
 		d.log.Error("dropping malformed work item", zap.Error(err))
-		_ = m.TermWithReason("malformed work item")
-		return
+		return outcome.Terminal("malformed work item")
 	}
 	seq, delivered, err := jsbus.Meta(m)
 	if err != nil {
-		_ = m.NakWithDelay(time.Second)
-		return
+		return retrySoon
 	}
 	start := time.Now()
 	queue := queueOf(item.Controller)
@@ -424,7 +425,7 @@ func (d *Dispatcher) handle(ctx context.Context, m jetstream.Msg) {
 	}
 	rec := d.book.StartSync(item, seq)
 	err = d.syncParent(inspect.WithSync(ctx, rec), item, seq)
-	result, inPlace := d.settle(ctx, m, item, start, err, end)
+	result, out, inPlace := d.settle(ctx, item, start, err, end)
 	if inPlace {
 		d.metrics.retryInPlace(seq, delivered)
 	}
@@ -433,11 +434,13 @@ func (d *Dispatcher) handle(ctx context.Context, m jetstream.Msg) {
 		err = nil // an outcome, not a failure
 	}
 	d.book.Done(rec, result, err)
+	return out
 }
 
-// The errors a sync ends with. syncParent and its helpers never settle a
-// work item themselves: they return one of these (or nil, a published
-// desired state), and settle decides the item's fate in one place.
+// The errors a sync ends with. syncParent and its helpers never decide a
+// work item's fate themselves: they return one of these (or nil, a
+// published desired state), resolve does what it asks for, and outcomeOf
+// turns it into the item's outcome, which the bus settles.
 type (
 	// syncFailure is a failed sync: it counts as a failure of the parent
 	// and is retried with exponential backoff through MC_SCHED. A reason
@@ -458,9 +461,10 @@ type (
 		err   error
 	}
 	// infraFailure is the bus or the snapshot service being unreachable,
-	// or the dispatcher shutting down: the item is left to redelivery
-	// (nak with delay), which is all that can be done. msg, if set, is
-	// logged with err.
+	// or the dispatcher shutting down: the item is retried in place soon
+	// (a dispatcher shutting down has lost the item's lease, so the bus
+	// leaves it to another replica), which is all that can be done. msg,
+	// if set, is logged with err.
 	infraFailure struct {
 		result string
 		msg    string
@@ -502,47 +506,68 @@ func published(msg string, err error) error {
 }
 
 // settle is the one place a sync's end becomes the work item's fate: the
-// Event, the retry schedule, the metric label and the ack or nak. It
-// returns the metric label, which the inspect record keeps too. The
-// tracer's span (endTrace) closes before the item is acked: the ack lets
-// the partition's next message go to another replica.
+// Event, the retry schedule, the metric label and the outcome the bus
+// settles the item with (outcomeOf). It returns the metric label, which the
+// inspect record keeps too. The tracer's span (endTrace) closes before the
+// outcome is returned: its ack lets the partition's next message go to
+// another replica.
 //
 // It also reports whether the item runs again in place (jsbus.Consume's
-// retry after NakWithDelay).
-func (d *Dispatcher) settle(ctx context.Context, m jetstream.Msg, item bus.WorkItem, start time.Time, err error, endTrace func()) (result string, inPlace bool) {
-	var nak bool
-	result, nak = d.resolve(ctx, item, err)
+// retry of a Retry outcome).
+func (d *Dispatcher) settle(ctx context.Context, item bus.WorkItem, start time.Time, err error, endTrace func()) (result string, out outcome.Outcome, inPlace bool) {
+	result, out = d.resolve(ctx, item, err)
 	if endTrace != nil {
 		endTrace()
 	}
 	d.metrics.syncs.WithLabelValues(item.Controller.Kind, item.Controller.Name, result).Inc()
 	d.metrics.syncSeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
+	retried := out.Retries()
 	switch {
-	case nak && ctx.Err() == nil && result != "cancelled":
+	case retried && ctx.Err() == nil && result != "cancelled":
 		// Run again in place after the delay (jsbus.Consume); a dispatcher
 		// shutting down leaves the item to another replica instead.
 		inPlace = true
 		d.metrics.queues.Retried(queueOf(item.Controller))
-	case !nak && (result == "error" || result == "throttled"):
+	case !retried && (result == "error" || result == "throttled"):
 		// A retry scheduled through MC_SCHED (resolve).
 		d.metrics.queues.Retried(queueOf(item.Controller))
 	}
-	if nak {
-		// The bus or the snapshot service is unreachable: retrying soon
-		// on this partition is all we can do.
-		_ = m.NakWithDelay(time.Second)
-		return result, inPlace
+	return result, out, inPlace
+}
+
+// retrySoon is the outcome of a work item that could not be handled for
+// want of the bus or of metabus's own services: retried in place after a
+// second (growing while it keeps failing).
+var retrySoon = outcome.Retry(time.Second, 0)
+
+// outcomeOf is the outcome of a work item whose sync ended with err, once
+// resolve has done what err asks for; requeue is why the follow-up sync a
+// failed or throttled one owes could not be scheduled (nil: it was, or
+// none was owed), a dispatcher shutting down included.
+//
+// A sync that published its answer, settled without one, or failed or was
+// throttled with its retry scheduled through MC_SCHED is Done: the retry
+// is a new work item, and the parent's turn passes meanwhile. A failure
+// of the bus or the snapshot service, or a retry that could not be
+// scheduled, is retried in place soon: the item must not be lost.
+func outcomeOf(err, requeue error) outcome.Outcome {
+	var infra *infraFailure
+	if errors.As(err, &infra) || requeue != nil {
+		return retrySoon
 	}
-	if err := m.Ack(); err != nil {
-		d.log.Warn("ack work item", zap.Error(err))
-	}
-	return result, false
+	return outcome.Done()
 }
 
 // resolve does what err asks for (report, schedule a retry, forget the
-// parent's failures) and returns the metric label and whether the item
-// must be redelivered rather than acked.
-func (d *Dispatcher) resolve(ctx context.Context, item bus.WorkItem, err error) (result string, nak bool) {
+// parent's failures) and returns the metric label and the item's outcome.
+func (d *Dispatcher) resolve(ctx context.Context, item bus.WorkItem, err error) (result string, out outcome.Outcome) {
+	result, requeue := d.follow(ctx, item, err)
+	return result, outcomeOf(err, requeue)
+}
+
+// follow does what err asks for and returns the metric label and why a
+// retry it owed could not be scheduled (see outcomeOf).
+func (d *Dispatcher) follow(ctx context.Context, item bus.WorkItem, err error) (result string, requeue error) {
 	var (
 		done  settled
 		infra *infraFailure
@@ -552,25 +577,22 @@ func (d *Dispatcher) resolve(ctx context.Context, item bus.WorkItem, err error) 
 	switch {
 	case err == nil:
 		d.succeeded(item)
-		return "ok", false
+		return "ok", nil
 	case errors.As(err, &done):
 		if done.forget {
 			d.succeeded(item)
 		}
-		return done.result, false
+		return done.result, nil
 	case errors.As(err, &infra):
 		if infra.msg != "" {
 			d.log.Warn(infra.msg, zap.Error(infra.err))
 		}
-		return infra.result, true
+		return infra.result, nil
 	case errors.As(err, &later):
 		// The hook asked us to come back later: not a failure.
 		d.log.Info("hook throttled; retrying after Retry-After", zap.String("controller", item.Controller.Name),
 			zap.String("parent", item.Parent.Namespace+"/"+item.Parent.Name), zap.Duration("retryAfter", later.after))
-		if serr := d.retry(ctx, item, time.Now().Add(later.after)); serr != nil {
-			return "throttled", true
-		}
-		return "throttled", false
+		return "throttled", d.retry(ctx, item, time.Now().Add(later.after))
 	case errors.As(err, &fail):
 		return d.failed(ctx, item, fail.reason, fail.ours, fail.err)
 	default:
@@ -579,12 +601,12 @@ func (d *Dispatcher) resolve(ctx context.Context, item bus.WorkItem, err error) 
 	}
 }
 
-// failed records a failure, reports it, and schedules the retry. ours says
-// the failure was metabus's own (see bus.NextAttempt).
-func (d *Dispatcher) failed(ctx context.Context, item bus.WorkItem, reason string, ours bool, err error) (result string, nak bool) {
+// failed records a failure, reports it, and schedules the retry (see
+// follow). ours says the failure was metabus's own (see bus.NextAttempt).
+func (d *Dispatcher) failed(ctx context.Context, item bus.WorkItem, reason string, ours bool, err error) (result string, requeue error) {
 	if ctx.Err() != nil {
 		// Shutting down: leave the item unacked for another replica.
-		return "cancelled", true
+		return "cancelled", ctx.Err()
 	}
 	n := bus.NextAttempt(d.attempt(item), ours)
 	d.failures.record(d.failureKey(item), n, time.Now())
@@ -607,9 +629,9 @@ func (d *Dispatcher) failed(ctx context.Context, item bus.WorkItem, reason strin
 	next.Attempt = n
 	if serr := d.retry(ctx, next, time.Now().Add(delay)); serr != nil {
 		d.log.Error("schedule retry", zap.Error(serr))
-		return "error", true
+		return "error", serr
 	}
-	return "error", false
+	return "error", nil
 }
 
 // failureKey keys what is kept per unit of work (failure counts, resync

@@ -12,6 +12,7 @@ import (
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/natsx/natstest"
+	"github.com/metabus/metabus/pkg/outcome"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 
@@ -56,8 +57,8 @@ func TestUnservableCachedRelatedRules(t *testing.T) {
 	if err == nil {
 		t.Fatal("observe succeeded with related rules the watcher cannot serve")
 	}
-	if result, nak := d.resolve(ctx, item, err); result != "error" || nak {
-		t.Errorf("settled as %q (nak %v), want a failed sync with a retry scheduled", result, nak)
+	if result, out := d.resolve(ctx, item, err); result != "error" || out != outcome.Done() {
+		t.Errorf("settled as %q (%s), want a failed sync with a retry scheduled (done)", result, out)
 	}
 	if _, cached := d.customize[relatedKey(item)]; cached {
 		t.Error("the unservable rules are still cached: every retry would fail the same way")

@@ -30,6 +30,7 @@ import (
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kindtable"
 	"github.com/metabus/metabus/pkg/natsx/natstest"
+	"github.com/metabus/metabus/pkg/outcome"
 	"github.com/metabus/metabus/pkg/related"
 	"github.com/metabus/metabus/pkg/revstore"
 	"github.com/metabus/metabus/pkg/snapshot"
@@ -224,7 +225,8 @@ type scheduled struct {
 }
 
 type syncResult struct {
-	Result  string
+	Result string
+	// Nak: the work item's outcome is not Done (it is retried in place).
 	Nak     bool
 	Hooks   []string
 	Desired *desired
@@ -828,7 +830,9 @@ func TestSyncParent(t *testing.T) {
 				cancel()
 			}
 			var got syncResult
-			got.Result, got.Nak = d.resolve(ctx, item, d.syncParent(ctx, item, 42))
+			var out outcome.Outcome
+			got.Result, out = d.resolve(ctx, item, d.syncParent(ctx, item, 42))
+			got.Nak = out != outcome.Done()
 			got.Hooks = h.taken()
 			got.Desired = lastDesired(t, js, item)
 			got.Retry = lastRetry(t, js, item)

@@ -15,6 +15,7 @@ import (
 	"github.com/metabus/metabus/pkg/apply"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/echo"
+	"github.com/metabus/metabus/pkg/outcome"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 
@@ -200,18 +201,18 @@ func TestUnchangedAnswer(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			result, nak := d.resolve(ctx, item, d.syncParent(ctx, item, 42))
+			result, out := d.resolve(ctx, item, d.syncParent(ctx, item, 42))
 			got := struct {
 				Result            string
-				Nak               bool
+				Outcome           outcome.Outcome
 				Hooks             []string
 				Published, Resync bool
-			}{Result: result, Nak: nak, Hooks: h.taken(), Published: lastDesired(t, js, item) != nil}
+			}{Result: result, Outcome: out, Hooks: h.taken(), Published: lastDesired(t, js, item) != nil}
 			if r := lastRetry(t, js, item); r != nil {
 				got.Resync = r.Reason == bus.ReasonResyncAfter
 			}
 			want := got
-			want.Result, want.Nak, want.Hooks = tc.wantResult, false, []string{"sync p-" + uid + " x=a"}
+			want.Result, want.Outcome, want.Hooks = tc.wantResult, outcome.Done(), []string{"sync p-" + uid + " x=a"}
 			want.Published, want.Resync = tc.wantPublished, tc.wantResync
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("sync (-want +got):\n%s", diff)
