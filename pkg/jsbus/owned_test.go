@@ -638,10 +638,10 @@ func TestHeartbeatScansOnlyWhenDue(t *testing.T) {
 		// AckWait 15 s: the first keep-alive is due 5 s after arrival;
 		// the old heartbeat scanned every 250 ms meanwhile.
 		_ = Consume(ctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
-			AckWait: 15 * time.Second}, func(_ context.Context, m jetstream.Msg) {
+			AckWait: 15 * time.Second}, func(_ context.Context, m jetstream.Msg) outcome.Outcome {
 			time.Sleep(2 * time.Second)
-			_ = m.Ack()
 			ran <- struct{}{}
+			return outcome.Done()
 		})
 	}()
 	var o *owner
