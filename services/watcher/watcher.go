@@ -45,7 +45,7 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/echo"
-	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/events/recorder"
 	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kindtable"
@@ -156,7 +156,7 @@ type Watcher struct {
 	registry   *informers.Registry
 	nc         *nats.Conn
 	js         jetstream.JetStream
-	rec        *events.Recorder
+	rec        *recorder.Recorder
 	health     *obs.Health
 	metrics    *metrics
 	targets    labels.Selector
@@ -257,7 +257,7 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 			return nil, err
 		}
 	}
-	w.rec = events.New(kube, events.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-watcher"})
+	w.rec = recorder.New(kube, recorder.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-watcher"})
 	return w, nil
 }
 
