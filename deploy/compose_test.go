@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/metabus/metabus/examples/helloworld"
+	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/cli"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/sdk/hook"
@@ -276,8 +277,8 @@ func checkNATSService(t *testing.T, svc types.ServiceConfig, bindSource func(typ
 	if !opts.JetStream || opts.StoreDir != "/data" {
 		t.Errorf("JetStream %v in %q, want enabled in /data (the volume)", opts.JetStream, opts.StoreDir)
 	}
-	if opts.MaxPayload != 8<<20 {
-		t.Errorf("max_payload %d, want 8MB as deployed", opts.MaxPayload)
+	if opts.MaxPayload != bus.MaxPayload {
+		t.Errorf("max_payload %d, want the bus's %d (bus.MaxPayload)", opts.MaxPayload, bus.MaxPayload)
 	}
 	if svc.HealthCheck == nil || len(svc.HealthCheck.Test) == 0 {
 		t.Error("no healthcheck: the services would start before JetStream")

@@ -844,7 +844,7 @@ func (h *hostile) memory(t *testing.T) {
 	// A status is decoded as it comes (children are checked one by one).
 	var dense strings.Builder
 	dense.WriteString(`{"status":{"x":[`)
-	for dense.Len() < natsx.MaxPayload-16 {
+	for dense.Len() < bus.MaxPayload-16 {
 		dense.WriteString(`{},`)
 	}
 	dense.WriteString(`{}]}}`)

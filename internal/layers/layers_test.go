@@ -1,132 +1,173 @@
 // Package layers holds the repository's layer rules as a test: which
 // packages may link what. The rules are read from the build's own import
 // graph (go list), so a new import that breaks a layer fails `make test`
-// instead of waiting for a reviewer to notice.
+// instead of waiting for a reviewer to notice, and the failure names the
+// chain of imports that links the forbidden package: cut one of them,
+// usually by moving the type or constant the core needs to a leaf package
+// (as pkg/apiresource and pkg/events are).
 package layers
 
 import (
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 )
 
-const module = "github.com/metabus/metabus/"
-
-// pkg is one package of the module as the build sees it.
-type pkg struct {
-	imports []string // direct, without tests
-	deps    []string // transitive, without tests
-}
-
-// graph lists every package of the module with its imports and deps.
-func graph(t *testing.T) map[string]pkg {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	cmd := exec.Command(goBin, "list", "-f", "{{.ImportPath}}\t{{join .Imports \" \"}}\t{{join .Deps \" \"}}", module+"...")
-	cmd.Dir = "../.."
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	g := map[string]pkg{}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		f := strings.Split(line, "\t")
-		if len(f) != 3 {
-			t.Fatalf("go list line %q: want 3 fields", line)
-		}
-		g[strings.TrimPrefix(f[0], module)] = pkg{imports: strings.Fields(f[1]), deps: strings.Fields(f[2])}
-	}
-	if len(g) < 50 {
-		t.Fatalf("go list found %d packages; the pattern is broken", len(g))
-	}
-	return g
-}
-
 // Pure cores decide and never do I/O: they link no bus client and no
-// Kubernetes client.
+// Kubernetes client, not even client-go's helpers.
 var pureCores = []string{
 	"pkg/bus", "pkg/ownership", "pkg/fairq", "pkg/revstore", "pkg/rollout", "pkg/apply",
 	"pkg/children", "pkg/revision", "pkg/hookwire", "pkg/hookapi", "pkg/outcome",
 }
 
-// Kind cores plan what a controller kind means; they link no bus client.
-// (They still link client-go through pkg/discovery and pkg/events, which
-// hold a client beside the types the cores need: issue 33 moves those
-// types to leaf packages and then adds client-go to this rule.)
+// Kind cores plan what a controller kind means; they link no bus client
+// and no client-go transport.
 var kindCores = []string{
 	"pkg/kinds", "pkg/kindtable", "pkg/composite", "pkg/decorator", "pkg/mapctl", "pkg/snapshot", "pkg/related",
 }
 
-// transports are the packages that talk to NATS or the API server.
-func transport(dep string) (string, bool) {
-	switch {
-	case strings.HasPrefix(dep, "github.com/nats-io/"):
-		return "NATS", true
-	case strings.HasPrefix(dep, "github.com/cloudevents/sdk-go/protocol/"):
-		return "a CloudEvents protocol binding", true
-	case strings.HasPrefix(dep, "k8s.io/client-go/"):
-		return "client-go", true
-	}
-	return "", false
+// Leaves are the plain types and constants the cores share with the
+// transports that fill or use them: they import nothing of the module, so
+// that importing one can never bring a transport back into a core.
+var leaves = []string{"pkg/apiresource", "pkg/events", "pkg/hookwire"}
+
+// clientGoTransport is the package through which every client-go request
+// goes (it builds the HTTP round trippers).
+const clientGoTransport = "k8s.io/client-go/transport"
+
+// class is one kind of package a layer may not link.
+type class struct {
+	name string
+	is   func(g *graph, p string) bool
 }
 
+var (
+	natsClass = class{"NATS", func(_ *graph, p string) bool {
+		return strings.HasPrefix(p, "github.com/nats-io/")
+	}}
+	// The CloudEvents bindings to a protocol (the JetStream one), not
+	// the event type and its encoding, which the wire contract uses.
+	ceBindingClass = class{"a CloudEvents protocol binding", func(_ *graph, p string) bool {
+		return strings.HasPrefix(p, "github.com/cloudevents/sdk-go/protocol/")
+	}}
+	clientGoClass = class{"client-go", func(_ *graph, p string) bool {
+		return strings.HasPrefix(p, "k8s.io/client-go/")
+	}}
+	// A client-go transport package is k8s.io/client-go/transport and
+	// every client-go package that links it, that is every one that can
+	// talk to an API server: rest, dynamic, discovery, kubernetes,
+	// informers, listers, metadata, restmapper, tools/cache, tools/record,
+	// tools/clientcmd, util/apply... (TestClientGoTransport pins examples).
+	// client-go's other packages do no I/O (util/workqueue, tools/metrics,
+	// tools/clientcmd/api, tools/reference, util/cert, pkg/version...).
+	clientGoTransportClass = class{"a client-go transport package", func(g *graph, p string) bool {
+		return p == clientGoTransport || strings.HasPrefix(p, "k8s.io/client-go/") && g.links(p, clientGoTransport)
+	}}
+)
+
 // TestCoresLinkNoTransport: pure cores link neither NATS nor client-go;
-// kind cores link no NATS.
+// kind cores link neither NATS nor a client-go transport package.
 func TestCoresLinkNoTransport(t *testing.T) {
-	g := graph(t)
-	check := func(p string, forbidden func(kind string) bool) {
-		t.Run(p, func(t *testing.T) {
-			pk, ok := g[p]
-			if !ok {
-				t.Fatalf("%s is not a package of the module any more: update the rule", p)
+	g := load(t)
+	for _, p := range pureCores {
+		checkLinks(t, g, p, "pure core", natsClass, ceBindingClass, clientGoClass)
+	}
+	for _, p := range kindCores {
+		checkLinks(t, g, p, "kind core", natsClass, ceBindingClass, clientGoTransportClass)
+	}
+}
+
+// checkLinks fails for each chain through which p links a package of one
+// of the classes.
+func checkLinks(t *testing.T, g *graph, p, layer string, classes ...class) {
+	t.Helper()
+	t.Run(p, func(t *testing.T) {
+		if _, ok := g.imports[module+p]; !ok {
+			t.Fatalf("%s is not a package of the module any more: update the rule", p)
+		}
+		for _, c := range classes {
+			for _, ch := range chains(g.imports, module+p, func(d string) bool { return c.is(g, d) }) {
+				t.Errorf("%s %s links %s: %s", layer, p, c.name, render(ch))
 			}
-			for _, d := range pk.deps {
-				if kind, ok := transport(d); ok && forbidden(kind) {
-					t.Errorf("%s links %s (%s)", p, d, kind)
-				}
+		}
+	})
+}
+
+// TestClientGoTransport pins what counts as a client-go transport
+// package, so that the kind cores' rule cannot pass by defining nothing
+// (a client-go release that renamed the transport package, say).
+func TestClientGoTransport(t *testing.T) {
+	g := load(t)
+	for _, tc := range []struct {
+		reason, pkg string
+		want        bool
+	}{
+		{reason: "the round trippers themselves", pkg: clientGoTransport, want: true},
+		{reason: "the REST client", pkg: "k8s.io/client-go/rest", want: true},
+		{reason: "the dynamic client", pkg: "k8s.io/client-go/dynamic", want: true},
+		{reason: "informers' list-watch", pkg: "k8s.io/client-go/tools/cache", want: true},
+		{reason: "the Event recorder", pkg: "k8s.io/client-go/tools/record", want: true},
+		{reason: "a work queue does no I/O", pkg: "k8s.io/client-go/util/workqueue"},
+		{reason: "metric hooks do no I/O", pkg: "k8s.io/client-go/tools/metrics"},
+		{reason: "not client-go at all", pkg: "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			if _, ok := g.imports[tc.pkg]; !ok {
+				t.Fatalf("%s is linked by no package of the module: pick another example", tc.pkg)
+			}
+			if got := clientGoTransportClass.is(g, tc.pkg); got != tc.want {
+				t.Errorf("%s is a client-go transport package: %v, want %v", tc.pkg, got, tc.want)
 			}
 		})
 	}
-	for _, p := range pureCores {
-		check(p, func(string) bool { return true })
-	}
-	for _, p := range kindCores {
-		check(p, func(kind string) bool { return kind != "client-go" })
+}
+
+// TestLeavesStayLeaves: a leaf imports no package of the module and links
+// no transport.
+func TestLeavesStayLeaves(t *testing.T) {
+	g := load(t)
+	for _, p := range leaves {
+		checkLinks(t, g, p, "leaf", natsClass, ceBindingClass, clientGoClass,
+			class{"a package of the module", func(_ *graph, d string) bool { return strings.HasPrefix(d, module) }})
 	}
 }
 
-// TestServicesStandAlone: no service imports another (they meet only on
-// the bus), and no library package imports a service. pkg/allinone, which
+// TestServicesStandAlone: no service links another (they meet only on
+// the bus), and no library package links a service. pkg/allinone, which
 // composes the four services in one process, is the one exception until
 // it moves under cmd/metabus.
 func TestServicesStandAlone(t *testing.T) {
-	g := graph(t)
+	g := load(t)
 	checked := 0
-	for p, pk := range g {
-		for _, imp := range pk.imports {
-			rel, ok := strings.CutPrefix(imp, module)
-			if !ok || !strings.HasPrefix(rel, "services/") {
-				continue
-			}
+	for _, full := range g.inModule() {
+		p := short(full)
+		switch {
+		case strings.HasPrefix(p, "services/"):
 			checked++
-			switch {
-			case strings.HasPrefix(p, "services/") && service(p) != service(rel):
-				t.Errorf("service %s imports service %s: services meet only on the bus", p, rel)
-			case (strings.HasPrefix(p, "pkg/") || strings.HasPrefix(p, "sdk/")) && p != "pkg/allinone":
-				t.Errorf("library package %s imports service %s", p, rel)
+			other := func(d string) bool {
+				rel, ok := strings.CutPrefix(d, module)
+				return ok && strings.HasPrefix(rel, "services/") && service(rel) != service(p)
+			}
+			for _, ch := range chains(g.imports, full, other) {
+				t.Errorf("service %s links another service: %s; services meet only on the bus", p, render(ch))
+			}
+		case (strings.HasPrefix(p, "pkg/") || strings.HasPrefix(p, "sdk/")) && p != "pkg/allinone":
+			checked++
+			for _, ch := range chains(g.imports, full, isService) {
+				t.Errorf("library package %s links a service: %s", p, render(ch))
 			}
 		}
 	}
 	if checked == 0 {
-		t.Error("no import of a service found at all (cmd/ imports them): the graph is wrong")
+		t.Error("no package under services/, pkg/ or sdk/: the graph is wrong")
+	}
+	// The check must be able to see an import of a service at all.
+	if !slices.ContainsFunc(g.imports[module+"pkg/allinone"], isService) {
+		t.Error("pkg/allinone imports no service: the graph is wrong, or the exception can go")
 	}
 }
+
+func isService(d string) bool { return strings.HasPrefix(d, module+"services/") }
 
 // service is the service a services/ package belongs to.
 func service(p string) string {
@@ -141,23 +182,28 @@ func service(p string) string {
 // but the wire contract, and none of the heavy dependencies a hook author
 // should not inherit (zap it does link: the CloudEvents sdk logs with it).
 func TestSDKStandsAlone(t *testing.T) {
-	g := graph(t)
+	g := load(t)
 	allowed := []string{"pkg/hookwire", "sdk/hook"}
 	found := 0
-	for p, pk := range g {
+	for _, full := range g.inModule() {
+		p := short(full)
 		if !strings.HasPrefix(p, "sdk/") {
 			continue
 		}
 		found++
-		for _, d := range pk.deps {
-			if rel, ok := strings.CutPrefix(d, module); ok && !slices.Contains(allowed, rel) {
-				t.Errorf("%s links %s: the SDK may link only %v of metabus", p, rel, allowed)
+		forbidden := func(d string) bool {
+			if rel, ok := strings.CutPrefix(d, module); ok {
+				return !slices.Contains(allowed, rel)
 			}
 			for _, heavy := range []string{"k8s.io/client-go/", "github.com/nats-io/nats-server/", "github.com/prometheus/"} {
 				if strings.HasPrefix(d, heavy) {
-					t.Errorf("%s links %s", p, d)
+					return true
 				}
 			}
+			return false
+		}
+		for _, ch := range chains(g.imports, full, forbidden) {
+			t.Errorf("%s links %s: %s; the SDK may link only %v of metabus, and no client-go, nats-server or Prometheus", p, short(ch[len(ch)-1]), render(ch), allowed)
 		}
 	}
 	if found == 0 {

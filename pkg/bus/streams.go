@@ -10,6 +10,14 @@ import (
 // tools) must agree. They are described here as plain data, without the
 // NATS client; package jsbus turns them into JetStream's.
 
+// MaxPayload is the largest message the bus carries: the max_payload of
+// the embedded NATS server (package natsx) and of the deployed ones
+// (deploy/ holds them equal). Snapshots and desired states of parents with
+// many children exceed NATS's 1 MB default. It is a contract, not a
+// server setting, because every producer must stay under it: the hook
+// client bounds replies by it.
+const MaxPayload = 8 << 20
+
 // StreamConfig is what metabus sets on a stream.
 type StreamConfig struct {
 	Name, Description string

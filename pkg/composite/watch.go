@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/children"
-	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
@@ -83,7 +83,7 @@ func (c *Controller) WatchPlan(resolve kinds.WatchResolver) (*kinds.WatchPlan, e
 // resource twice (also in two versions): its objects would be planned under
 // two rules at once and deleted and recreated on every sync. apiVersions
 // are the versions as declared, one per resource.
-func WatchCheckDistinct(field string, apiVersions []string, res []*discovery.Resource) error {
+func WatchCheckDistinct(field string, apiVersions []string, res []*apiresource.Resource) error {
 	rules := make([]children.Rule, len(res))
 	for i, r := range res {
 		rules[i] = children.Rule{APIVersion: apiVersions[i], Resource: r.GVR.Resource, Kind: r.Kind}
@@ -95,7 +95,7 @@ func WatchCheckDistinct(field string, apiVersions []string, res []*discovery.Res
 type watchRules struct {
 	spec      *v1alpha1.CompositeControllerSpec
 	parentSel labels.Selector // parentResource.labelSelector
-	owned     []*discovery.Resource
+	owned     []*apiresource.Resource
 	finalizer string
 }
 
@@ -122,7 +122,7 @@ func (r *watchRules) WantsOrphan(parent, orphan *unstructured.Unstructured) bool
 // released, and matching orphans (and children of an earlier incarnation
 // of the parent) are adopted. A parent whose selector is unusable keeps
 // only what it owns and adopts nothing; selectorError says why.
-func (r *watchRules) Observe(parentRes *discovery.Resource, parent *unstructured.Unstructured, caches []kinds.WatchCache) ([]snapshot.Group, string) {
+func (r *watchRules) Observe(parentRes *apiresource.Resource, parent *unstructured.Unstructured, caches []kinds.WatchCache) ([]snapshot.Group, string) {
 	parentUID := string(parent.GetUID())
 	parentGroup := parentRes.GVR.Group
 	owner := children.Owner{Namespace: parent.GetNamespace(), Namespaced: parentRes.Namespaced}

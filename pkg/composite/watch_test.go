@@ -12,12 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
-	"github.com/metabus/metabus/pkg/discovery"
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/kinds"
 )
 
 // watchResources is the fake discovery of the watch tests.
-var watchResources = map[string]*discovery.Resource{
+var watchResources = map[string]*apiresource.Resource{
 	"example.com/v1/things":    {GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "things"}, Kind: "Thing", Namespaced: true, HasStatus: true},
 	"example.com/v1/nostatus":  {GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "nostatus"}, Kind: "NoStatus", Namespaced: true},
 	"example.com/v1/clusters":  {GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "clusters"}, Kind: "Cluster", HasStatus: true},
@@ -29,7 +29,7 @@ var watchResources = map[string]*discovery.Resource{
 	"example.com/v1/otherkind": {GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "otherkind"}, Kind: "Other", Namespaced: true},
 }
 
-func watchResolve(apiVersion, resource string) (*discovery.Resource, error) {
+func watchResolve(apiVersion, resource string) (*apiresource.Resource, error) {
 	if r, ok := watchResources[apiVersion+"/"+resource]; ok {
 		return r, nil
 	}

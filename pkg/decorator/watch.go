@@ -7,8 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/composite"
-	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
@@ -100,7 +100,7 @@ type watchRules struct {
 	finalizer   string
 	selector    *Selector
 	parentKinds []schema.GroupKind // per parent source
-	owned       []*discovery.Resource
+	owned       []*apiresource.Resource
 }
 
 // Selects matches the selectors of the target's group and kind.
@@ -124,7 +124,7 @@ func (r *watchRules) WantsOrphan(_, _ *unstructured.Unstructured) bool { return 
 
 // Observe lists a target's attachments per attachment resource: objects
 // it controls that carry the decorator's annotation, in its namespace.
-func (r *watchRules) Observe(parentRes *discovery.Resource, target *unstructured.Unstructured, caches []kinds.WatchCache) ([]snapshot.Group, string) {
+func (r *watchRules) Observe(parentRes *apiresource.Resource, target *unstructured.Unstructured, caches []kinds.WatchCache) ([]snapshot.Group, string) {
 	uid := string(target.GetUID())
 	ns := target.GetNamespace()
 	var groups []snapshot.Group
@@ -143,7 +143,7 @@ func (r *watchRules) Observe(parentRes *discovery.Resource, target *unstructured
 
 // watchAttachmentOf reports whether c, controlled by a target, is this
 // decorator's attachment of a target of parentRes in namespace ns.
-func (r *watchRules) watchAttachmentOf(c *unstructured.Unstructured, parentRes *discovery.Resource, ns string) bool {
+func (r *watchRules) watchAttachmentOf(c *unstructured.Unstructured, parentRes *apiresource.Resource, ns string) bool {
 	ref := metav1.GetControllerOfNoCopy(c)
 	if ref == nil || ref.Kind != parentRes.Kind || !IsAttachment(c, r.name) {
 		return false

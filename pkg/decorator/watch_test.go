@@ -12,12 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
-	"github.com/metabus/metabus/pkg/discovery"
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/kinds"
 )
 
 // watchResources is the fake discovery of the watch tests.
-var watchResources = map[string]*discovery.Resource{
+var watchResources = map[string]*apiresource.Resource{
 	"apps/v1/deployments":      {GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Kind: "Deployment", Namespaced: true, HasStatus: true},
 	"apps/v1beta1/deployments": {GVR: schema.GroupVersionResource{Group: "apps", Version: "v1beta1", Resource: "deployments"}, Kind: "Deployment", Namespaced: true, HasStatus: true},
 	"v1/namespaces":            {GVR: schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, Kind: "Namespace", HasStatus: true},
@@ -27,7 +27,7 @@ var watchResources = map[string]*discovery.Resource{
 	"autoscaling/v2/hpas":      {GVR: schema.GroupVersionResource{Group: "autoscaling", Version: "v2", Resource: "hpas"}, Kind: "HorizontalPodAutoscaler", Namespaced: true},
 }
 
-func watchResolve(apiVersion, resource string) (*discovery.Resource, error) {
+func watchResolve(apiVersion, resource string) (*apiresource.Resource, error) {
 	if r, ok := watchResources[apiVersion+"/"+resource]; ok {
 		return r, nil
 	}
@@ -298,7 +298,7 @@ func TestWatchObserve(t *testing.T) {
 	}
 	cases := []struct {
 		reason string
-		res    *discovery.Resource
+		res    *apiresource.Resource
 		target *unstructured.Unstructured
 		want   [][]string
 	}{

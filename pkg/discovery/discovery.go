@@ -1,7 +1,8 @@
 // Package discovery keeps a map of the API server's resources (group,
 // version, resource, kind, scope, subresources), refreshed periodically and
 // on demand, so controllers can name resources by apiVersion + resource or
-// apiVersion + kind.
+// apiVersion + kind. The entries are apiresource.Resource values: the
+// cores that plan with them import that leaf, not this client.
 package discovery
 
 import (
@@ -14,29 +15,17 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/metabus/metabus/pkg/apiresource"
 )
-
-// Resource is one served resource.
-type Resource struct {
-	GVR        schema.GroupVersionResource
-	Kind       string
-	Namespaced bool
-	// HasStatus reports a status subresource: status must then be written
-	// through it, and (for parents) observedGeneration is meaningful.
-	HasStatus bool
-	Verbs     []string
-}
-
-// APIVersion returns group/version (or version for the core group).
-func (r *Resource) APIVersion() string { return r.GVR.GroupVersion().String() }
 
 // Map is a snapshot of discovery, safe for concurrent use.
 type Map struct {
 	client Source
 
 	mu         sync.RWMutex
-	byResource map[string]*Resource // apiVersion + "/" + resource
-	byKind     map[string]*Resource // apiVersion + "/" + kind
+	byResource map[string]*apiresource.Resource // apiVersion + "/" + resource
+	byKind     map[string]*apiresource.Resource // apiVersion + "/" + kind
 	refreshed  time.Time
 
 	// refreshMu serializes refreshes; lastForced rate-limits on-demand ones.
@@ -47,7 +36,7 @@ type Map struct {
 // New returns an empty map of what client lists (APIServer: the API
 // server's discovery); call Refresh or Run.
 func New(client Source) *Map {
-	return &Map{client: client, byResource: map[string]*Resource{}, byKind: map[string]*Resource{}}
+	return &Map{client: client, byResource: map[string]*apiresource.Resource{}, byKind: map[string]*apiresource.Resource{}}
 }
 
 // Refresh reloads discovery. A partial failure (one aggregated API down)
@@ -70,9 +59,9 @@ func (m *Map) Refresh(ctx context.Context) error {
 	return nil
 }
 
-func index(lists []*metav1.APIResourceList) (map[string]*Resource, map[string]*Resource) {
-	byResource := map[string]*Resource{}
-	byKind := map[string]*Resource{}
+func index(lists []*metav1.APIResourceList) (map[string]*apiresource.Resource, map[string]*apiresource.Resource) {
+	byResource := map[string]*apiresource.Resource{}
+	byKind := map[string]*apiresource.Resource{}
 	for _, list := range lists {
 		if list == nil {
 			continue
@@ -91,7 +80,7 @@ func index(lists []*metav1.APIResourceList) (map[string]*Resource, map[string]*R
 			if strings.Contains(r.Name, "/") {
 				continue
 			}
-			res := &Resource{
+			res := &apiresource.Resource{
 				GVR:        gv.WithResource(r.Name),
 				Kind:       r.Kind,
 				Namespaced: r.Namespaced,
@@ -122,7 +111,7 @@ func (m *Map) Run(ctx context.Context, interval time.Duration, onError func(erro
 }
 
 // Get finds a resource by apiVersion and plural resource name.
-func (m *Map) Get(apiVersion, resource string) (*Resource, bool) {
+func (m *Map) Get(apiVersion, resource string) (*apiresource.Resource, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	r, ok := m.byResource[apiVersion+"/"+resource]
@@ -130,7 +119,7 @@ func (m *Map) Get(apiVersion, resource string) (*Resource, bool) {
 }
 
 // GetKind finds a resource by apiVersion and kind.
-func (m *Map) GetKind(apiVersion, kind string) (*Resource, bool) {
+func (m *Map) GetKind(apiVersion, kind string) (*apiresource.Resource, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	r, ok := m.byKind[apiVersion+"/"+kind]
@@ -140,7 +129,7 @@ func (m *Map) GetKind(apiVersion, kind string) (*Resource, bool) {
 // Resolve is Get, refreshing discovery once (at most every 2s) on a miss, so
 // a controller created right after its CRD does not wait for the next
 // periodic refresh.
-func (m *Map) Resolve(ctx context.Context, apiVersion, resource string) (*Resource, error) {
+func (m *Map) Resolve(ctx context.Context, apiVersion, resource string) (*apiresource.Resource, error) {
 	if r, ok := m.Get(apiVersion, resource); ok {
 		return r, nil
 	}
@@ -154,7 +143,7 @@ func (m *Map) Resolve(ctx context.Context, apiVersion, resource string) (*Resour
 }
 
 // ResolveKind is GetKind with the same on-demand refresh.
-func (m *Map) ResolveKind(ctx context.Context, apiVersion, kind string) (*Resource, error) {
+func (m *Map) ResolveKind(ctx context.Context, apiVersion, kind string) (*apiresource.Resource, error) {
 	if r, ok := m.GetKind(apiVersion, kind); ok {
 		return r, nil
 	}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/kubeapi"
 )
 
@@ -252,31 +253,31 @@ func TestResolveUnknown(t *testing.T) {
 	}
 	cases := []struct {
 		reason    string
-		resolve   func() (*Resource, error)
+		resolve   func() (*apiresource.Resource, error)
 		wantErr   string
 		wantCalls int // discovery calls this case makes
 	}{
 		{
 			reason:    "an unknown resource refreshes once, then says it is not served",
-			resolve:   func() (*Resource, error) { return m.Resolve(testCtx(t), "example.com/v1", "nonexistents") },
+			resolve:   func() (*apiresource.Resource, error) { return m.Resolve(testCtx(t), "example.com/v1", "nonexistents") },
 			wantErr:   `resource "nonexistents" in "example.com/v1" is not served by the API server`,
 			wantCalls: 1,
 		},
 		{
 			reason:    "a second miss within 2s does not refresh again",
-			resolve:   func() (*Resource, error) { return m.Resolve(testCtx(t), "v1", "nothings") },
+			resolve:   func() (*apiresource.Resource, error) { return m.Resolve(testCtx(t), "v1", "nothings") },
 			wantErr:   `resource "nothings" in "v1" is not served by the API server`,
 			wantCalls: 0,
 		},
 		{
 			reason:    "an unknown kind (rate-limited too)",
-			resolve:   func() (*Resource, error) { return m.ResolveKind(testCtx(t), "v1", "Nope") },
+			resolve:   func() (*apiresource.Resource, error) { return m.ResolveKind(testCtx(t), "v1", "Nope") },
 			wantErr:   `kind "Nope" in "v1" is not served by the API server`,
 			wantCalls: 0,
 		},
 		{
 			reason:    "an unknown group",
-			resolve:   func() (*Resource, error) { return m.Resolve(testCtx(t), "nosuch.example.com/v1", "things") },
+			resolve:   func() (*apiresource.Resource, error) { return m.Resolve(testCtx(t), "nosuch.example.com/v1", "things") },
 			wantErr:   `resource "things" in "nosuch.example.com/v1" is not served`,
 			wantCalls: 0,
 		},
@@ -336,11 +337,11 @@ func TestIndex(t *testing.T) {
 	cases := []struct {
 		reason               string
 		apiVersion, resource string
-		want                 *Resource // nil: absent
+		want                 *apiresource.Resource // nil: absent
 	}{
-		{reason: "verbs are kept", apiVersion: "v1", resource: "configmaps", want: &Resource{GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, Kind: "ConfigMap", Namespaced: true, Verbs: []string{"get", "list"}}},
-		{reason: "status subresource", apiVersion: "v1", resource: "pods", want: &Resource{GVR: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, Kind: "Pod", Namespaced: true, HasStatus: true}},
-		{reason: "a scale subresource is not a status subresource", apiVersion: "example.com/v1", resource: "things", want: &Resource{GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "things"}, Kind: "Thing", Namespaced: true}},
+		{reason: "verbs are kept", apiVersion: "v1", resource: "configmaps", want: &apiresource.Resource{GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, Kind: "ConfigMap", Namespaced: true, Verbs: []string{"get", "list"}}},
+		{reason: "status subresource", apiVersion: "v1", resource: "pods", want: &apiresource.Resource{GVR: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, Kind: "Pod", Namespaced: true, HasStatus: true}},
+		{reason: "a scale subresource is not a status subresource", apiVersion: "example.com/v1", resource: "things", want: &apiresource.Resource{GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "things"}, Kind: "Thing", Namespaced: true}},
 		{reason: "subresources are skipped", apiVersion: "v1", resource: "pods/log"},
 		{reason: "subresources are skipped", apiVersion: "example.com/v1", resource: "things/scale"},
 		{reason: "an unparseable group version is skipped", apiVersion: "a/b/c", resource: "broken"},

@@ -17,15 +17,15 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/hookapi"
-	"github.com/metabus/metabus/pkg/natsx"
 )
 
 // DefaultMaxResponseBytes bounds hook replies unless Options.MaxResponseBytes says otherwise:
-// what the bus can deliver (natsx.MaxPayload, 8 MiB). A larger reply could never be published
+// what the bus can deliver (bus.MaxPayload, 8 MiB). A larger reply could never be published
 // as a desired state, and reading it only costs the dispatcher memory (decoded, a reply of many
 // small objects takes about 35 times its size), so the call fails with ErrResponseTooLarge.
-const DefaultMaxResponseBytes int64 = natsx.MaxPayload
+const DefaultMaxResponseBytes int64 = bus.MaxPayload
 
 // Secrets resolves Secret and ConfigMap data for the TLS/auth options. Services implement it
 // with their Kubernetes client (ideally an informer cache); tests use a fake. Errors must not

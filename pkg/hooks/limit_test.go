@@ -12,11 +12,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/pkg/bus"
 )
 
 // A reply the bus cannot deliver is useless, and reading a larger one only risks the
-// dispatcher's memory: by default, the client reads at most natsx.MaxPayload bytes.
+// dispatcher's memory: by default, the client reads at most bus.MaxPayload bytes.
 func TestDefaultResponseLimitIsTheBusPayload(t *testing.T) {
 	// statusReply is a valid sync reply of exactly n bytes.
 	statusReply := func(n int) string {
@@ -45,8 +45,8 @@ func TestDefaultResponseLimitIsTheBusPayload(t *testing.T) {
 		handler  http.HandlerFunc
 		tooLarge bool
 	}{
-		{reason: "a reply of exactly MaxPayload bytes is read", handler: plain(statusReply(natsx.MaxPayload))},
-		{reason: "one byte more is too large (Content-Length)", handler: plain(statusReply(natsx.MaxPayload + 1)), tooLarge: true},
+		{reason: "a reply of exactly MaxPayload bytes is read", handler: plain(statusReply(bus.MaxPayload))},
+		{reason: "one byte more is too large (Content-Length)", handler: plain(statusReply(bus.MaxPayload + 1)), tooLarge: true},
 		{reason: "9 MiB is too large (Content-Length)", handler: plain(statusReply(9 << 20)), tooLarge: true},
 		{reason: "9 MiB is too large (chunked)", handler: chunked(statusReply(9 << 20)), tooLarge: true},
 		{reason: "31 MiB is too large (chunked)", handler: chunked(statusReply(31 << 20)), tooLarge: true},
@@ -100,7 +100,7 @@ func TestResponseShapeLimit(t *testing.T) {
 	fill := func(unit string) string {
 		var b strings.Builder
 		b.WriteString(`{"status":{"x":[`)
-		for b.Len() < natsx.MaxPayload-64 {
+		for b.Len() < bus.MaxPayload-64 {
 			b.WriteString(unit + ",")
 		}
 		b.WriteString(unit + `]}}`)

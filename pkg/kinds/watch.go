@@ -4,7 +4,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/metabus/metabus/pkg/discovery"
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 
@@ -28,7 +28,7 @@ type Watching interface {
 
 // WatchResolver resolves an apiVersion and a plural resource name through
 // API discovery (the watcher's; the core stays free of I/O).
-type WatchResolver func(apiVersion, resource string) (*discovery.Resource, error)
+type WatchResolver func(apiVersion, resource string) (*apiresource.Resource, error)
 
 // WatchedResource is one resource a spec names, and the field naming it
 // (spec.parentResource, spec.childResources[1]...).
@@ -47,7 +47,7 @@ type WatchPlan struct {
 	Parents []WatchParent
 	// Owned are the owned resources (children, attachments) in spec order:
 	// the snapshot has one group per entry, in this order.
-	Owned []*discovery.Resource
+	Owned []*apiresource.Resource
 	// Adopts says whether orphans of the owned resources may be adopted
 	// by a parent (Rules.WantsOrphan decides which parent).
 	Adopts bool
@@ -92,7 +92,7 @@ type Attachment struct {
 // and Summarize's result, without children.
 type KeyedPlan struct {
 	// Inputs are the input resources, in spec order.
-	Inputs []*discovery.Resource
+	Inputs []*apiresource.Resource
 	// Rules are the kind's decisions about inputs and keys.
 	Rules KeyedRules
 }
@@ -102,7 +102,7 @@ type KeyedPlan struct {
 type KeyedRules interface {
 	// InputKey is the map key of an object of the input resource res
 	// (false: it has none, e.g. no UID yet).
-	InputKey(res *discovery.Resource, input *unstructured.Unstructured) (string, bool)
+	InputKey(res *apiresource.Resource, input *unstructured.Unstructured) (string, bool)
 	// InputSelector is what inputs parent selects. An error means its
 	// selector cannot be used: the parent's syncs fail with it
 	// (snapshot SelectorError) and it selects nothing meanwhile.
@@ -141,7 +141,7 @@ func SelectsInput(sel InputSelector, obj *unstructured.Unstructured) bool {
 
 // WatchParent is one parent resource.
 type WatchParent struct {
-	Res *discovery.Resource
+	Res *apiresource.Resource
 	// IgnoreStatusChanges: an update that changes nothing but the status
 	// (and the resourceVersion) is not an event.
 	IgnoreStatusChanges bool
@@ -168,7 +168,7 @@ type WatchRules interface {
 	// WatchPlan.Owned entry in that order, read from caches (same order),
 	// and the reason the parent's selector cannot be used ("" if it can,
 	// or the kind has none). parentRes is the parent's resource.
-	Observe(parentRes *discovery.Resource, parent *unstructured.Unstructured, caches []WatchCache) (groups []snapshot.Group, selectorError string)
+	Observe(parentRes *apiresource.Resource, parent *unstructured.Unstructured, caches []WatchCache) (groups []snapshot.Group, selectorError string)
 	// ReleaseOnReplace says, per parent source of this plan, whether the
 	// controller's finalizer must be released from its parents when next
 	// (a plan of a new spec of the same controller) replaces this one:

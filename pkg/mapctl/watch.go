@@ -6,7 +6,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/metabus/metabus/pkg/discovery"
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
@@ -81,7 +81,7 @@ func (c *Controller) WatchPlan(resolve kinds.WatchResolver) (*kinds.WatchPlan, e
 // watchRules are a MapController's watch decisions, per parent and per
 // key.
 type watchRules struct {
-	inputs, outputs []*discovery.Resource
+	inputs, outputs []*apiresource.Resource
 }
 
 var (
@@ -103,7 +103,7 @@ func (r *watchRules) WantsOrphan(_, _ *unstructured.Unstructured) bool { return 
 
 // Observe lists every output the parent controls, per output resource, of
 // every key (and untagged ones): what the per-parent status counts.
-func (r *watchRules) Observe(_ *discovery.Resource, parent *unstructured.Unstructured, caches []kinds.WatchCache) ([]snapshot.Group, string) {
+func (r *watchRules) Observe(_ *apiresource.Resource, parent *unstructured.Unstructured, caches []kinds.WatchCache) ([]snapshot.Group, string) {
 	uid := string(parent.GetUID())
 	groups := make([]snapshot.Group, len(caches))
 	for i, h := range caches {
@@ -117,7 +117,7 @@ func (r *watchRules) Observe(_ *discovery.Resource, parent *unstructured.Unstruc
 func (r *watchRules) ReleaseOnReplace(*kinds.WatchPlan) []bool { return nil }
 
 // InputKey is the map key of an object of an input resource.
-func (r *watchRules) InputKey(res *discovery.Resource, input *unstructured.Unstructured) (string, bool) {
+func (r *watchRules) InputKey(res *apiresource.Resource, input *unstructured.Unstructured) (string, bool) {
 	ref, err := InputRefOf(res.APIVersion(), res.Kind, input)
 	if err != nil {
 		return "", false

@@ -11,14 +11,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/metabus/metabus/pkg/discovery"
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 
 // watchResources is the fake discovery of the watch tests, by
 // "apiVersion/resource".
-var watchResources = map[string]*discovery.Resource{
+var watchResources = map[string]*apiresource.Resource{
 	"ctl.example.com/v1/snapshotschedules": {GVR: schema.GroupVersionResource{Group: "ctl.example.com", Version: "v1", Resource: "snapshotschedules"}, Kind: "SnapshotSchedule", Namespaced: true, HasStatus: true},
 	"ctl.example.com/v1/nostatus":          {GVR: schema.GroupVersionResource{Group: "ctl.example.com", Version: "v1", Resource: "nostatus"}, Kind: "NoStatus", Namespaced: true},
 	"ctl.example.com/v1/schedules":         {GVR: schema.GroupVersionResource{Group: "ctl.example.com", Version: "v1", Resource: "schedules"}, Kind: "Schedule", HasStatus: true},
@@ -30,7 +30,7 @@ var watchResources = map[string]*discovery.Resource{
 	"storage.k8s.io/v1/storageclasses": {GVR: schema.GroupVersionResource{Group: "storage.k8s.io", Version: "v1", Resource: "storageclasses"}, Kind: "StorageClass"},
 }
 
-func watchResolve(apiVersion, resource string) (*discovery.Resource, error) {
+func watchResolve(apiVersion, resource string) (*apiresource.Resource, error) {
 	if r, ok := watchResources[apiVersion+"/"+resource]; ok {
 		return r, nil
 	}
@@ -366,7 +366,7 @@ func TestKeyedRulesInputKey(t *testing.T) {
 	classRes := watchResources["storage.k8s.io/v1/storageclasses"]
 	cases := []struct {
 		reason  string
-		res     *discovery.Resource
+		res     *apiresource.Resource
 		input   *unstructured.Unstructured
 		want    string
 		wantOK  bool

@@ -15,11 +15,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
-)
 
-// MaxPayload of the embedded server. Snapshots and desired states of parents
-// with many children exceed the 1 MB default.
-const MaxPayload = 8 << 20
+	"github.com/metabus/metabus/pkg/bus"
+)
 
 // EmbeddedOptions configure an embedded server.
 type EmbeddedOptions struct {
@@ -42,7 +40,7 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 		ServerName: "metabus-embedded",
 		JetStream:  true,
 		StoreDir:   o.StoreDir,
-		MaxPayload: MaxPayload,
+		MaxPayload: bus.MaxPayload,
 		NoSigs:     true,
 		NoLog:      true,
 		SyncAlways: o.SyncAlways,

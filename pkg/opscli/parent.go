@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/kindtable"
 )
@@ -22,7 +22,7 @@ type parentMatch struct {
 	ctrl   controllerObj
 	core   kinds.Controller
 	plan   *kinds.WatchPlan
-	res    *discovery.Resource
+	res    *apiresource.Resource
 	parent *unstructured.Unstructured
 }
 
@@ -58,7 +58,7 @@ func (b *Bus) plan(ctx context.Context, c controllerObj) (kinds.Controller, *kin
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", controllerLabel(c.Kind, c.Name), err)
 	}
-	plan, err := core.WatchPlan(func(apiVersion, resource string) (*discovery.Resource, error) {
+	plan, err := core.WatchPlan(func(apiVersion, resource string) (*apiresource.Resource, error) {
 		return b.Disc.Resolve(ctx, apiVersion, resource)
 	})
 	if err != nil {
@@ -81,7 +81,7 @@ func ParseObjectName(s string) (ns, name string, err error) {
 
 // resourceMatches reports whether a resource is the one a --resource flag
 // names: "<resource>", "<resource>.<group>" or "<kind>" (any case).
-func resourceMatches(res *discovery.Resource, flag string) bool {
+func resourceMatches(res *apiresource.Resource, flag string) bool {
 	if flag == "" {
 		return true
 	}

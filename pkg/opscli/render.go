@@ -11,14 +11,14 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/render"
 )
 
 // ClusterLister lists objects through the dynamic client.
 func (b *Bus) ClusterLister() render.Lister {
-	return func(ctx context.Context, res *discovery.Resource, ns string) ([]*unstructured.Unstructured, error) {
+	return func(ctx context.Context, res *apiresource.Resource, ns string) ([]*unstructured.Unstructured, error) {
 		ri := b.Dyn.Resource(res.GVR)
 		var l *unstructured.UnstructuredList
 		var err error
@@ -39,8 +39,8 @@ func (b *Bus) ClusterLister() render.Lister {
 }
 
 // Resolver resolves resources through the cluster's discovery.
-func (b *Bus) Resolver(ctx context.Context) func(apiVersion, resource string) (*discovery.Resource, error) {
-	return func(apiVersion, resource string) (*discovery.Resource, error) {
+func (b *Bus) Resolver(ctx context.Context) func(apiVersion, resource string) (*apiresource.Resource, error) {
+	return func(apiVersion, resource string) (*apiresource.Resource, error) {
 		return b.Disc.Resolve(ctx, apiVersion, resource)
 	}
 }

@@ -7,8 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/hookapi"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
@@ -76,13 +76,13 @@ func CheckRule(policy Policy, i int, r hookapi.RelatedResourceRule) error {
 
 // Resolved is a compiled rule and the resource it names.
 type Resolved struct {
-	Res  *discovery.Resource
+	Res  *apiresource.Resource
 	Rule Rule
 }
 
 // Resolve compiles a parent's rules and resolves the resources they name
 // through resolve (API discovery), in rule order.
-func Resolve(rr *bus.RelatedRules, resolve func(apiVersion, resource string) (*discovery.Resource, error)) ([]Resolved, error) {
+func Resolve(rr *bus.RelatedRules, resolve func(apiVersion, resource string) (*apiresource.Resource, error)) ([]Resolved, error) {
 	version := v1alpha1.HookVersion(rr.HookVersion)
 	out := make([]Resolved, 0, len(rr.Rules))
 	for i, r := range rr.Rules {
@@ -104,7 +104,7 @@ func Resolve(rr *bus.RelatedRules, resolve func(apiVersion, resource string) (*d
 // object selected by several rules once. candidates lists the objects of
 // a rule's resource in its namespace (all namespaces for ""); nsLabels
 // returns a namespace's labels (for rules with a namespaceSelector).
-func Groups(rules []Resolved, candidates func(res *discovery.Resource, namespace string) []*unstructured.Unstructured, nsLabels func(string) (map[string]string, bool)) []snapshot.Group {
+func Groups(rules []Resolved, candidates func(res *apiresource.Resource, namespace string) []*unstructured.Unstructured, nsLabels func(string) (map[string]string, bool)) []snapshot.Group {
 	var groups []snapshot.Group
 	index := map[schema.GroupVersionResource]int{}
 	seen := map[string]bool{}

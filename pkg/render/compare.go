@@ -10,10 +10,10 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/apply"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/children"
-	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
@@ -159,7 +159,7 @@ func Compare(c kinds.Applying, resolve kinds.WatchResolver, parent *unstructured
 
 // ParentChanges are the parent's own writes the kind plans for ds: its
 // status, and the metadata patch (labels, annotations, finalizers).
-func ParentChanges(c kinds.Applying, parent *unstructured.Unstructured, res *discovery.Resource, ds *bus.DesiredState) ([]FieldChange, error) {
+func ParentChanges(c kinds.Applying, parent *unstructured.Unstructured, res *apiresource.Resource, ds *bus.DesiredState) ([]FieldChange, error) {
 	plan, err := c.ApplyParent(kinds.ApplyInput{Desired: ds, Parent: parent, ParentResource: res.GVR.Resource, ParentHasStatus: res.HasStatus})
 	if err != nil {
 		return nil, fmt.Errorf("plan the parent's writes: %w", err)

@@ -7,11 +7,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/metabus/metabus/pkg/discovery"
+	"github.com/metabus/metabus/pkg/apiresource"
 )
 
 // Lister lists the objects of a resource in a namespace ("": all).
-type Lister func(ctx context.Context, res *discovery.Resource, namespace string) ([]*unstructured.Unstructured, error)
+type Lister func(ctx context.Context, res *apiresource.Resource, namespace string) ([]*unstructured.Unstructured, error)
 
 // ListCache is a list of objects read as a kinds.WatchCache.
 type ListCache []*unstructured.Unstructured

@@ -38,8 +38,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/hookapi"
 	"github.com/metabus/metabus/pkg/hooks"
 	"github.com/metabus/metabus/pkg/kinds"
@@ -154,7 +154,7 @@ type renderer struct {
 	in        Input
 	c         kinds.Controller
 	plan      *kinds.WatchPlan
-	parentRes *discovery.Resource
+	parentRes *apiresource.Resource
 	// planParent is the parent with a UID (a placeholder for a parent
 	// that does not exist yet: the applier's plan needs an owner).
 	planParent *unstructured.Unstructured
@@ -354,7 +354,7 @@ func (r *renderer) customize(ctx context.Context, hook *v1alpha1.Hook, snap *sna
 		return fmt.Errorf("related resources cannot be observed: %w", err)
 	}
 	var listErr error
-	list := func(res *discovery.Resource, namespace string) []*unstructured.Unstructured {
+	list := func(res *apiresource.Resource, namespace string) []*unstructured.Unstructured {
 		if !res.Namespaced && namespace != "" {
 			return nil // as the watcher's namespace index: none there
 		}
@@ -388,7 +388,7 @@ func (r *renderer) customize(ctx context.Context, hook *v1alpha1.Hook, snap *sna
 
 // list lists the objects of res in namespace ("": all) from the cluster,
 // or else from given.
-func (r *renderer) list(ctx context.Context, res *discovery.Resource, namespace string, given []*unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
+func (r *renderer) list(ctx context.Context, res *apiresource.Resource, namespace string, given []*unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
 	if r.in.List != nil {
 		return r.in.List(ctx, res, namespace)
 	}
@@ -525,7 +525,7 @@ func withURL(h *v1alpha1.Hook, url string) *v1alpha1.Hook {
 
 // parentResource is the plan's parent resource of parent's apiVersion and
 // kind.
-func parentResource(plan *kinds.WatchPlan, parent *unstructured.Unstructured) (*discovery.Resource, error) {
+func parentResource(plan *kinds.WatchPlan, parent *unstructured.Unstructured) (*apiresource.Resource, error) {
 	gvk := parent.GroupVersionKind()
 	for _, p := range plan.Parents {
 		if p.Res.Kind == gvk.Kind && p.Res.GVR.Group == gvk.Group {
@@ -542,7 +542,7 @@ func parentResource(plan *kinds.WatchPlan, parent *unstructured.Unstructured) (*
 // groupChildren puts given children into the owned groups (one per owned
 // resource, in order, every group present); it returns the names of
 // objects that fit no group.
-func groupChildren(owned []*discovery.Resource, children []*unstructured.Unstructured) ([]snapshot.Group, []string) {
+func groupChildren(owned []*apiresource.Resource, children []*unstructured.Unstructured) ([]snapshot.Group, []string) {
 	groups := make([]snapshot.Group, len(owned))
 	for i, r := range owned {
 		groups[i] = snapshot.GroupOf(r)
@@ -565,7 +565,7 @@ func groupChildren(owned []*discovery.Resource, children []*unstructured.Unstruc
 	return groups, extra
 }
 
-func parentRef(p *unstructured.Unstructured, res *discovery.Resource) bus.ObjectRef {
+func parentRef(p *unstructured.Unstructured, res *apiresource.Resource) bus.ObjectRef {
 	return bus.ObjectRef{
 		APIVersion: p.GetAPIVersion(), Kind: p.GetKind(), Resource: res.GVR.Resource, Namespace: p.GetNamespace(),
 		Name: p.GetName(), UID: string(p.GetUID()), ResourceVersion: p.GetResourceVersion(), Generation: p.GetGeneration(),
@@ -586,9 +586,9 @@ func objectName(o *unstructured.Unstructured) string {
 // taken to serve /status (parents must); built-in kinds know both.
 func Offline(objs ...*unstructured.Unstructured) kinds.WatchResolver {
 	type key struct{ group, resource string }
-	known := map[key]*discovery.Resource{}
+	known := map[key]*apiresource.Resource{}
 	add := func(gv schema.GroupVersion, kind, resource string, namespaced, status bool) {
-		known[key{gv.Group, resource}] = &discovery.Resource{
+		known[key{gv.Group, resource}] = &apiresource.Resource{
 			GVR: gv.WithResource(resource), Kind: kind, Namespaced: namespaced, HasStatus: status,
 			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"},
 		}
@@ -614,7 +614,7 @@ func Offline(objs ...*unstructured.Unstructured) kinds.WatchResolver {
 		// a child's status is never written anyway.
 		add(gvk.GroupVersion(), gvk.Kind, res, o.GetNamespace() != "", true)
 	}
-	return func(apiVersion, resource string) (*discovery.Resource, error) {
+	return func(apiVersion, resource string) (*apiresource.Resource, error) {
 		gv, err := schema.ParseGroupVersion(apiVersion)
 		if err != nil {
 			return nil, err
@@ -662,7 +662,7 @@ const placeholderUID = "00000000-0000-0000-0000-00000000render"
 // ownedBy are given children as the parent's own: a child given without a
 // controller reference gets one to the parent (the watcher would only show
 // the hook the parent's own children, or orphans it adopts).
-func ownedBy(parent *unstructured.Unstructured, owned []*discovery.Resource, groups []snapshot.Group) []snapshot.Group {
+func ownedBy(parent *unstructured.Unstructured, owned []*apiresource.Resource, groups []snapshot.Group) []snapshot.Group {
 	out := make([]snapshot.Group, len(groups))
 	t := true
 	for i, g := range groups {

@@ -12,8 +12,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/discovery"
 )
 
 // Request asks for the observed state of one parent.
@@ -136,7 +136,7 @@ func Fetch(ctx context.Context, src Source, req Request, wait time.Duration) (*R
 // GroupOf is an empty group of a resolved resource: every group a snapshot
 // holds starts so, with an empty list rather than null, so that a hook
 // request lists every declared type.
-func GroupOf(res *discovery.Resource) Group {
+func GroupOf(res *apiresource.Resource) Group {
 	return Group{
 		APIVersion: res.APIVersion(),
 		Resource:   res.GVR.Resource,

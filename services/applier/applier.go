@@ -28,6 +28,7 @@ import (
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/events/recorder"
 	"github.com/metabus/metabus/pkg/inspect"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kubeapi"
@@ -116,7 +117,7 @@ type Applier struct {
 	disc    *discovery.Map
 	snaps   snapshot.Source
 	revs    revstore.Store
-	rec     *events.Recorder
+	rec     *recorder.Recorder
 	health  *obs.Health
 	metrics *metrics
 	trace   obs.Tracer
@@ -199,7 +200,7 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 		disc:    discovery.New(discovery.APIServer{API: kube}),
 		snaps:   snaps,
 		revs:    revs,
-		rec:     events.New(kube, events.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-applier"}),
+		rec:     recorder.New(kube, recorder.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-applier"}),
 		health:  health,
 		metrics: newMetrics(deps.Metrics),
 		trace:   deps.Trace,

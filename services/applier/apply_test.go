@@ -21,6 +21,7 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/events/recorder"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/kindtable"
 	"github.com/metabus/metabus/pkg/revstore"
@@ -46,7 +47,7 @@ func testApplier(t *testing.T, objs ...runtime.Object) (*Applier, *dynamicfake.F
 	dyn := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), objs...)
 	return &Applier{
 		log: zap.NewNop(), dyn: dyn, disc: m, metrics: newMetrics(nil), written: map[string]ownWrite{},
-		rec: &events.Recorder{EventRecorder: record.NewFakeRecorder(16)},
+		rec: &recorder.Recorder{EventRecorder: record.NewFakeRecorder(16)},
 	}, dyn
 }
 

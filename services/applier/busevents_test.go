@@ -16,6 +16,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/events/recorder"
 	"github.com/metabus/metabus/pkg/natsx/natstest"
 )
 
@@ -65,7 +66,7 @@ func TestSettlePublishesBusEvents(t *testing.T) {
 			}
 			defer func() { _ = sub.Unsubscribe() }()
 			a := &Applier{log: zap.NewNop(), metrics: newMetrics(prometheus.NewRegistry()), sched: &schedules{},
-				rec: &events.Recorder{EventRecorder: record.NewFakeRecorder(4)}, nc: nc, cfg: Config{BusEvents: !tt.off}}
+				rec: &recorder.Recorder{EventRecorder: record.NewFakeRecorder(4)}, nc: nc, cfg: Config{BusEvents: !tt.off}}
 			ds := &bus.DesiredState{
 				Controller: bus.ControllerRef{Kind: "CompositeController", Name: "things", UID: "cc-uid"},
 				Parent:     bus.ObjectRef{APIVersion: "example.com/v1", Kind: "Thing", Resource: "things", Namespace: "ns", Name: "web", UID: "p-uid"},

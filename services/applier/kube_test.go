@@ -17,6 +17,7 @@ import (
 	"github.com/metabus/metabus/pkg/children"
 	"github.com/metabus/metabus/pkg/composite"
 	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/events/recorder"
 )
 
 // A create that finds the name taken is only an error when the object is not this parent's:
@@ -117,7 +118,7 @@ func TestAdoptReplacesEarlierIncarnation(t *testing.T) {
 	child.SetOwnerReferences([]metav1.OwnerReference{bystander, earlier})
 	dyn := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), child.DeepCopy())
 	fake := record.NewFakeRecorder(4)
-	a := &Applier{log: zap.NewNop(), dyn: dyn, metrics: newMetrics(nil), rec: &events.Recorder{EventRecorder: fake}}
+	a := &Applier{log: zap.NewNop(), dyn: dyn, metrics: newMetrics(nil), rec: &recorder.Recorder{EventRecorder: fake}}
 	got, err := a.setControllerRef(context.Background(), rule, child, owner, nil, true)
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +169,7 @@ func TestAdoptRewritesGeneratedSelectorLabel(t *testing.T) {
 			child.SetLabels(tc.labels)
 			child.SetOwnerReferences([]metav1.OwnerReference{earlier})
 			dyn := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), child.DeepCopy())
-			a := &Applier{log: zap.NewNop(), dyn: dyn, metrics: newMetrics(nil), rec: &events.Recorder{EventRecorder: record.NewFakeRecorder(4)}}
+			a := &Applier{log: zap.NewNop(), dyn: dyn, metrics: newMetrics(nil), rec: &recorder.Recorder{EventRecorder: record.NewFakeRecorder(4)}}
 			got, err := a.setControllerRef(context.Background(), rule, child, owner, []string{composite.ControllerUIDLabel}, true)
 			if err != nil {
 				t.Fatal(err)

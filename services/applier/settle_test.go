@@ -20,6 +20,7 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/events/recorder"
 	busoutcome "github.com/metabus/metabus/pkg/outcome"
 )
 
@@ -136,7 +137,7 @@ func TestSettle(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			book := echo.NewBook(16)
 			a := &Applier{log: zap.NewNop(), metrics: newMetrics(reg), sched: sched,
-				rec: &events.Recorder{EventRecorder: fake}, echoes: book}
+				rec: &recorder.Recorder{EventRecorder: fake}, echoes: book}
 			ds := &bus.DesiredState{
 				Controller: bus.ControllerRef{Kind: "CompositeController", Name: "things", UID: "cc-uid"},
 				Parent:     bus.ObjectRef{APIVersion: "example.com/v1", Kind: "Thing", Resource: "things", Namespace: "ns", Name: "web", UID: "p-uid"},

@@ -30,6 +30,7 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/events/recorder"
 	"github.com/metabus/metabus/pkg/hooks"
 	"github.com/metabus/metabus/pkg/inspect"
 	"github.com/metabus/metabus/pkg/jsbus"
@@ -157,7 +158,7 @@ type Dispatcher struct {
 	snaps   snapshot.Source
 	revs    revstore.Store
 	hooks   hooks.Caller
-	rec     *events.Recorder
+	rec     *recorder.Recorder
 	health  *obs.Health
 	metrics *metrics
 	trace   obs.Tracer
@@ -221,7 +222,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		pub:       jsbus.Publisher{JS: deps.JS}, // Queued: set below
 		snaps:     snaps,
 		revs:      revs,
-		rec:       events.New(kube, events.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-dispatcher"}),
+		rec:       recorder.New(kube, recorder.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-dispatcher"}),
 		health:    health,
 		metrics:   newMetrics(deps.Metrics),
 		trace:     deps.Trace,

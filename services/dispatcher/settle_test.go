@@ -13,7 +13,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/echo"
-	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/events/recorder"
 	"github.com/metabus/metabus/pkg/obs"
 	"github.com/metabus/metabus/pkg/outcome"
 )
@@ -83,7 +83,7 @@ func TestSettle(t *testing.T) {
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			d := &Dispatcher{log: zap.NewNop(), metrics: newMetrics(nil), echoes: echo.NewBook(0),
-				rec: &events.Recorder{EventRecorder: record.NewFakeRecorder(10)}}
+				rec: &recorder.Recorder{EventRecorder: record.NewFakeRecorder(10)}}
 			if tc.failures > 0 {
 				d.failures.record(d.failureKey(item), tc.failures, time.Now())
 			}

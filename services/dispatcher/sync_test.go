@@ -25,7 +25,7 @@ import (
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/echo"
-	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/events/recorder"
 	"github.com/metabus/metabus/pkg/hooks"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kindtable"
@@ -162,7 +162,7 @@ func testDispatcher(t *testing.T, snaps snapshot.Source, revs revstore.Store) (*
 	rec := record.NewFakeRecorder(100)
 	d := &Dispatcher{
 		cfg: Config{SnapshotWait: 50 * time.Millisecond}, log: zap.NewNop(), js: js, pub: jsbus.Publisher{JS: js},
-		snaps: snaps, revs: revs, hooks: hooks.New(hooks.Options{}), rec: &events.Recorder{EventRecorder: rec},
+		snaps: snaps, revs: revs, hooks: hooks.New(hooks.Options{}), rec: &recorder.Recorder{EventRecorder: rec},
 		metrics: newMetrics(nil), timers: map[string]*time.Timer{}, customize: map[string]customizeEntry{},
 		relatedPolicy: policy, echoes: echo.NewBook(0), nc: nc,
 	}

@@ -8,7 +8,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/events/recorder"
 )
 
 // TestCheckAnnotations: an ignored metabus annotation value is reported on
@@ -29,7 +29,7 @@ func TestCheckAnnotations(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.reason, func(t *testing.T) {
 			fake := record.NewFakeRecorder(10)
-			w := &Watcher{rec: &events.Recorder{EventRecorder: fake}}
+			w := &Watcher{rec: &recorder.Recorder{EventRecorder: fake}}
 			obj := &unstructured.Unstructured{}
 			obj.SetAPIVersion("metacontroller.k8s.io/v1alpha1")
 			obj.SetKind("CompositeController")

@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/kindtable"
 	"github.com/metabus/metabus/pkg/obs"
@@ -113,7 +113,7 @@ func (w *Watcher) syncController(ctx context.Context, key string) error {
 		w.refusedController(id, obj, err)
 		return &terminalError{err}
 	}
-	plan, err := ctrl.WatchPlan(func(apiVersion, resource string) (*discovery.Resource, error) {
+	plan, err := ctrl.WatchPlan(func(apiVersion, resource string) (*apiresource.Resource, error) {
 		return w.disc.Resolve(ctx, apiVersion, resource)
 	})
 	if err != nil {

@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
@@ -523,7 +523,7 @@ func (wr *wiring) enqueueOutputOwner(gvr schema.GroupVersionResource, ref *metav
 // as a whole). update, if set, is the object of an update event (reason
 // is then bus.ReasonEvent and rv its resourceVersion); prompt marks a
 // resync that carries a real change.
-func (wr *wiring) enqueueKeyed(res *discovery.Resource, parent *unstructured.Unstructured, mapKey, reason string, gvr schema.GroupVersionResource, rv string, update *unstructured.Unstructured, prompt bool) {
+func (wr *wiring) enqueueKeyed(res *apiresource.Resource, parent *unstructured.Unstructured, mapKey, reason string, gvr schema.GroupVersionResource, rv string, update *unstructured.Unstructured, prompt bool) {
 	wr.w.enqueueEntry(entry{ref: wr.ref, parentRes: res, parent: parent, mapKey: mapKey, reason: reason,
 		gvr: gvr, rv: rv, update: update, prompt: prompt})
 }
@@ -535,7 +535,7 @@ func (wr *wiring) enqueueKeyed(res *discovery.Resource, parent *unstructured.Uns
 // reaches its keys only through these); prompt (a real change of the
 // parent) puts them ahead of resync waves. rv is the parent's
 // resourceVersion the keys' snapshots must reflect ("" for none).
-func (wr *wiring) fanOut(res *discovery.Resource, parent *unstructured.Unstructured, rv string, prompt bool) {
+func (wr *wiring) fanOut(res *apiresource.Resource, parent *unstructured.Unstructured, rv string, prompt bool) {
 	if wr.keyed == nil || !wr.w.leader.Load() {
 		return
 	}
@@ -567,7 +567,7 @@ func (wr *wiring) parentKeys(parent *unstructured.Unstructured) []string {
 // the key, one group per plan.Owned entry. For the parent as a whole (key
 // ""): the kind's summary of the inputs it selects and the outputs it
 // controls, and no children at all.
-func (wr *wiring) keyedSnapshot(resp *snapshot.Response, mapKey string, parentRes *discovery.Resource, parent *unstructured.Unstructured) {
+func (wr *wiring) keyedSnapshot(resp *snapshot.Response, mapKey string, parentRes *apiresource.Resource, parent *unstructured.Unstructured) {
 	resp.MapKey = mapKey
 	sel, err := wr.inputSelector(parent)
 	if err != nil {

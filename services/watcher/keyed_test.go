@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
@@ -27,8 +27,8 @@ import (
 
 var (
 	widgetsGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
-	widgetsRes = &discovery.Resource{GVR: widgetsGVR, Kind: "Widget", Namespaced: true}
-	cmRes      = &discovery.Resource{GVR: configmapsGVR, Kind: "ConfigMap", Namespaced: true}
+	widgetsRes = &apiresource.Resource{GVR: widgetsGVR, Kind: "Widget", Namespaced: true}
+	cmRes      = &apiresource.Resource{GVR: configmapsGVR, Kind: "ConfigMap", Namespaced: true}
 	keyedRef   = bus.ControllerRef{Kind: "KeyedController", Name: "kc", UID: "kc-uid"}
 )
 
@@ -47,7 +47,7 @@ func (fakeKeyedRules) OwnerRef(obj *unstructured.Unstructured) *metav1.OwnerRefe
 func (fakeKeyedRules) WantsOrphan(_, _ *unstructured.Unstructured) bool { return false }
 
 // Observe shows every output of the parent, whatever its key.
-func (fakeKeyedRules) Observe(_ *discovery.Resource, parent *unstructured.Unstructured, caches []kinds.WatchCache) ([]snapshot.Group, string) {
+func (fakeKeyedRules) Observe(_ *apiresource.Resource, parent *unstructured.Unstructured, caches []kinds.WatchCache) ([]snapshot.Group, string) {
 	groups := make([]snapshot.Group, len(caches))
 	for i, c := range caches {
 		groups[i] = snapshot.GroupOf(cmRes)
@@ -58,7 +58,7 @@ func (fakeKeyedRules) Observe(_ *discovery.Resource, parent *unstructured.Unstru
 
 func (fakeKeyedRules) ReleaseOnReplace(*kinds.WatchPlan) []bool { return nil }
 
-func (fakeKeyedRules) InputKey(_ *discovery.Resource, in *unstructured.Unstructured) (string, bool) {
+func (fakeKeyedRules) InputKey(_ *apiresource.Resource, in *unstructured.Unstructured) (string, bool) {
 	return "key-" + in.GetName(), in.GetUID() != ""
 }
 
@@ -108,9 +108,9 @@ func (s fakeSelector) Selects(in *unstructured.Unstructured) bool {
 func keyedPlan() *kinds.WatchPlan {
 	return &kinds.WatchPlan{
 		Parents: []kinds.WatchParent{{Res: thingsRes, IgnoreStatusChanges: true}},
-		Owned:   []*discovery.Resource{cmRes},
+		Owned:   []*apiresource.Resource{cmRes},
 		Rules:   fakeKeyedRules{},
-		Keyed:   &kinds.KeyedPlan{Inputs: []*discovery.Resource{widgetsRes}, Rules: fakeKeyedRules{}},
+		Keyed:   &kinds.KeyedPlan{Inputs: []*apiresource.Resource{widgetsRes}, Rules: fakeKeyedRules{}},
 	}
 }
 

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/echo"
 )
 
@@ -93,7 +93,7 @@ func workKey(ref bus.ControllerRef, parentUID, mapKey string) string {
 type entry struct {
 	// ref is the controller, with its weight.
 	ref       bus.ControllerRef
-	parentRes *discovery.Resource
+	parentRes *apiresource.Resource
 	parent    *unstructured.Unstructured
 	// mapKey is the map key of a keyed kind's unit of work ("" for the
 	// parent as a whole).

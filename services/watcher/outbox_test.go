@@ -10,15 +10,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/echo"
 )
 
 var (
 	thingsGVR     = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "things"}
 	configmapsGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-	thingsRes     = &discovery.Resource{GVR: thingsGVR, Kind: "Thing", Namespaced: true, HasStatus: true}
+	thingsRes     = &apiresource.Resource{GVR: thingsGVR, Kind: "Thing", Namespaced: true, HasStatus: true}
 )
 
 func testObject(apiVersion, kind, ns, name, uid, rv string) *unstructured.Unstructured {

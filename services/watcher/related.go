@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/related"
 	"github.com/metabus/metabus/pkg/snapshot"
@@ -79,7 +79,7 @@ func (ix *relatedIndex) register(rr *bus.RelatedRules) ([]related.Resolved, erro
 	if err := refuse(ix.w.resources, relatedResources(rr.Rules)); err != nil {
 		return nil, fmt.Errorf("refused, nothing watched: %w", err)
 	}
-	rules, err := related.Resolve(rr, func(apiVersion, resource string) (*discovery.Resource, error) {
+	rules, err := related.Resolve(rr, func(apiVersion, resource string) (*apiresource.Resource, error) {
 		return ix.w.disc.Resolve(ix.ctx, apiVersion, resource)
 	})
 	if err != nil {
@@ -278,7 +278,7 @@ func (ix *relatedIndex) snapshot(rules []related.Resolved) (groups []snapshot.Gr
 			return nil, false
 		}
 	}
-	return related.Groups(rules, func(res *discovery.Resource, namespace string) []*unstructured.Unstructured {
+	return related.Groups(rules, func(res *apiresource.Resource, namespace string) []*unstructured.Unstructured {
 		if namespace != "" {
 			return ix.handles[res.GVR].InNamespace(namespace)
 		}

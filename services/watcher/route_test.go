@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/decorator"
-	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/kindtable"
 )
 
@@ -29,8 +29,8 @@ import (
 func TestOwnedEventsRouted(t *testing.T) {
 	const decorators, gadgetComposites = 30, 30
 	gadgetsGVR := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}
-	gadgetsRes := &discovery.Resource{GVR: gadgetsGVR, Kind: "Gadget", Namespaced: true, HasStatus: true}
-	resolve := func(apiVersion, resource string) (*discovery.Resource, error) {
+	gadgetsRes := &apiresource.Resource{GVR: gadgetsGVR, Kind: "Gadget", Namespaced: true, HasStatus: true}
+	resolve := func(apiVersion, resource string) (*apiresource.Resource, error) {
 		if apiVersion+"/"+resource == "example.com/v1/gadgets" {
 			return gadgetsRes, nil
 		}

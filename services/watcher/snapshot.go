@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/metabus/metabus/pkg/discovery"
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/related"
 	"github.com/metabus/metabus/pkg/snapshot"
@@ -123,7 +123,7 @@ func (wr *wiring) snapshot(ctx context.Context, req snapshot.Request) *snapshot.
 	}
 	var (
 		parent    *unstructured.Unstructured
-		parentRes *discovery.Resource
+		parentRes *apiresource.Resource
 	)
 	for i, h := range wr.parents {
 		if obj, ok := h.ByUID(req.ParentUID); ok {

@@ -41,10 +41,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/echo"
-	"github.com/metabus/metabus/pkg/events"
+	"github.com/metabus/metabus/pkg/events/recorder"
 	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kindtable"
@@ -155,7 +156,7 @@ type Watcher struct {
 	registry   *informers.Registry
 	nc         *nats.Conn
 	js         jetstream.JetStream
-	rec        *events.Recorder
+	rec        *recorder.Recorder
 	health     *obs.Health
 	metrics    *metrics
 	targets    labels.Selector
@@ -256,7 +257,7 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 			return nil, err
 		}
 	}
-	w.rec = events.New(kube, events.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-watcher"})
+	w.rec = recorder.New(kube, recorder.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-watcher"})
 	return w, nil
 }
 
@@ -447,19 +448,19 @@ func grKey(gvr schema.GroupVersionResource) string { return bus.FreshnessKey(gvr
 
 // enqueue records that parent needs a sync because an object of gvr changed
 // to resourceVersion rv (rv "": no freshness requirement).
-func (w *Watcher) enqueue(ref bus.ControllerRef, parentRes *discovery.Resource, parent *unstructured.Unstructured, reason string, gvr schema.GroupVersionResource, rv string) {
+func (w *Watcher) enqueue(ref bus.ControllerRef, parentRes *apiresource.Resource, parent *unstructured.Unstructured, reason string, gvr schema.GroupVersionResource, rv string) {
 	w.enqueueEntry(entry{ref: ref, parentRes: parentRes, parent: parent, reason: reason, gvr: gvr, rv: rv})
 }
 
 // enqueueUpdate is enqueue for an update event of obj (the parent itself or
 // an object mapped to it), which may turn out to be the controller's own
 // write.
-func (w *Watcher) enqueueUpdate(ref bus.ControllerRef, parentRes *discovery.Resource, parent *unstructured.Unstructured, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) {
+func (w *Watcher) enqueueUpdate(ref bus.ControllerRef, parentRes *apiresource.Resource, parent *unstructured.Unstructured, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) {
 	w.enqueueEntry(entry{ref: ref, parentRes: parentRes, parent: parent, reason: bus.ReasonEvent, gvr: gvr, rv: obj.GetResourceVersion(), update: obj})
 }
 
 // enqueueRelease queues the removal of finalizer from parent.
-func (w *Watcher) enqueueRelease(ref bus.ControllerRef, parentRes *discovery.Resource, parent *unstructured.Unstructured, finalizer string) {
+func (w *Watcher) enqueueRelease(ref bus.ControllerRef, parentRes *apiresource.Resource, parent *unstructured.Unstructured, finalizer string) {
 	w.enqueueEntry(entry{ref: ref, parentRes: parentRes, parent: parent, reason: bus.ReasonRelease, gvr: parentRes.GVR, finalizer: finalizer})
 }
 

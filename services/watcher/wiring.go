@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/kinds"
 )
@@ -391,7 +391,7 @@ func (wr *wiring) enqueueOwner(gvr schema.GroupVersionResource, ref *metav1.Owne
 
 // ownerOf returns the parent that ref names and its resource, if it is a
 // cached parent the controller handles (nil otherwise).
-func (wr *wiring) ownerOf(ref *metav1.OwnerReference) (*discovery.Resource, *unstructured.Unstructured) {
+func (wr *wiring) ownerOf(ref *metav1.OwnerReference) (*apiresource.Resource, *unstructured.Unstructured) {
 	if ref == nil {
 		return nil, nil
 	}

@@ -19,9 +19,9 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
+	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/decorator"
-	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/kindtable"
@@ -56,14 +56,14 @@ func TestSameOwner(t *testing.T) {
 // The fake cluster of the wiring tests: Things (the parents and decorator
 // targets) and ConfigMaps (children and attachments).
 var (
-	fakeResources = map[string]*discovery.Resource{
+	fakeResources = map[string]*apiresource.Resource{
 		"example.com/v1/things": thingsRes,
 		"v1/configmaps":         {GVR: configmapsGVR, Kind: "ConfigMap", Namespaced: true},
 	}
 	fakeListKinds = map[schema.GroupVersionResource]string{thingsGVR: "ThingList", configmapsGVR: "ConfigMapList"}
 )
 
-func fakeResolve(apiVersion, resource string) (*discovery.Resource, error) {
+func fakeResolve(apiVersion, resource string) (*apiresource.Resource, error) {
 	if r, ok := fakeResources[apiVersion+"/"+resource]; ok {
 		return r, nil
 	}

@@ -189,7 +189,7 @@ func (n *natsServer) start(t *testing.T) {
 	t.Helper()
 	s, err := server.NewServer(&server.Options{
 		Host: "127.0.0.1", Port: n.port, JetStream: true, StoreDir: n.dir,
-		MaxPayload: natsx.MaxPayload, NoLog: true, NoSigs: true,
+		MaxPayload: bus.MaxPayload, NoLog: true, NoSigs: true,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package events
+package recorder
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record/util"
 
+	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/kubeapi"
 )
 
@@ -124,9 +125,9 @@ func TestRecorderWritesEvents(t *testing.T) {
 	r := New(api, Options{Component: "metabus-test"})
 	defer r.Shutdown(context.Background())
 
-	r.Warning(parent(), ReasonSyncError, "hook failed")
+	r.Warning(parent(), events.ReasonSyncError, "hook failed")
 	s.waitRequests(t, 1)
-	r.Warning(parent(), ReasonSyncError, "hook failed")
+	r.Warning(parent(), events.ReasonSyncError, "hook failed")
 	got := s.waitRequests(t, 2)
 	created := s.created()
 	if len(created) != 1 {
@@ -144,7 +145,7 @@ func TestRecorderWritesEvents(t *testing.T) {
 		APIVersion, Kind, Type, Reason, Message, Component string
 		Involved                                           corev1.ObjectReference
 	}
-	wantEvent := event{APIVersion: "v1", Kind: "Event", Type: corev1.EventTypeWarning, Reason: ReasonSyncError, Message: "hook failed", Component: "metabus-test",
+	wantEvent := event{APIVersion: "v1", Kind: "Event", Type: corev1.EventTypeWarning, Reason: events.ReasonSyncError, Message: "hook failed", Component: "metabus-test",
 		Involved: corev1.ObjectReference{APIVersion: "example.com/v1", Kind: "Thing", Namespace: "ns", Name: "t", UID: "uid-1"}}
 	gotEvent := event{APIVersion: e.APIVersion, Kind: e.Kind, Type: e.Type, Reason: e.Reason, Message: e.Message, Component: e.Source.Component, Involved: e.InvolvedObject}
 	if diff := cmp.Diff(wantEvent, gotEvent); diff != "" {
