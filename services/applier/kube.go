@@ -106,6 +106,21 @@ func (a *Applier) parentClient(ref bus.ObjectRef) (dynamic.ResourceInterface, er
 	return r, nil
 }
 
+// adoptable rechecks the parent without the cache before adopting, as
+// the cache may lag its deletion: a parent being deleted, or replaced by
+// another of the same name, adopts nothing.
+func (a *Applier) adoptable(ctx context.Context, ds *bus.DesiredState) (bool, error) {
+	pc, err := a.parentClient(ds.Parent)
+	if err != nil {
+		return false, err
+	}
+	live, err := pc.Get(ctx, ds.Parent.Name, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("recheck parent before adopting: %w", err)
+	}
+	return live.GetDeletionTimestamp() == nil && string(live.GetUID()) == ds.Parent.UID, nil
+}
+
 // resolveRules resolves a controller's declared child resources through
 // discovery.
 func (a *Applier) resolveRules(ctx context.Context, decl kinds.ApplyChildRules) ([]children.Rule, error) {

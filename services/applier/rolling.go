@@ -12,7 +12,6 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/children"
 	"github.com/metabus/metabus/pkg/events"
-	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/revision"
 	"github.com/metabus/metabus/pkg/revstore"
 	"github.com/metabus/metabus/pkg/rollout"
@@ -33,10 +32,11 @@ import (
 //     and never updates a child twice or skips one.
 //
 // An error ends the apply (see settle) before any child action.
-func (a *Applier) rolling(ctx context.Context, ds *bus.DesiredState, roll kinds.ApplyRolloutSpec, parent *unstructured.Unstructured,
-	owner children.Owner, rules []children.Rule, decl kinds.ApplyChildRules, desired []children.Desired, observed map[int][]*unstructured.Unstructured,
+func (a *Applier) rolling(ctx context.Context, ds *bus.DesiredState, p *applyPlan, parent *unstructured.Unstructured,
+	observed map[int][]*unstructured.Unstructured,
 ) ([]children.Action, rollout.Condition, error) {
 	var none rollout.Condition
+	roll, owner, rules, decl := p.roll, p.owner, p.in.Rules, p.decl
 	patch, err := revision.ParentPatch(parent.Object, roll.FieldPaths)
 	if err != nil {
 		return nil, none, retryAfter(events.ReasonSyncError, fmt.Errorf("revisionHistory.fieldPaths: %w", err))
@@ -81,7 +81,7 @@ func (a *Applier) rolling(ctx context.Context, ds *bus.DesiredState, roll kinds.
 	}
 	step, err := rollout.Step(rollout.StepInput{
 		Owner: owner, Rules: rules, Checks: checks, History: h,
-		Latest: desired, Older: older, Observed: observed, Apply: a.planOptions(decl),
+		Latest: p.desired, Older: older, Observed: observed, Apply: p.in.Options,
 	})
 	var missing *rollout.MissingRevisionsError
 	switch {
