@@ -90,7 +90,7 @@ func (a *Applier) applyParent(ctx context.Context, ds *bus.DesiredState, snap *s
 	if err != nil {
 		return done(resultInvalid)
 	}
-	in := planInput{Kind: ctrl, Desired: ds, Snapshot: snap, Covered: a.covered}
+	in := planInput{Kind: ctrl, Desired: ds, Snapshot: snap, ObservesChildren: observesChildren(snap), Options: a.planOptions, Covered: a.covered}
 	in.Parent, err = ctrl.ApplyParent(kinds.ApplyInput{Desired: ds, Parent: snap.Parent, ParentResource: snap.ParentResource, ParentHasStatus: snap.ParentHasStatus})
 	if err != nil {
 		return retryAfter(events.ReasonApplyError, err)
@@ -101,12 +101,10 @@ func (a *Applier) applyParent(ctx context.Context, ds *bus.DesiredState, snap *s
 	case kinds.ApplyStale:
 		return requeue(ds)
 	}
-	if observesChildren(snap) {
-		decl := ctrl.ApplyChildRules()
-		if in.Rules, err = a.resolveRules(ctx, decl); err != nil {
+	if in.ObservesChildren {
+		if in.Rules, err = a.resolveRules(ctx, ctrl.ApplyChildRules()); err != nil {
 			return retryAfter(events.ReasonApplyError, err)
 		}
-		in.Options = a.planOptions(decl)
 	}
 	p, err := planApply(in)
 	if err != nil {
@@ -154,12 +152,10 @@ func (a *Applier) applyParent(ctx context.Context, ds *bus.DesiredState, snap *s
 				return a.planFailed(err)
 			}
 		case stepRollout:
-			actions, cond, err := a.rolling(ctx, ds, p, parent, observed)
+			actions, err := a.rolling(ctx, ds, p, parent, observed)
 			if err != nil {
 				return err
 			}
-			// The rollout's Updated condition joins the hook's status.
-			withUpdatedCondition(ds, cond)
 			if err := p.afterRollout(parent, actions); err != nil {
 				return a.planFailed(err)
 			}
@@ -189,7 +185,7 @@ func (a *Applier) applyParent(ctx context.Context, ds *bus.DesiredState, snap *s
 			if err := unfinished(ds, errs, conflict); err != nil {
 				return err
 			}
-			if _, err := a.writeParent(ctx, ds, parent, finalizerRemoval(parent, s.Finalizer)); err != nil {
+			if _, err := a.removeFinalizer(ctx, ds, parent, s.Finalizer); err != nil {
 				return parentWriteFailed(ds, err)
 			}
 			return done(resultFinalized)
@@ -198,7 +194,7 @@ func (a *Applier) applyParent(ctx context.Context, ds *bus.DesiredState, snap *s
 	if err := unfinished(ds, errs, conflict); err != nil {
 		return err
 	}
-	if !p.writes() {
+	if !p.Writes {
 		return done(resultNoop)
 	}
 	return nil
@@ -229,6 +225,12 @@ func unfinished(ds *bus.DesiredState, errs []error, conflict bool) error {
 	}
 	return nil
 }
+
+// observesChildren reports whether snap can be planned against: every
+// snapshot holds its parent's children (one group per child rule, empty
+// ones included) except a keyed kind's per-parent one, which carries the
+// parent's Summary instead (snapshot.Request.MapKey).
+func observesChildren(snap *snapshot.Response) bool { return snap.Summary == nil }
 
 // parentWriteFailed is how a failed parent (or adoption) write ends an
 // apply: a conflict syncs again now (the parent changed), a parent gone
@@ -263,7 +265,7 @@ func (a *Applier) release(ctx context.Context, ds *bus.DesiredState) error {
 		if !slices.Contains(parent.GetFinalizers(), ds.Finalizer) {
 			return done(resultNoop)
 		}
-		_, err = a.writeParent(ctx, ds, parent, finalizerRemoval(parent, ds.Finalizer))
+		_, err = a.removeFinalizer(ctx, ds, parent, ds.Finalizer)
 		if err == nil {
 			a.log.Info("released finalizer of a removed controller", zap.String("finalizer", ds.Finalizer),
 				zap.String("parent", key(parent)))

@@ -90,11 +90,14 @@ type planInput struct {
 	// Parent is the kind's plan of the parent's own writes
 	// (kinds.Applying.ApplyParent), whose gate let the apply proceed.
 	Parent kinds.ApplyParentPlan
-	// Rules are the kind's child rules as resolved through discovery;
-	// nil when the snapshot observes no children.
-	Rules []children.Rule
-	// Options are how the kind's children are written (the strategy).
-	Options children.Options
+	// ObservesChildren says the snapshot holds the parent's children
+	// (observesChildren), and Rules are the kind's child rules as
+	// resolved through discovery.
+	ObservesChildren bool
+	Rules            []children.Rule
+	// Options says how a kind's children are written (the strategy);
+	// required with ObservesChildren.
+	Options func(kinds.ApplyChildRules) children.Options
 	// Covered reports a child write that this replica knows changes
 	// nothing (a server-side apply it made before, appliedMemory): it is
 	// left out of the plan, so a sync that needs nothing else makes no
@@ -110,6 +113,11 @@ type planInput struct {
 // planned, and anything wrong with it refused, before the first write.
 type applyPlan struct {
 	Steps []step
+	// Writes says a step writes something: an apply that writes nothing,
+	// which is what a no-op sync must cost, is a no-op. A rollout's
+	// revision commits alone do not count (they record a decision, not a
+	// change of the parent or its children), nor does the recheck.
+	Writes bool
 
 	in   planInput
 	decl kinds.ApplyChildRules
@@ -120,9 +128,22 @@ type applyPlan struct {
 	owner    children.Owner
 	desired  []children.Desired
 	observed map[int][]*unstructured.Unstructured
+	// options are how the children are written.
+	options children.Options
 	// roll is how the children roll out, if rolls.
 	roll  kinds.ApplyRolloutSpec
 	rolls bool
+}
+
+// add appends steps to the plan.
+func (p *applyPlan) add(steps ...step) {
+	for _, s := range steps {
+		switch s.Kind {
+		case stepPatchParent, stepRelease, stepAdopt, stepChild, stepStatus:
+			p.Writes = true
+		}
+	}
+	p.Steps = append(p.Steps, steps...)
 }
 
 // planError is a desired state the plan refuses: reason is the Warning
@@ -153,9 +174,9 @@ func planApply(in planInput) (*applyPlan, error) {
 	ds, snap := in.Desired, in.Snapshot
 	p := &applyPlan{in: in, decl: in.Kind.ApplyChildRules()}
 	if in.Parent.Patch != nil {
-		p.Steps = append(p.Steps, step{Kind: stepPatchParent, Write: patchWrite(in.Parent)})
+		p.add(step{Kind: stepPatchParent, Write: patchWrite(in.Parent)})
 	}
-	if !observesChildren(snap) {
+	if !in.ObservesChildren {
 		// A keyed kind's per-parent snapshot holds the parent and its
 		// summary, never children: its desired state is about the parent
 		// alone (an aggregated status). Nothing about children can be
@@ -170,6 +191,7 @@ func planApply(in planInput) (*applyPlan, error) {
 		return p, nil
 	}
 	var err error
+	p.options = in.Options(p.decl)
 	if p.owner, err = in.Kind.ApplyOwner(snap.Parent, ds); err != nil {
 		return nil, &planError{reason: events.ReasonSyncError, err: err}
 	}
@@ -182,13 +204,13 @@ func planApply(in planInput) (*applyPlan, error) {
 	}
 	c := claimsOf(in.Kind.ApplyClaims(), len(in.Rules), snap.Children)
 	p.observed = c.observed
-	p.Steps = append(p.Steps, c.steps(in.Rules)...)
+	p.add(c.steps(in.Rules)...)
 	p.roll, p.rolls = in.Kind.ApplyRollout(snap.Parent, ds.Parent.Resource)
 	switch {
 	case p.rolls:
-		p.Steps = append(p.Steps, step{Kind: stepRollout})
+		p.add(step{Kind: stepRollout})
 	case c.writes():
-		p.Steps = append(p.Steps, step{Kind: stepPlanChildren})
+		p.add(step{Kind: stepPlanChildren})
 	default:
 		return p, p.afterClaims(p.observed)
 	}
@@ -199,7 +221,7 @@ func planApply(in planInput) (*applyPlan, error) {
 // parent controls once the claim steps ran (the adopted as adopted), and
 // the rest of the plan.
 func (p *applyPlan) afterClaims(observed map[int][]*unstructured.Unstructured) error {
-	actions, err := children.PlanWith(p.in.Options, p.owner, p.in.Rules, observed, p.desired)
+	actions, err := children.PlanWith(p.options, p.owner, p.in.Rules, observed, p.desired)
 	if err != nil {
 		return &planError{reason: events.ReasonApplyError, err: fmt.Errorf("plan %s: %w", p.decl.Noun, err)}
 	}
@@ -239,37 +261,17 @@ func (p *applyPlan) finish(status map[string]any, actions []children.Action) {
 		if p.in.Covered != nil && p.in.Covered(act) {
 			continue
 		}
-		p.Steps = append(p.Steps, step{Kind: stepChild, Action: act})
+		p.add(step{Kind: stepChild, Action: act})
 	}
 	ds := p.in.Desired
 	if status != nil {
-		p.Steps = append(p.Steps, step{Kind: stepStatus, Write: parentWrite{verb: verbUpdateStatus, status: status},
+		p.add(step{Kind: stepStatus, Write: parentWrite{verb: verbUpdateStatus, status: status},
 			DeferIfCreated: ds.Hook == bus.HookSync && !p.rolls && len(ds.Inputs) > 0})
 	}
 	if f := p.in.Parent.RemoveFinalizer; f != "" {
-		p.Steps = append(p.Steps, step{Kind: stepRemoveFinalizer, Finalizer: f})
+		p.add(step{Kind: stepRemoveFinalizer, Finalizer: f})
 	}
 }
-
-// writes reports whether the plan writes anything: an apply that writes
-// nothing, which is what a no-op sync must cost, is a no-op. A rollout's
-// revision commits alone do not count (they record a decision, not a
-// change of the parent or its children).
-func (p *applyPlan) writes() bool {
-	return slices.ContainsFunc(p.Steps, func(s step) bool {
-		switch s.Kind {
-		case stepPatchParent, stepRelease, stepAdopt, stepChild, stepStatus:
-			return true
-		}
-		return false
-	})
-}
-
-// observesChildren reports whether snap can be planned against: every
-// snapshot holds its parent's children (one group per child rule, empty
-// ones included) except a keyed kind's per-parent one, which carries the
-// parent's Summary instead (snapshot.Request.MapKey).
-func observesChildren(snap *snapshot.Response) bool { return snap.Summary == nil }
 
 // claims are the ControllerRef decisions of a snapshot, per child rule.
 type claims struct {
@@ -337,4 +339,26 @@ func (c *claims) steps(rules []children.Rule) []step {
 		}
 	}
 	return out
+}
+
+// patchWrite is the write of a parent plan's patch.
+func patchWrite(plan kinds.ApplyParentPlan) parentWrite {
+	if plan.AddsFinalizer != "" && finalizersOnly(plan.Patch) {
+		return parentWrite{verb: verbAddFinalizer, what: "add finalizer " + plan.AddsFinalizer + " on", patch: plan.Patch}
+	}
+	return parentWrite{verb: verbPatchParent, what: "patch labels/annotations/finalizers of", patch: plan.Patch}
+}
+
+// finalizersOnly reports a patch that changes nothing but the finalizers.
+func finalizersOnly(patch map[string]any) bool {
+	meta, _ := patch["metadata"].(map[string]any)
+	if len(patch) != 1 || meta == nil {
+		return false
+	}
+	for k := range meta {
+		if k != "finalizers" && k != "resourceVersion" {
+			return false
+		}
+	}
+	return true
 }

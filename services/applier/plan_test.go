@@ -296,20 +296,19 @@ func TestPlanApply(t *testing.T) {
 			if tt.summary {
 				snap.Summary = map[string]any{}
 			}
-			in := planInput{Kind: ctrl, Desired: &ds, Snapshot: snap, Covered: tt.covered}
+			in := planInput{Kind: ctrl, Desired: &ds, Snapshot: snap, ObservesChildren: observesChildren(snap),
+				Options: (&Applier{cfg: Config{Strategy: tt.strategy}}).planOptions, Covered: tt.covered}
 			if in.Parent, err = ctrl.ApplyParent(kinds.ApplyInput{Desired: &ds, Parent: tt.parent, ParentResource: "things", ParentHasStatus: tt.hasStatus}); err != nil {
 				t.Fatal(err)
 			}
 			if in.Parent.Gate != kinds.ApplyProceed {
 				t.Fatalf("gate %v: the case never reaches the plan", in.Parent.Gate)
 			}
-			if observesChildren(snap) {
-				decl := ctrl.ApplyChildRules()
-				for i, r := range decl.Rules {
+			if in.ObservesChildren {
+				for i, r := range ctrl.ApplyChildRules().Rules {
 					in.Rules = append(in.Rules, children.Rule{APIVersion: r.APIVersion, Resource: r.Resource,
 						Kind: tt.groups[i].Kind, Namespaced: tt.groups[i].Namespaced, Method: r.Method})
 				}
-				in.Options = (&Applier{cfg: Config{Strategy: tt.strategy}}).planOptions(decl)
 			}
 			before := tt.parent.DeepCopy()
 
@@ -340,8 +339,8 @@ func TestPlanApply(t *testing.T) {
 					t.Errorf("steps after the second phase (-want +got):\n%s", diff)
 				}
 			}
-			if got := p.writes(); got != tt.wantWrites {
-				t.Errorf("writes() = %v, want %v", got, tt.wantWrites)
+			if p.Writes != tt.wantWrites {
+				t.Errorf("Writes = %v, want %v", p.Writes, tt.wantWrites)
 			}
 			if diff := cmp.Diff(before, tt.parent); diff != "" {
 				t.Errorf("the snapshot's parent was modified (-before +after):\n%s", diff)
@@ -373,7 +372,7 @@ func TestPlanAfterClaimsRefused(t *testing.T) {
 	snap := &snapshot.Response{Result: snapshot.OK, Parent: thing(), ParentResource: "things",
 		Children: []snapshot.Group{{APIVersion: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true,
 			Adopt: []*unstructured.Unstructured{configMap("orphan", false)}}}}
-	p, err := planApply(planInput{Kind: ctrl, Desired: ds, Snapshot: snap,
+	p, err := planApply(planInput{Kind: ctrl, Desired: ds, Snapshot: snap, ObservesChildren: true, Options: (&Applier{}).planOptions,
 		Rules: []children.Rule{{APIVersion: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true}}})
 	if err != nil {
 		t.Fatal(err)
