@@ -288,11 +288,7 @@ func TestPlanApply(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ds := tt.ds
-			ds.Controller = bus.ControllerRef{Kind: tt.controller.GetKind(), Name: tt.controller.GetName(), UID: string(tt.controller.GetUID())}
-			ds.Parent = bus.ObjectRef{APIVersion: "example.com/v1", Kind: "Thing", Resource: "things", Namespace: "ns", Name: "web", UID: "p-uid", Generation: 2}
-			snap := &snapshot.Response{Result: snapshot.OK, Controller: tt.controller, Parent: tt.parent,
-				ParentResource: "things", ParentHasStatus: tt.hasStatus, Children: tt.groups}
+			ds, snap := thingApply(tt.ds, tt.controller, tt.parent, tt.hasStatus, tt.groups)
 			if tt.summary {
 				snap.Summary = map[string]any{}
 			}
