@@ -4,20 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/children"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/kindtable"
-	"github.com/metabus/metabus/pkg/rollout"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 
@@ -66,23 +64,22 @@ func (a *Applier) observe(ctx context.Context, ds *bus.DesiredState) (*snapshot.
 }
 
 // applyParent converges one parent of any kind towards ds, driven by its
-// kind's Applying rules:
+// kind's Applying rules. The kind's parent plan says first whether to
+// apply at all (a parent it skips costs no discovery); then, with the
+// child rules resolved, planApply decides every write and its order
+// (plan.go), and the loop below executes the plan, one step at a time,
+// through the writes of kube.go:
 //
-//  1. the kind's parent plan says whether to apply at all;
-//  2. the child rules, the owner and the hook's children are validated,
-//     and the children planned where they can be: a response known to be
-//     wrong is rejected as a whole, before any write, as a partial apply
-//     could leave the cluster worse;
-//  3. the parent patch (labels, annotations, and the finalizer, which must
-//     be in place before any child exists so that deletion waits for the
-//     finalize hook);
-//  4. adoption and release of children (kinds that claim), then the
-//     children planned against the claimed ones, gradually for kinds that
-//     roll out;
-//  5. the child writes, then the status (written even if a child write
-//     failed: it reports what the hook observed, as upstream does);
-//  6. after a finalize hook's final answer, and only once every other
-//     write is done, the finalizer's removal.
+//   - a failed parent patch, release or adoption ends the apply
+//     (parentWriteFailed);
+//   - a child write that fails or conflicts does not stop the others,
+//     nor the status write; then the failures retry the apply, a
+//     conflict requeues it, and only an apply without either removes the
+//     finalizer;
+//   - a parent that claims or rolls out is planned in two phases: the
+//     plan's first phase ends with the step that adopts, or loads and
+//     commits the revisions, and the rest is planned from what it
+//     returned, and appended.
 //
 // Everything is compared with the snapshot first, so a no-op sync makes no
 // API call (and never a GET). Every write carries the observed
@@ -93,158 +90,138 @@ func (a *Applier) applyParent(ctx context.Context, ds *bus.DesiredState, snap *s
 	if err != nil {
 		return done(resultInvalid)
 	}
-	parent := snap.Parent
-	in := kinds.ApplyInput{Desired: ds, Parent: parent, ParentResource: snap.ParentResource, ParentHasStatus: snap.ParentHasStatus}
-	plan, err := ctrl.ApplyParent(in)
+	in := planInput{Kind: ctrl, Desired: ds, Snapshot: snap, ObservesChildren: observesChildren(snap), Options: a.planOptions, Covered: a.covered}
+	in.Parent, err = ctrl.ApplyParent(kinds.ApplyInput{Desired: ds, Parent: snap.Parent, ParentResource: snap.ParentResource, ParentHasStatus: snap.ParentHasStatus})
 	if err != nil {
 		return retryAfter(events.ReasonApplyError, err)
 	}
-	switch plan.Gate {
+	switch in.Parent.Gate {
 	case kinds.ApplyParentDeleting:
 		return done(resultParentDeleting)
 	case kinds.ApplyStale:
 		return requeue(ds)
 	}
+	if in.ObservesChildren {
+		if in.Rules, err = a.resolveRules(ctx, ctrl.ApplyChildRules()); err != nil {
+			return retryAfter(events.ReasonApplyError, err)
+		}
+	}
+	p, err := planApply(in)
+	if err != nil {
+		return a.planFailed(err)
+	}
 
-	decl := ctrl.ApplyChildRules()
 	var (
-		rules   []children.Rule
-		owner   children.Owner
-		desired []children.Desired
-		claims  claims
-		roll    kinds.ApplyRolloutSpec
-		rolls   bool
-		actions []children.Action
-		// planned: the child actions are known (none at all without
-		// observed children).
-		planned = !observesChildren(snap)
+		parent   = snap.Parent // as last written
+		observed = maps.Clone(p.observed)
+		adopt    = true
+		errs     []error
+		conflict bool
+		created  bool
 	)
-	if planned {
-		// A keyed kind's per-parent snapshot holds the parent and its
-		// summary, never children: its desired state is about the parent
-		// alone (an aggregated status). Nothing about children can be
-		// planned from it, and above all nothing deleted: every output
-		// would look undesired. A desired state that names children here
-		// is a kind's mistake, refused before any write.
-		if len(ds.Children)+len(ds.Revisions) > 0 {
-			return retryAfter(events.ReasonApplyError, fmt.Errorf("%s desired state names %s, but its snapshot observes none (a per-parent snapshot): nothing applied", ds.Hook, decl.Noun))
-		}
-	} else {
-		if rules, err = a.resolveRules(ctx, decl); err != nil {
-			return retryAfter(events.ReasonApplyError, err)
-		}
-		if owner, err = ctrl.ApplyOwner(parent, ds); err != nil {
-			return retryAfter(events.ReasonSyncError, err)
-		}
-		if desired, err = children.Normalize(owner, rules, ds.Children); err != nil {
-			a.metrics.rejected.Inc()
-			reason := decl.RejectReason
-			if reason == "" {
-				reason = events.ReasonInvalidDesired
+	// The steps of a second phase are appended as the first one ends.
+	for i := 0; i < len(p.Steps); i++ {
+		s := p.Steps[i]
+		switch s.Kind {
+		case stepPatchParent:
+			if parent, err = a.writeParent(ctx, ds, parent, s.Write); err != nil {
+				return parentWriteFailed(ds, err)
 			}
-			return retryAfter(reason, fmt.Errorf("%s hook response rejected, nothing applied: %w", ds.Hook, err))
-		}
-		claims = claimsOf(ctrl.ApplyClaims(), len(rules), snap.Children)
-		roll, rolls = ctrl.ApplyRollout(parent, ds.Parent.Resource)
-	}
-	if !planned && !rolls && !claims.writes() {
-		// Nothing to adopt: the children can be planned before the first
-		// write, so a plan that fails writes nothing.
-		if actions, err = children.PlanWith(a.planOptions(decl), owner, rules, claims.observed, desired); err != nil {
-			return retryAfter(events.ReasonApplyError, fmt.Errorf("plan %s: %w", decl.Noun, err))
-		}
-		planned = true
-	}
-
-	if plan.Patch != nil {
-		if parent, err = a.writeParent(ctx, ds, parent, patchWrite(plan)); err != nil {
-			return parentWriteFailed(ds, err)
-		}
-	}
-	observed := claims.observed
-	if claims.writes() {
-		if observed, err = a.claim(ctx, ds, owner, rules, decl.OwnerUIDLabels, claims); err != nil {
-			return parentWriteFailed(ds, err)
-		}
-	}
-	switch {
-	case rolls:
-		var cond rollout.Condition
-		if actions, cond, err = a.rolling(ctx, ds, roll, parent, owner, rules, decl, desired, observed); err != nil {
-			return err
-		}
-		// The rollout's Updated condition joins the hook's status: plan
-		// the status again with it.
-		withUpdatedCondition(ds, cond)
-		in.Parent = parent
-		again, err := ctrl.ApplyParent(in)
-		if err != nil {
-			return retryAfter(events.ReasonApplyError, err)
-		}
-		plan.Status = again.Status
-	case !planned:
-		// Adopting changed the children's resourceVersions: plan against
-		// the adopted objects.
-		if actions, err = children.PlanWith(a.planOptions(decl), owner, rules, observed, desired); err != nil {
-			return retryAfter(events.ReasonApplyError, fmt.Errorf("plan %s: %w", decl.Noun, err))
-		}
-	}
-
-	actions = a.dropCovered(actions)
-	var errs []error
-	conflict, created := false, false
-	for _, act := range actions {
-		if err := a.write(ctx, act); err != nil {
-			if apierrors.IsConflict(err) {
-				conflict = true
+		case stepRelease:
+			if _, err := a.setControllerRef(ctx, s.Rule, s.Object, p.owner, p.decl.OwnerUIDLabels, false); err != nil && !apierrors.IsNotFound(err) {
+				return parentWriteFailed(ds, err)
+			}
+		case stepRecheckParent:
+			if adopt, err = a.adoptable(ctx, ds); err != nil {
+				return parentWriteFailed(ds, err)
+			}
+		case stepAdopt:
+			if !adopt {
 				continue
 			}
-			errs = append(errs, err)
-		} else if act.Creates() {
-			created = true
+			adopted, err := a.setControllerRef(ctx, s.Rule, s.Object, p.owner, p.decl.OwnerUIDLabels, true)
+			switch {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				return parentWriteFailed(ds, err)
+			default:
+				observed[s.RuleIndex] = append(observed[s.RuleIndex], adopted)
+			}
+		case stepPlanChildren:
+			if err := p.afterClaims(observed); err != nil {
+				return a.planFailed(err)
+			}
+		case stepRollout:
+			actions, err := a.rolling(ctx, ds, p, parent, observed)
+			if err != nil {
+				return err
+			}
+			if err := p.afterRollout(parent, actions); err != nil {
+				return a.planFailed(err)
+			}
+		case stepChild:
+			switch err := a.write(ctx, s.Action); {
+			case apierrors.IsConflict(err):
+				conflict = true
+			case err != nil:
+				errs = append(errs, err)
+			default:
+				created = created || s.Action.Creates()
+			}
+		case stepStatus:
+			if s.DeferIfCreated && created {
+				a.metrics.statusDeferred.Inc()
+				continue
+			}
+			switch out, err := a.writeParent(ctx, ds, parent, s.Write); {
+			case apierrors.IsConflict(err):
+				conflict = true
+			case err != nil:
+				errs = append(errs, err)
+			default:
+				parent = out
+			}
+		case stepRemoveFinalizer:
+			if err := unfinished(ds, errs, conflict); err != nil {
+				return err
+			}
+			if _, err := a.removeFinalizer(ctx, ds, parent, s.Finalizer); err != nil {
+				return parentWriteFailed(ds, err)
+			}
+			return done(resultFinalized)
 		}
 	}
-	if created && plan.Status != nil && ds.Hook == bus.HookSync && !rolls && len(ds.Inputs) > 0 {
-		// Only for a controller that opted into echo suppression
-		// (ds.Inputs is set for no other): the children created just now
-		// come back as watch events that sync the parent again, and that
-		// hook call sees them (a new object is never an echo), so the
-		// status this call computed without them is out of date before
-		// it is written. Leave the status to that sync: a new parent
-		// costs one API write fewer (two instead of three for one
-		// child). Under upstream's contract every answer's status is
-		// written: a hook may record a decision there and read it back
-		// on the next call. A rolling parent keeps its write: its
-		// status carries the rollout's condition.
-		plan.Status = nil
-		a.metrics.statusDeferred.Inc()
+	if err := unfinished(ds, errs, conflict); err != nil {
+		return err
 	}
-	if plan.Status != nil {
-		out, err := a.writeParent(ctx, ds, parent, parentWrite{verb: verbUpdateStatus, status: plan.Status})
-		switch {
-		case apierrors.IsConflict(err):
-			conflict = true
-		case err != nil:
-			errs = append(errs, err)
-		default:
-			parent = out
-		}
+	if !p.Writes {
+		return done(resultNoop)
 	}
+	return nil
+}
+
+// planFailed is how a plan refused ends an apply: retried with the
+// plan's Event reason (a rejected hook answer is counted).
+func (a *Applier) planFailed(err error) error {
+	var refused *planError
+	if !errors.As(err, &refused) {
+		return retryAfter(events.ReasonApplyError, err)
+	}
+	if refused.rejected {
+		a.metrics.rejected.Inc()
+	}
+	return retryAfter(refused.reason, refused.err)
+}
+
+// unfinished is how an apply ends whose child or status writes failed
+// (retried with an ApplyError) or conflicted (synced again now): nil if
+// none did.
+func unfinished(ds *bus.DesiredState, errs []error, conflict bool) error {
 	if len(errs) > 0 {
 		return retryAfter(events.ReasonApplyError, errors.Join(errs...))
 	}
 	if conflict {
 		return requeue(ds)
-	}
-	if f := plan.RemoveFinalizer; f != "" {
-		if _, err := a.writeParent(ctx, ds, parent, finalizerRemoval(parent, f)); err != nil {
-			return parentWriteFailed(ds, err)
-		}
-		return done(resultFinalized)
-	}
-	if len(actions) == 0 && plan.Patch == nil && plan.Status == nil && !claims.writes() {
-		// Nothing written at all, which is what a no-op sync must cost.
-		return done(resultNoop)
 	}
 	return nil
 }
@@ -268,101 +245,6 @@ func parentWriteFailed(ds *bus.DesiredState, err error) error {
 	return retryAfter(events.ReasonApplyError, err)
 }
 
-// claims are the ControllerRef decisions of a snapshot, per child rule.
-type claims struct {
-	// observed are the children the parent controls (without those it is
-	// about to adopt).
-	observed map[int][]*unstructured.Unstructured
-	// adopt and release are the snapshot's claims by rule index (kinds
-	// that claim only); n counts them.
-	adopt, release [][]*unstructured.Unstructured
-	n              int
-}
-
-func (c *claims) writes() bool { return c.n > 0 }
-
-// claimsOf reads the snapshot's groups (one per rule, in rule order). A
-// kind that claims acts on the snapshot's adoptions and releases; the
-// objects to adopt are planned only once adopted.
-func claimsOf(claim bool, nrules int, groups []snapshot.Group) claims {
-	c := claims{observed: make(map[int][]*unstructured.Unstructured, len(groups))}
-	for i, g := range groups {
-		if i >= nrules {
-			break
-		}
-		if !claim || len(g.Adopt)+len(g.Release) == 0 {
-			c.observed[i] = g.Objects
-			continue
-		}
-		if c.adopt == nil {
-			c.adopt = make([][]*unstructured.Unstructured, nrules)
-			c.release = make([][]*unstructured.Unstructured, nrules)
-		}
-		c.adopt[i], c.release[i] = g.Adopt, g.Release
-		c.n += len(g.Adopt) + len(g.Release)
-		if len(g.Adopt) == 0 {
-			c.observed[i] = g.Objects
-			continue
-		}
-		for _, o := range g.Objects {
-			if !slices.ContainsFunc(g.Adopt, func(x *unstructured.Unstructured) bool { return x.GetUID() == o.GetUID() }) {
-				c.observed[i] = append(c.observed[i], o)
-			}
-		}
-	}
-	return c
-}
-
-// claim carries out the claims: it releases owned children that stopped
-// matching and adopts matching orphans, and returns the children per rule
-// to plan with (the adopted ones as adopted).
-func (a *Applier) claim(ctx context.Context, ds *bus.DesiredState, owner children.Owner, rules []children.Rule, uidLabels []string, c claims) (map[int][]*unstructured.Unstructured, error) {
-	adopting := false
-	for i, objs := range c.release {
-		for _, o := range objs {
-			if _, err := a.setControllerRef(ctx, &rules[i], o, owner, uidLabels, false); err != nil && !apierrors.IsNotFound(err) {
-				return nil, err
-			}
-		}
-		adopting = adopting || len(c.adopt[i]) > 0
-	}
-	if !adopting {
-		return c.observed, nil
-	}
-	// Never adopt for a parent that is being deleted: recheck it without
-	// the cache, as the cache may lag the deletion.
-	pc, err := a.parentClient(ds.Parent)
-	if err != nil {
-		return nil, err
-	}
-	live, err := pc.Get(ctx, ds.Parent.Name, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("recheck parent before adopting: %w", err)
-	}
-	if live.GetDeletionTimestamp() != nil || string(live.GetUID()) != ds.Parent.UID {
-		return c.observed, nil
-	}
-	observed := make(map[int][]*unstructured.Unstructured, len(c.observed)+1)
-	for i, objs := range c.observed {
-		observed[i] = objs
-	}
-	for i, objs := range c.adopt {
-		for _, o := range objs {
-			adopted, err := a.setControllerRef(ctx, &rules[i], o, owner, uidLabels, true)
-			if err != nil {
-				if apierrors.IsNotFound(err) {
-					continue
-				}
-				return nil, err
-			}
-			// observed[i] is this apply's own slice (claimsOf built it) or
-			// nil, never the snapshot's.
-			observed[i] = append(observed[i], adopted)
-		}
-	}
-	return observed, nil
-}
-
 // release removes a finalizer of a controller that is gone (or lost its
 // finalize hook). This is the one path that reads the parent live: it has
 // no snapshot to work from (the controller is not wired any more) and runs
@@ -383,7 +265,7 @@ func (a *Applier) release(ctx context.Context, ds *bus.DesiredState) error {
 		if !slices.Contains(parent.GetFinalizers(), ds.Finalizer) {
 			return done(resultNoop)
 		}
-		_, err = a.writeParent(ctx, ds, parent, finalizerRemoval(parent, ds.Finalizer))
+		_, err = a.removeFinalizer(ctx, ds, parent, ds.Finalizer)
 		if err == nil {
 			a.log.Info("released finalizer of a removed controller", zap.String("finalizer", ds.Finalizer),
 				zap.String("parent", key(parent)))

@@ -188,6 +188,15 @@ func desiredCM(name string) *unstructured.Unstructured {
 	}}
 }
 
+// thingApply is ds of controller for the parent thing, and the snapshot
+// of parent with its children.
+func thingApply(ds bus.DesiredState, controller, parent *unstructured.Unstructured, hasStatus bool, children []snapshot.Group) (bus.DesiredState, *snapshot.Response) {
+	ds.Controller = bus.ControllerRef{Kind: controller.GetKind(), Name: controller.GetName(), UID: string(controller.GetUID())}
+	ds.Parent = bus.ObjectRef{APIVersion: "example.com/v1", Kind: "Thing", Resource: "things", Namespace: "ns", Name: "web", UID: "p-uid", Generation: 2}
+	return ds, &snapshot.Response{Result: snapshot.OK, Controller: controller, Parent: parent,
+		ParentResource: "things", ParentHasStatus: hasStatus, Children: children}
+}
+
 func TestApplyParent(t *testing.T) {
 	group := func(objs ...*unstructured.Unstructured) []snapshot.Group {
 		return []snapshot.Group{{APIVersion: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true, Objects: objs}}
@@ -434,11 +443,7 @@ func TestApplyParent(t *testing.T) {
 			if tt.reactor != nil {
 				tt.reactor(dyn)
 			}
-			ds := tt.ds
-			ds.Controller = bus.ControllerRef{Kind: tt.controller.GetKind(), Name: tt.controller.GetName(), UID: string(tt.controller.GetUID())}
-			ds.Parent = bus.ObjectRef{APIVersion: "example.com/v1", Kind: "Thing", Resource: "things", Namespace: "ns", Name: "web", UID: "p-uid", Generation: 2}
-			snap := &snapshot.Response{Result: snapshot.OK, Controller: tt.controller, Parent: tt.parent,
-				ParentResource: "things", ParentHasStatus: tt.hasStatus, Children: tt.children}
+			ds, snap := thingApply(tt.ds, tt.controller, tt.parent, tt.hasStatus, tt.children)
 			before := tt.parent.DeepCopy()
 			// The dispatcher's judgment on the same snapshot
 			// (kinds.WritesNothing), made before the apply (which may add

@@ -106,6 +106,21 @@ func (a *Applier) parentClient(ref bus.ObjectRef) (dynamic.ResourceInterface, er
 	return r, nil
 }
 
+// adoptable rechecks the parent without the cache before adopting, as
+// the cache may lag its deletion: a parent being deleted, or replaced by
+// another of the same name, adopts nothing.
+func (a *Applier) adoptable(ctx context.Context, ds *bus.DesiredState) (bool, error) {
+	pc, err := a.parentClient(ds.Parent)
+	if err != nil {
+		return false, err
+	}
+	live, err := pc.Get(ctx, ds.Parent.Name, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("recheck parent before adopting: %w", err)
+	}
+	return live.GetDeletionTimestamp() == nil && string(live.GetUID()) == ds.Parent.UID, nil
+}
+
 // resolveRules resolves a controller's declared child resources through
 // discovery.
 func (a *Applier) resolveRules(ctx context.Context, decl kinds.ApplyChildRules) ([]children.Rule, error) {
@@ -307,28 +322,6 @@ type parentWrite struct {
 	status map[string]any
 }
 
-// patchWrite is the write of a parent plan's patch.
-func patchWrite(plan kinds.ApplyParentPlan) parentWrite {
-	if plan.AddsFinalizer != "" && finalizersOnly(plan.Patch) {
-		return parentWrite{verb: verbAddFinalizer, what: "add finalizer " + plan.AddsFinalizer + " on", patch: plan.Patch}
-	}
-	return parentWrite{verb: verbPatchParent, what: "patch labels/annotations/finalizers of", patch: plan.Patch}
-}
-
-// finalizersOnly reports a patch that changes nothing but the finalizers.
-func finalizersOnly(patch map[string]any) bool {
-	meta, _ := patch["metadata"].(map[string]any)
-	if len(patch) != 1 || meta == nil {
-		return false
-	}
-	for k := range meta {
-		if k != "finalizers" && k != "resourceVersion" {
-			return false
-		}
-	}
-	return true
-}
-
 // finalizerRemoval removes finalizer f from parent, with parent's
 // resourceVersion as precondition: if the parent changed since, the patch
 // fails with a conflict instead of overwriting someone else's finalizer
@@ -341,6 +334,11 @@ func finalizerRemoval(parent *unstructured.Unstructured, f string) parentWrite {
 	return parentWrite{verb: verbRemoveFinalizer, what: "remove finalizer " + f + " on", patch: map[string]any{"metadata": map[string]any{
 		"finalizers": fins, "resourceVersion": parent.GetResourceVersion(),
 	}}}
+}
+
+// removeFinalizer removes finalizer f from parent (finalizerRemoval).
+func (a *Applier) removeFinalizer(ctx context.Context, ds *bus.DesiredState, parent *unstructured.Unstructured, f string) (*unstructured.Unstructured, error) {
+	return a.writeParent(ctx, ds, parent, finalizerRemoval(parent, f))
 }
 
 // writeParent is the one path of the parent's own writes. Each write is

@@ -12,7 +12,6 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/children"
 	"github.com/metabus/metabus/pkg/events"
-	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/revision"
 	"github.com/metabus/metabus/pkg/revstore"
 	"github.com/metabus/metabus/pkg/rollout"
@@ -30,16 +29,17 @@ import (
 //  3. the revision writes that record the move are committed BEFORE any child
 //     is touched, so a crash at any point either leaves the move unrecorded
 //     (it is decided again) or recorded (the child is updated at the next try),
-//     and never updates a child twice or skips one.
+//     and never updates a child twice or skips one;
+//  4. the rollout's Updated condition joins the desired status (ds.Status).
 //
 // An error ends the apply (see settle) before any child action.
-func (a *Applier) rolling(ctx context.Context, ds *bus.DesiredState, roll kinds.ApplyRolloutSpec, parent *unstructured.Unstructured,
-	owner children.Owner, rules []children.Rule, decl kinds.ApplyChildRules, desired []children.Desired, observed map[int][]*unstructured.Unstructured,
-) ([]children.Action, rollout.Condition, error) {
-	var none rollout.Condition
+func (a *Applier) rolling(ctx context.Context, ds *bus.DesiredState, p *applyPlan, parent *unstructured.Unstructured,
+	observed map[int][]*unstructured.Unstructured,
+) ([]children.Action, error) {
+	roll, owner, rules, decl := p.roll, p.owner, p.in.Rules, p.decl
 	patch, err := revision.ParentPatch(parent.Object, roll.FieldPaths)
 	if err != nil {
-		return nil, none, retryAfter(events.ReasonSyncError, fmt.Errorf("revisionHistory.fieldPaths: %w", err))
+		return nil, retryAfter(events.ReasonSyncError, fmt.Errorf("revisionHistory.fieldPaths: %w", err))
 	}
 	selector := ""
 	if owner.Selector != nil {
@@ -53,24 +53,24 @@ func (a *Applier) rolling(ctx context.Context, ds *bus.DesiredState, roll kinds.
 		err = fmt.Errorf("%s: %s", loaded.Result, loaded.Message)
 	}
 	if err != nil {
-		return nil, none, retryAfter("", fmt.Errorf("load ControllerRevisions: %w", err))
+		return nil, retryAfter("", fmt.Errorf("load ControllerRevisions: %w", err))
 	}
 	h, err := revision.NewHistory(roll.History, loaded.Revisions, patch)
 	if err != nil {
-		return nil, none, retryAfter(events.ReasonApplyError, err)
+		return nil, retryAfter(events.ReasonApplyError, err)
 	}
 	if ds.LatestRevision != h.Latest() {
 		// The parent's rolling fields changed since the hook ran (or the
 		// controller just turned rolling): its children would be recorded
 		// on the wrong revision. The change has queued a newer sync.
-		return nil, none, a.requeueStale(ds, fmt.Sprintf("desired state renders revision %q, the parent is at %q", ds.LatestRevision, h.Latest()))
+		return nil, a.requeueStale(ds, fmt.Sprintf("desired state renders revision %q, the parent is at %q", ds.LatestRevision, h.Latest()))
 	}
 	older := make(map[string][]children.Desired, len(ds.Revisions))
 	for _, rc := range ds.Revisions {
 		d, err := children.Normalize(owner, rules, rc.Children)
 		if err != nil {
 			a.metrics.rejected.Inc()
-			return nil, none, retryAfter(events.ReasonInvalidDesired,
+			return nil, retryAfter(events.ReasonInvalidDesired,
 				fmt.Errorf("%s hook response for revision %s rejected, nothing applied: %w", ds.Hook, rc.Name, err))
 		}
 		older[rc.Name] = d
@@ -81,16 +81,16 @@ func (a *Applier) rolling(ctx context.Context, ds *bus.DesiredState, roll kinds.
 	}
 	step, err := rollout.Step(rollout.StepInput{
 		Owner: owner, Rules: rules, Checks: checks, History: h,
-		Latest: desired, Older: older, Observed: observed, Apply: a.planOptions(decl),
+		Latest: p.desired, Older: older, Observed: observed, Apply: p.options,
 	})
 	var missing *rollout.MissingRevisionsError
 	switch {
 	case errors.As(err, &missing):
-		return nil, none, a.requeueStale(ds, err.Error())
+		return nil, a.requeueStale(ds, err.Error())
 	case err != nil:
-		return nil, none, retryAfter(events.ReasonApplyError, fmt.Errorf("plan rolling update: %w", err))
+		return nil, retryAfter(events.ReasonApplyError, fmt.Errorf("plan rolling update: %w", err))
 	case step.ChildErrors != nil:
-		return nil, none, retryAfter(events.ReasonApplyError, fmt.Errorf("plan %s: %w", decl.Noun, step.ChildErrors))
+		return nil, retryAfter(events.ReasonApplyError, fmt.Errorf("plan %s: %w", decl.Noun, step.ChildErrors))
 	}
 
 	creates, updates, deletes := h.Changes()
@@ -102,11 +102,11 @@ func (a *Applier) rolling(ctx context.Context, ds *bus.DesiredState, roll kinds.
 		})
 		switch {
 		case err != nil:
-			return nil, none, retryAfter("", fmt.Errorf("commit ControllerRevisions: %w", err))
+			return nil, retryAfter("", fmt.Errorf("commit ControllerRevisions: %w", err))
 		case committed.Result == revstore.Conflict:
-			return nil, none, requeue(ds)
+			return nil, requeue(ds)
 		case committed.Result != revstore.OK:
-			return nil, none, retryAfter(events.ReasonApplyError,
+			return nil, retryAfter(events.ReasonApplyError,
 				fmt.Errorf("commit ControllerRevisions: %s: %s", committed.Result, committed.Message))
 		}
 	}
@@ -114,7 +114,10 @@ func (a *Applier) rolling(ctx context.Context, ds *bus.DesiredState, roll kinds.
 		a.log.Info("rolling update: child moved to the latest revision", zap.String("controller", ds.Controller.Name),
 			zap.String("parent", key(parent)), zap.Stringer("child", step.Plan.Move), zap.String("revision", h.Latest()))
 	}
-	return step.Actions, step.Plan.Condition, nil
+	// The rollout's Updated condition joins the hook's status, which the
+	// plan's second phase plans again with it.
+	withUpdatedCondition(ds, step.Plan.Condition)
+	return step.Actions, nil
 }
 
 // withUpdatedCondition sets the rollout's Updated condition in the status the

@@ -70,25 +70,17 @@ func (a *Applier) planOptions(decl kinds.ApplyChildRules) children.Options {
 	return children.Options{Strategy: a.cfg.Strategy}
 }
 
-// dropCovered leaves out the server-side writes this replica knows to
-// change nothing (appliedMemory.skips): a sync that needs nothing else
-// makes no API call.
-func (a *Applier) dropCovered(actions []children.Action) []children.Action {
-	out := actions[:0:0]
-	for _, act := range actions {
-		switch {
-		case act.Op == children.OpApply && act.Observed != nil && !act.DropLastApplied:
-			if a.applied.skips(act.Observed, act.Object, act.Settled) {
-				continue
-			}
-		case act.Op == children.OpDelete && act.Verify != nil:
-			if a.applied.skips(act.Object, act.Verify, act.Settled) {
-				continue
-			}
-		}
-		out = append(out, act)
+// covered reports a server-side write this replica knows to change
+// nothing (appliedMemory.skips): the plan leaves it out, so that a sync
+// that needs nothing else makes no API call.
+func (a *Applier) covered(act children.Action) bool {
+	switch {
+	case act.Op == children.OpApply && act.Observed != nil && !act.DropLastApplied:
+		return a.applied.skips(act.Observed, act.Object, act.Settled)
+	case act.Op == children.OpDelete && act.Verify != nil:
+		return a.applied.skips(act.Object, act.Verify, act.Settled)
 	}
-	return out
+	return false
 }
 
 // ssaPatch sends a server-side apply of body (through the raw client when
