@@ -29,7 +29,7 @@ var kindCores = []string{
 // Leaves are the plain types and constants the cores share with the
 // transports that fill or use them: they import nothing of the module, so
 // that importing one can never bring a transport back into a core.
-var leaves = []string{"pkg/apiresource", "pkg/events", "pkg/hookwire"}
+var leaves = []string{"pkg/apiresource", "pkg/events", "pkg/hookwire", "pkg/identity"}
 
 // clientGoTransport is the package through which every client-go request
 // goes (it builds the HTTP round trippers).
