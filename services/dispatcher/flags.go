@@ -32,6 +32,17 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 			c.SecretNamespaces = append(c.SecretNamespaces, ns...)
 			return nil
 		})
+	fs.Func("hook-credential-secrets", "comma-separated names of Secrets in the dispatcher's own namespace that webhook TLS/auth "+
+		"options may reference (default none: that namespace holds metabus's own keys; metabus-nats-* and Helm's sh.helm.release.v1.* "+
+		"are refused even when listed). Repeatable",
+		func(v string) error {
+			names, err := parseSecretNames(v)
+			if err != nil {
+				return err
+			}
+			c.HookCredentialSecrets = append(c.HookCredentialSecrets, names...)
+			return nil
+		})
 	fs.Func("related-resources", "comma-separated <group>/<resource> (core/configmaps, apps/*, * for all) that customize hooks' "+
 		"related rules may name; -<group>/<resource> denies and wins over any allow. A refused rule fails the sync with a SyncError. "+
 		"Repeatable (default "+strings.Join(related.DefaultPolicy, ",")+")",
