@@ -49,7 +49,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		related.AppendEntries(related.RelatedSetting, &c.RelatedResources))
 	fs.Func("hook-destinations", "comma-separated entries saying where hooks may be called, read in order, the first match deciding "+
 		"(none matching: denied): [-]TARGET[:PORT], TARGET one of *, a host name, *.<domain>, an IP, a CIDR ([v6]:port with a port), "+
-		"loopback, link-local, private, apiserver; - denies. Checked at every dial after DNS resolution, redirects included. "+
+		"loopback, link-local (with cloud metadata addresses), private, apiserver; - denies. Checked at every dial after DNS resolution, "+
+		"redirects included; an allowed host name is still denied an address in loopback, link-local, apiserver or a later denying "+
+		"address entry unless written trust:NAME. "+
 		"E.g. -loopback,-link-local,-apiserver,*. Repeatable (default *: anywhere, as upstream)",
 		func(v string) error {
 			// The API server's addresses are resolved at start; the syntax is checked now.
