@@ -101,13 +101,13 @@ type nameGuard struct {
 
 // Named sets of addresses every policy knows.
 var namedSets = map[string][]netip.Prefix{
-	"loopback":   mustPrefixes("127.0.0.0/8", "::1/128", "0.0.0.0/8", "::/128"),
+	"loopback": mustPrefixes("127.0.0.0/8", "::1/128", "0.0.0.0/8", "::/128"),
 	"link-local": mustPrefixes("169.254.0.0/16", "fe80::/10",
 		// Instance metadata and host agents outside link-local: AWS IMDS
 		// over IPv6, Alibaba Cloud's metadata service, Azure's WireServer
 		// (which also relays the instance's extensions and health).
 		"fd00:ec2::254/128", "100.100.100.200/32", "168.63.129.16/32"),
-	"private":    mustPrefixes("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"),
+	"private": mustPrefixes("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"),
 }
 
 func mustPrefixes(cidrs ...string) []netip.Prefix {
