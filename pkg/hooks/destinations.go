@@ -127,11 +127,13 @@ const AllowAll = "*"
 // nothing. setting names the policy's source in refusal messages.
 func ParseDestinations(entries []string, named map[string][]netip.Prefix, setting string) (*Destinations, error) {
 	d := &Destinations{setting: setting}
-	for _, name := range []string{"loopback", "link-local"} {
-		d.guards = append(d.guards, nameGuard{name, namedSets[name]})
-	}
+	// The caller's sets first: the API server on a loopback address is
+	// named as the API server.
 	for _, name := range slices.Sorted(maps.Keys(named)) {
 		d.guards = append(d.guards, nameGuard{name, named[name]})
+	}
+	for _, name := range []string{"loopback", "link-local"} {
+		d.guards = append(d.guards, nameGuard{name, namedSets[name]})
 	}
 	for _, list := range entries {
 		for _, raw := range strings.Split(list, ",") {
