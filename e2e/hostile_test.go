@@ -697,31 +697,41 @@ func (h *hostile) deniedDestinations(t *testing.T) {
 		l.record("")
 		http.Redirect(w, r, victim.URL+"/latest/meta-data", http.StatusTemporaryRedirect)
 	})
-	cases := []struct {
-		mode, url string
-		want      []string
-	}{
+	h.refusedURLs(t, ns, "dest", []urlCase{
 		{mode: "ip", url: victim.URL + "/sync", want: []string{"hook not called", "destination " + strings.TrimPrefix(victim.URL, "http://"), `denied by the hook destination rule "-loopback"`, "--hook-destinations"}},
 		{mode: "name", url: "http://localhost:" + localPort + "/sync", want: []string{"hook not called", "(localhost)", "is denied by the hook destination rule", "--hook-destinations"}},
 		{mode: "apiserver", url: env.Config.Host + "/api/v1/namespaces/metabus/secrets", want: []string{"hook not called", `denied by the hook destination rule "-apiserver"`}},
 		{mode: "metadata", url: "http://169.254.169.254/latest/meta-data/iam/security-credentials/", want: []string{"hook not called", `denied by the hook destination rule "-link-local"`}},
 		{mode: "redirect", url: redirector.URL + "/sync", want: []string{"sync hook failed", "refused to follow the hook's redirect to " + victim.URL, `"-loopback"`}},
-	}
-	for _, c := range cases {
-		h.controller(t, compositeKind, "hostile-dest-"+c.mode+"-"+ns, map[string]any{
-			"parentResource": selecting("dest-" + c.mode),
-			"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": c.url, "timeout": "3s"}}},
-		})
-		h.widget(t, ns, c.mode, map[string]string{"mode": "dest-" + c.mode})
-	}
-	for _, c := range cases {
-		refusedSync(t, ns, c.mode, "hostile-dest-"+c.mode+"-"+ns, c.want...)
-	}
+	})
 	if n := victim.all.Load() + local.all.Load(); n != 0 {
 		t.Errorf("the denied listeners received %d requests", n)
 	}
 	if redirector.all.Load() == 0 {
 		t.Error("the redirecting hook was never called: the redirect was not tried")
+	}
+}
+
+// urlCase is a controller whose sync hook is at url, refused with a
+// SyncError containing every one of want.
+type urlCase struct {
+	mode, url string
+	want      []string
+}
+
+// refusedURLs makes a controller and a parent per case (mode
+// <kind>-<mode>) and waits for each refusal.
+func (h *hostile) refusedURLs(t *testing.T, ns, kind string, cases []urlCase) {
+	t.Helper()
+	for _, c := range cases {
+		h.controller(t, compositeKind, "hostile-"+kind+"-"+c.mode+"-"+ns, map[string]any{
+			"parentResource": selecting(kind + "-" + c.mode),
+			"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": c.url, "timeout": "3s"}}},
+		})
+		h.widget(t, ns, c.mode, map[string]string{"mode": kind + "-" + c.mode})
+	}
+	for _, c := range cases {
+		refusedSync(t, ns, c.mode, "hostile-"+kind+"-"+c.mode+"-"+ns, c.want...)
 	}
 }
 
@@ -741,25 +751,12 @@ func (h *hostile) nameDestinations(t *testing.T) {
 	})
 	_, apiPort, _ := net.SplitHostPort(strings.TrimPrefix(env.Config.Host, "https://"))
 	nameRule := "localhost:" + h.namePort
-	cases := []struct {
-		mode, url string
-		want      []string
-	}{
+	h.refusedURLs(t, ns, "name", []urlCase{
 		{mode: "loopback", url: "http://localhost:" + h.namePort + "/latest/meta-data/iam/security-credentials/",
 			want: []string{"hook not called", `allowed by name by the hook destination rule "` + nameRule + `"`, `denied by "-apiserver"`, `"trust:` + nameRule + `"`}},
 		{mode: "apiserver", url: "https://localhost:" + apiPort + "/api/v1/namespaces/metabus/secrets",
 			want: []string{"hook not called", `allowed by name by the hook destination rule "localhost:` + apiPort + `"`, `denied by "-apiserver"`}},
-	}
-	for _, c := range cases {
-		h.controller(t, compositeKind, "hostile-name-"+c.mode+"-"+ns, map[string]any{
-			"parentResource": selecting("name-" + c.mode),
-			"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": c.url, "timeout": "3s"}}},
-		})
-		h.widget(t, ns, c.mode, map[string]string{"mode": "name-" + c.mode})
-	}
-	for _, c := range cases {
-		refusedSync(t, ns, c.mode, "hostile-name-"+c.mode+"-"+ns, c.want...)
-	}
+	})
 	if n := victim.all.Load(); n != 0 {
 		t.Errorf("the listener behind the allowed name received %d requests", n)
 	}

@@ -78,18 +78,30 @@ func (s secretScope) check(namespace string) error {
 
 // parseNamespaces parses a --secret-namespaces value: comma-separated namespace names, or *.
 func parseNamespaces(v string) ([]string, error) {
+	return parseList(v, func(ns string) error {
+		if ns == AllNamespaces {
+			return nil
+		}
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return fmt.Errorf("invalid namespace %q: %s", ns, strings.Join(errs, "; "))
+		}
+		return nil
+	})
+}
+
+// parseList splits a comma-separated flag value, dropping blanks, and
+// checks each item.
+func parseList(v string, check func(string) error) ([]string, error) {
 	var out []string
-	for _, ns := range strings.Split(v, ",") {
-		ns = strings.TrimSpace(ns)
-		if ns == "" {
+	for _, item := range strings.Split(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
 			continue
 		}
-		if ns != AllNamespaces {
-			if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-				return nil, fmt.Errorf("invalid namespace %q: %s", ns, strings.Join(errs, "; "))
-			}
+		if err := check(item); err != nil {
+			return nil, err
 		}
-		out = append(out, ns)
+		out = append(out, item)
 	}
 	return out, nil
 }
@@ -189,21 +201,15 @@ func (s secretScope) checkSecretRead(namespace, name string, labels map[string]s
 // parseSecretNames parses a --hook-credential-secrets value: comma-separated
 // Secret names, none of them reserved.
 func parseSecretNames(v string) ([]string, error) {
-	var out []string
-	for _, name := range strings.Split(v, ",") {
-		name = strings.TrimSpace(name)
-		if name == "" {
-			continue
-		}
+	return parseList(v, func(name string) error {
 		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-			return nil, fmt.Errorf("invalid Secret name %q: %s", name, strings.Join(errs, "; "))
+			return fmt.Errorf("invalid Secret name %q: %s", name, strings.Join(errs, "; "))
 		}
 		if why := reservedSecret(name); why != "" {
-			return nil, fmt.Errorf("Secret %q %s: it can never be a hook credential", name, why)
+			return fmt.Errorf("Secret %q %s: it can never be a hook credential", name, why)
 		}
-		out = append(out, name)
-	}
-	return out, nil
+		return nil
+	})
 }
 
 // ownCredentials refuses one of metabus's own NATS credential Secrets as a
