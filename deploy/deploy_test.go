@@ -1712,6 +1712,26 @@ func TestNATSConfig(t *testing.T) {
 		{"WATCHER_NKEY", "publish", "$KV.MC_OWNERS.lease.work.p07", false},
 		{"REVISIONS_NKEY", "publish", "$KV.MC_OWNERS.lease.work.p07", false},
 		{"APPLIER_NKEY", "publish", "$JS.API.CONSUMER.DELETE.MC_DESIRED.desired-64-p00", false},
+		// Each stage writes its own leases and members only (issue 35).
+		{"DISPATCHER_NKEY", "publish", "$KV.MC_OWNERS.member.work.pod-1", true},
+		{"DISPATCHER_NKEY", "publish", "$KV.MC_OWNERS.lease.desired.64-p07", false},
+		{"DISPATCHER_NKEY", "publish", "$KV.MC_OWNERS.member.desired.pod-1", false},
+		{"APPLIER_NKEY", "publish", "$KV.MC_OWNERS.lease.desired.64-p07", true},
+		{"APPLIER_NKEY", "publish", "$KV.MC_OWNERS.lease.work.64-p07", false},
+		{"APPLIER_NKEY", "publish", "$KV.MC_OWNERS.member.work.pod-1", false},
+		{"DISPATCHER_NKEY", "publish", "$KV.MC_OWNERS.other", false},
+		// The watcher makes consumers and streams of its own streams only.
+		{"WATCHER_NKEY", "publish", "$JS.API.CONSUMER.CREATE.MC_SCHED.due-relay", true},
+		{"WATCHER_NKEY", "publish", "$JS.API.CONSUMER.CREATE.MC_DESIRED.desired-64-p00.mc.desired.00.>", true},
+		{"WATCHER_NKEY", "publish", "$JS.API.CONSUMER.DURABLE.CREATE.MC_WORK.work-64-p00", true},
+		{"WATCHER_NKEY", "publish", "$JS.API.STREAM.CREATE.KV_MC_OWNERS", true},
+		{"WATCHER_NKEY", "publish", "$JS.API.STREAM.CREATE.MC_DLQ", true},
+		{"WATCHER_NKEY", "publish", "$JS.API.CONSUMER.CREATE.KV_MC_OWNERS.snoop", false},
+		{"WATCHER_NKEY", "publish", "$JS.API.CONSUMER.CREATE.MC_EVENTS.snoop.metabus.events.>", false},
+		{"WATCHER_NKEY", "publish", "$JS.API.CONSUMER.CREATE.MC_DLQ.snoop", false},
+		{"WATCHER_NKEY", "publish", "$JS.API.CONSUMER.DURABLE.CREATE.KV_MC_OWNERS.snoop", false},
+		{"WATCHER_NKEY", "publish", "$JS.API.STREAM.CREATE.MC_EVENTS", false},
+		{"WATCHER_NKEY", "publish", "$JS.API.STREAM.CREATE.SNOOP", false},
 		// Operator CLI: every dispatcher and applier answers inspect
 		// requests of its stage and publishes trace records while tailed.
 		{"DISPATCHER_NKEY", "subscribe", "mc.inspect.work", true},

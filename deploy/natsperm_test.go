@@ -405,11 +405,11 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 	if left := subjects(bus.DesiredStream, "mc.desired.>"); left[bus.StoredDesiredSubject(ctrl.ID(), poisonD)] != 0 {
 		t.Errorf("the DLQ worker did not delete the poison desired state from MC_DESIRED: %v", left)
 	}
-	for _, user := range []string{"dispatcher", "applier"} {
+	for user, stage := range map[string]string{"dispatcher": bus.WorkStage, "applier": bus.DesiredStage} {
 		c := env.connect(t, user)
 		c.name = user + " (test reads)"
 		conns = append(conns, c)
-		checkLeases(t, ctx, c, map[string]string{bus.WorkStage: "dispatcher-0", bus.DesiredStage: "applier-0"}, bus.DefaultPartitions, 5*time.Second)
+		checkLeases(t, ctx, c, stage, map[string]string{bus.WorkStage: "dispatcher-0", bus.DesiredStage: "applier-0"}, bus.DefaultPartitions, 5*time.Second)
 	}
 
 	// --- what must be refused, each on a connection of its own so that
@@ -425,6 +425,33 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 				return err
 			}
 			_, err = kv.Put(ctx, "lease.work.p00", []byte("intruder"))
+			return err
+		}},
+		// One compromised stage cannot seize (or release) the other's
+		// partitions (issue 35): each writes its own stage's keys only.
+		{user: "dispatcher", what: "write an applier's partition lease", subject: "$KV.MC_OWNERS." + bus.LeaseKey(bus.DesiredStage, bus.DefaultPartitions, 0),
+			do: func(ctx context.Context, c *permConn) error {
+				return putLease(ctx, c, bus.LeaseKey(bus.DesiredStage, bus.DefaultPartitions, 0))
+			}},
+		{user: "applier", what: "write a dispatcher's partition lease", subject: "$KV.MC_OWNERS." + bus.LeaseKey(bus.WorkStage, bus.DefaultPartitions, 0),
+			do: func(ctx context.Context, c *permConn) error {
+				return putLease(ctx, c, bus.LeaseKey(bus.WorkStage, bus.DefaultPartitions, 0))
+			}},
+		{user: "dispatcher", what: "register as an applier member", subject: "$KV.MC_OWNERS." + bus.MemberKey(bus.DesiredStage, "intruder"),
+			do: func(ctx context.Context, c *permConn) error {
+				return putLease(ctx, c, bus.MemberKey(bus.DesiredStage, "intruder"))
+			}},
+		{user: "applier", what: "register as a dispatcher member", subject: "$KV.MC_OWNERS." + bus.MemberKey(bus.WorkStage, "intruder"),
+			do: func(ctx context.Context, c *permConn) error {
+				return putLease(ctx, c, bus.MemberKey(bus.WorkStage, "intruder"))
+			}},
+		// The watcher makes consumers on the streams it owns only.
+		{user: "watcher", what: "create a consumer on the lease bucket", subject: "$JS.API.CONSUMER.CREATE.KV_MC_OWNERS.snoop", do: func(ctx context.Context, c *permConn) error {
+			_, err := c.js.CreateOrUpdateConsumer(ctx, "KV_"+bus.OwnersBucket, jetstream.ConsumerConfig{Durable: "snoop"})
+			return err
+		}},
+		{user: "watcher", what: "create the events stream", subject: "$JS.API.STREAM.CREATE.MC_EVENTS", do: func(ctx context.Context, c *permConn) error {
+			_, err := c.js.CreateStream(ctx, jetstream.StreamConfig{Name: "MC_EVENTS", Subjects: []string{"metabus.events.>"}})
 			return err
 		}},
 		{user: "watcher", what: "publish a stored (partitioned) work subject", subject: "mc.work.7.cc-hello.z", do: func(ctx context.Context, c *permConn) error {
@@ -496,11 +523,11 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 	if err := jsbus.Ensure(step(), watcher.js, cut); err != nil {
 		t.Fatalf("watcher: jsbus.Ensure with 16 partitions: %v\n%s", err, watcher.report())
 	}
-	for _, user := range []string{"dispatcher", "applier"} {
+	for user, stage := range map[string]string{"dispatcher": bus.WorkStage, "applier": bus.DesiredStage} {
 		c := env.connect(t, user)
 		c.name = user + " (test reads after the cut-over)"
 		conns = append(conns, c)
-		checkLeases(t, ctx, c, map[string]string{bus.WorkStage: "dispatcher-0", bus.DesiredStage: "applier-0"}, 16, 30*time.Second)
+		checkLeases(t, ctx, c, stage, map[string]string{bus.WorkStage: "dispatcher-0", bus.DesiredStage: "applier-0"}, 16, 30*time.Second)
 	}
 	before := ev.count("applier " + uidA)
 	if _, err := wpub.PublishWork(step(), bus.WorkItem{Controller: ctrl, Parent: parent(uidA), Reason: bus.ReasonEvent}); err != nil {
@@ -731,7 +758,7 @@ func waitFor(t *testing.T, timeout time.Duration, conns []*permConn, what string
 // stage members are allowed: Consume's member watch) and expects every
 // partition of each stage held by its one member, and the members present.
 // It also drives the watch into flow control.
-func checkLeases(t *testing.T, ctx context.Context, c *permConn, members map[string]string, partitions int, within time.Duration) {
+func checkLeases(t *testing.T, ctx context.Context, c *permConn, stage string, members map[string]string, partitions int, within time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, within+5*time.Second)
 	defer cancel()
@@ -742,9 +769,11 @@ func checkLeases(t *testing.T, ctx context.Context, c *permConn, members map[str
 	// Enough data for the watch below to pass half of the server's 2 MB
 	// flow-control window, so the server asks for flow control and the
 	// client answers on $JS.FC.KV_MC_OWNERS.>, as the stages' member
-	// watches do when busy. The keys match no member or lease filter.
+	// watches do when busy. The keys are under c's own stage's leases,
+	// the only keys it may write, with more tokens than a lease or member
+	// key has, so no member watch or lease read matches them.
 	filler := make([]byte, 768<<10)
-	for _, k := range []string{"fc-probe." + c.nc.Opts.Name + ".1", "fc-probe." + c.nc.Opts.Name + ".2"} {
+	for _, k := range []string{"lease." + stage + ".fc-probe." + c.nc.Opts.Name + ".1", "lease." + stage + ".fc-probe." + c.nc.Opts.Name + ".2"} {
 		if _, err := kv.Put(ctx, k, filler); err != nil {
 			t.Fatalf("%s: put %s: %v", c.name, k, err)
 		}
@@ -787,4 +816,14 @@ func checkLeases(t *testing.T, ctx context.Context, c *permConn, members map[str
 			t.Fatalf("%s: in %s: %s\n%s", c.name, bus.OwnersBucket, strings.Join(missing(), "; "), c.report())
 		}
 	}
+}
+
+// putLease writes key of the lease bucket as a replica claiming it would.
+func putLease(ctx context.Context, c *permConn, key string) error {
+	kv, err := c.js.KeyValue(ctx, bus.OwnersBucket)
+	if err != nil {
+		return err
+	}
+	_, err = kv.Put(ctx, key, []byte("intruder"))
+	return err
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/metabus/metabus/pkg/allinone"
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/natscreds"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/testnats"
 	"github.com/metabus/metabus/pkg/testpki"
@@ -57,6 +58,11 @@ const (
 	hookHost   = "127.0.0.2"
 	victimHost = "127.0.0.3"
 	tenantUser = "e2e-hostile-tenant"
+	// hookTokenSecret is the one Secret of metabus's namespace the suite's
+	// admin lists as a hook credential (--hook-credential-secrets);
+	// listedNATSCopy is listed too, but labelled as NATS credentials.
+	hookTokenSecret = "e2e-hostile-hook-token"
+	listedNATSCopy  = "e2e-hostile-listed-nats-copy"
 )
 
 // hardenedProfile is the hardened profile's settings, as shipped: the
@@ -129,6 +135,9 @@ type hostile struct {
 	foreignSecretReads atomic.Int64
 	// ca signs the TLS hooks' certificates.
 	ca *testpki.CA
+	// namePort is the port of the policy's host name entry
+	// "localhost:<namePort>", which resolves to loopback.
+	namePort string
 }
 
 func TestHostile(t *testing.T) {
@@ -144,6 +153,8 @@ func TestHostile(t *testing.T) {
 		{"credentials-over-http", h.credentialsOverHTTP},
 		{"refused-resources", h.refusedResources},
 		{"denied-destinations", h.deniedDestinations},
+		{"name-destinations", h.nameDestinations},
+		{"own-namespace-secrets", h.ownNamespaceSecrets},
 		{"bus", h.bus},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -175,6 +186,21 @@ func startHostile(t *testing.T) *hostile {
 
 	h.nats = testnats.StartProduction(t, "../deploy/nats/nats-server.conf")
 	cfg := hardenedProfile(t)
+	// An admin who allows hooks by host name: localhost on one port, and
+	// on the API server's port (both resolve to loopback here; in a
+	// cluster, a tenant's Service under an allowed domain aimed at the API
+	// server or a metadata address).
+	port, err := testnats.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.namePort = fmt.Sprint(port)
+	_, apiPort, err := net.SplitHostPort(strings.TrimPrefix(env.Config.Host, "https://"))
+	if err != nil {
+		t.Fatalf("the API server's address %s: %v", env.Config.Host, err)
+	}
+	cfg.Dispatcher.HookDestinations = append([]string{"localhost:" + h.namePort, "localhost:" + apiPort}, cfg.Dispatcher.HookDestinations...)
+	cfg.Dispatcher.HookCredentialSecrets = []string{hookTokenSecret, listedNATSCopy}
 	cfg.NATS.URL = h.nats.URL
 	// Snapshots and revisions over NATS too, as between deployed services:
 	// their replies are on the bus for the bus test to try to read.
@@ -317,7 +343,13 @@ func (l *listener) count(ctrl string) int {
 // listener gets a certificate of the suite's CA for host.
 func (h *hostile) serveOn(t *testing.T, host string, useTLS bool, handle func(l *listener, w http.ResponseWriter, r *http.Request)) *listener {
 	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	return h.serveAt(t, host, "0", useTLS, handle)
+}
+
+// serveAt is serveOn on a given port.
+func (h *hostile) serveAt(t *testing.T, host, port string, useTLS bool, handle func(l *listener, w http.ResponseWriter, r *http.Request)) *listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -531,7 +563,7 @@ func (h *hostile) foreignSecrets(t *testing.T) {
 func (h *hostile) credentialsOverHTTP(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
-	secret := "hostile-token-" + ns
+	secret := hookTokenSecret
 	if _, err := kube.CoreV1().Secrets(dispatcher.DefaultNamespace).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: secret}, Data: map[string][]byte{"token": []byte("s3cr3t-" + ns)},
 	}, metav1.CreateOptions{}); err != nil {
@@ -665,31 +697,129 @@ func (h *hostile) deniedDestinations(t *testing.T) {
 		l.record("")
 		http.Redirect(w, r, victim.URL+"/latest/meta-data", http.StatusTemporaryRedirect)
 	})
-	cases := []struct {
-		mode, url string
-		want      []string
-	}{
+	h.refusedURLs(t, ns, "dest", []urlCase{
 		{mode: "ip", url: victim.URL + "/sync", want: []string{"hook not called", "destination " + strings.TrimPrefix(victim.URL, "http://"), `denied by the hook destination rule "-loopback"`, "--hook-destinations"}},
 		{mode: "name", url: "http://localhost:" + localPort + "/sync", want: []string{"hook not called", "(localhost)", "is denied by the hook destination rule", "--hook-destinations"}},
 		{mode: "apiserver", url: env.Config.Host + "/api/v1/namespaces/metabus/secrets", want: []string{"hook not called", `denied by the hook destination rule "-apiserver"`}},
 		{mode: "metadata", url: "http://169.254.169.254/latest/meta-data/iam/security-credentials/", want: []string{"hook not called", `denied by the hook destination rule "-link-local"`}},
 		{mode: "redirect", url: redirector.URL + "/sync", want: []string{"sync hook failed", "refused to follow the hook's redirect to " + victim.URL, `"-loopback"`}},
-	}
-	for _, c := range cases {
-		h.controller(t, compositeKind, "hostile-dest-"+c.mode+"-"+ns, map[string]any{
-			"parentResource": selecting("dest-" + c.mode),
-			"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": c.url, "timeout": "3s"}}},
-		})
-		h.widget(t, ns, c.mode, map[string]string{"mode": "dest-" + c.mode})
-	}
-	for _, c := range cases {
-		refusedSync(t, ns, c.mode, "hostile-dest-"+c.mode+"-"+ns, c.want...)
-	}
+	})
 	if n := victim.all.Load() + local.all.Load(); n != 0 {
 		t.Errorf("the denied listeners received %d requests", n)
 	}
 	if redirector.all.Load() == 0 {
 		t.Error("the redirecting hook was never called: the redirect was not tried")
+	}
+}
+
+// urlCase is a controller whose sync hook is at url, refused with a
+// SyncError containing every one of want.
+type urlCase struct {
+	mode, url string
+	want      []string
+}
+
+// refusedURLs makes a controller and a parent per case (mode
+// <kind>-<mode>) and waits for each refusal.
+func (h *hostile) refusedURLs(t *testing.T, ns, kind string, cases []urlCase) {
+	t.Helper()
+	for _, c := range cases {
+		h.controller(t, compositeKind, "hostile-"+kind+"-"+c.mode+"-"+ns, map[string]any{
+			"parentResource": selecting(kind + "-" + c.mode),
+			"hooks":          map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": c.url, "timeout": "3s"}}},
+		})
+		h.widget(t, ns, c.mode, map[string]string{"mode": kind + "-" + c.mode})
+	}
+	for _, c := range cases {
+		refusedSync(t, ns, c.mode, "hostile-"+kind+"-"+c.mode+"-"+ns, c.want...)
+	}
+}
+
+// nameDestinations: hooks at host names the policy allows, which resolve
+// to what no name may reach: a listener on loopback, and the API server.
+// Each is refused at the dial with a SyncError naming the name's rule, the
+// set the address falls in and the trust: opt-out; the listener receives
+// nothing. (The test's API server listens on 127.0.0.1, where localhost
+// resolves, so both are named as the API server's address: the set an
+// address is in is checked before loopback.)
+func (h *hostile) nameDestinations(t *testing.T) {
+	ns := newNamespace(t)
+	victim := h.serveAt(t, "127.0.0.1", h.namePort, false, func(l *listener, w http.ResponseWriter, r *http.Request) {
+		l.record("")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	})
+	_, apiPort, _ := net.SplitHostPort(strings.TrimPrefix(env.Config.Host, "https://"))
+	nameRule := "localhost:" + h.namePort
+	h.refusedURLs(t, ns, "name", []urlCase{
+		{mode: "loopback", url: "http://localhost:" + h.namePort + "/latest/meta-data/iam/security-credentials/",
+			want: []string{"hook not called", `allowed by name by the hook destination rule "` + nameRule + `"`, `denied by "-apiserver"`, `"trust:` + nameRule + `"`}},
+		{mode: "apiserver", url: "https://localhost:" + apiPort + "/api/v1/namespaces/metabus/secrets",
+			want: []string{"hook not called", `allowed by name by the hook destination rule "localhost:` + apiPort + `"`, `denied by "-apiserver"`}},
+	})
+	if n := victim.all.Load(); n != 0 {
+		t.Errorf("the listener behind the allowed name received %d requests", n)
+	}
+}
+
+// ownNamespaceSecrets: every Secret of metabus's namespace named as a hook
+// credential, over https to a hook the policy allows: the NATS seeds, the
+// users Secret, the CA, every TLS certificate (made here without their
+// label, as by hand), Helm's release Secret, a Secret the admin did not
+// list, and one the admin listed that is labelled as NATS credentials.
+// Each is refused with a SyncError naming it; the hook receives nothing.
+func (h *hostile) ownNamespaceSecrets(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	nsSecrets := map[string]*corev1.Secret{}
+	for _, name := range append(natscreds.Names(natscreds.Users), natscreds.TLSNames(natscreds.Users)...) {
+		nsSecrets[name] = &corev1.Secret{}
+	}
+	nsSecrets["sh.helm.release.v1.metabus.v1"] = &corev1.Secret{Type: "helm.sh/release.v1"}
+	nsSecrets["e2e-hostile-unlisted-"+ns] = &corev1.Secret{}
+	nsSecrets[listedNATSCopy] = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{natsx.CredentialsLabel: "true"}}}
+	for name, s := range nsSecrets {
+		s.Name = name
+		s.Data = map[string][]byte{"token": []byte("stolen-" + name), "tls.key": []byte("stolen-key"), "release": []byte("stolen-release")}
+		_, err := kube.CoreV1().Secrets(dispatcher.DefaultNamespace).Create(ctx, s, metav1.CreateOptions{})
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			continue // an install's own: left as it is
+		case err != nil:
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = kube.CoreV1().Secrets(dispatcher.DefaultNamespace).Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
+	}
+	tlsHook := h.serveOn(t, hookHost, true, func(l *listener, w http.ResponseWriter, r *http.Request) {
+		l.record(r.Header.Get("Authorization"))
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	})
+	ca := string(h.ca.PEM)
+	i := 0
+	modes := map[string]string{}
+	for name := range nsSecrets {
+		mode := fmt.Sprintf("own-%d", i)
+		i++
+		modes[mode] = name
+		h.controller(t, compositeKind, "hostile-"+mode+"-"+ns, map[string]any{
+			"parentResource": selecting(mode),
+			"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": tlsHook.URL, "caBundle": map[string]any{"inline": ca},
+				"authorization": map[string]any{"secretRef": map[string]any{"name": name, "namespace": dispatcher.DefaultNamespace, "key": "tls.key"}}}}},
+		})
+		h.widget(t, ns, mode, map[string]string{"mode": mode})
+	}
+	for mode, name := range modes {
+		t.Run(name, func(t *testing.T) {
+			eventually(t, 45*time.Second, "a SyncError on the parent naming "+name, func() error {
+				return warningEvent(ctx, ns, mode, "SyncError", "Secret "+dispatcher.DefaultNamespace+"/"+name, "never sent to a hook")
+			})
+		})
+	}
+	if n := tlsHook.all.Load(); n != 0 {
+		t.Errorf("the hook named with Secrets of metabus's namespace received %d requests", n)
 	}
 }
 

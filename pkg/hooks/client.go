@@ -44,6 +44,10 @@ type Options struct {
 	// the call (*RefusedError, nothing read, nothing sent) and is its reason: it should say how
 	// to allow the namespace. nil allows every namespace.
 	SecretNamespaceAllowed func(namespace string) error
+	// SecretAllowed, when set, is asked about every Secret that a call's TLS/auth options
+	// reference (after SecretNamespaceAllowed), before any is read: an error refuses the call
+	// as SecretNamespaceAllowed's does. nil allows every Secret.
+	SecretAllowed func(namespace, name string) error
 	// Registerer receives the hook metrics; nil records none.
 	Registerer prometheus.Registerer
 	// Logger defaults to zap.NewNop().
@@ -81,6 +85,7 @@ type Options struct {
 type Client struct {
 	secrets        Secrets
 	nsAllowed      func(namespace string) error
+	secretAllowed  func(namespace, name string) error
 	noInsecure     string
 	log            *zap.Logger
 	maxBody        int64
@@ -108,6 +113,7 @@ func New(opts Options) *Client {
 	c := &Client{
 		secrets:        opts.Secrets,
 		nsAllowed:      opts.SecretNamespaceAllowed,
+		secretAllowed:  opts.SecretAllowed,
 		log:            opts.Logger,
 		maxBody:        opts.MaxResponseBytes,
 		defaultTimeout: opts.DefaultTimeout,

@@ -33,14 +33,25 @@ import (
 //   - "*": anything;
 //   - a host name ("hooks.example.com") or a wildcard for its subdomains
 //     ("*.example.com", which does not match example.com itself), matched
-//     against the name in the hook's URL: allowing a name trusts whatever it
-//     resolves to;
+//     against the name in the hook's URL. Allowing a name does not trust
+//     whatever it resolves to: the address is still checked against the
+//     sets a name never reaches (loopback, link-local and every set the
+//     caller names, such as apiserver) and against every address entry of
+//     the policy that denies (a "-private" anywhere in it, say), so that a
+//     tenant who controls the name's records (a Service of
+//     *.hooks.svc.cluster.local whose endpoints or ExternalName they set)
+//     cannot aim it at the API server or a metadata endpoint. An admin who
+//     truly means a name to reach such an address writes it "trust:NAME"
+//     ("trust:hooks.internal:8443"), which trusts whatever it resolves to;
 //   - an IP address or CIDR ("10.0.0.0/8", "fd00::/8"; with a port, an IPv6
 //     one in brackets: "[fd00::/8]:443"), matched against the address
 //     actually dialled, after DNS resolution;
 //   - a named set of addresses: "loopback" (127.0.0.0/8, ::1, and the
 //     unspecified 0.0.0.0/8 and ::, which reach the local host),
-//     "link-local" (169.254.0.0/16 and fe80::/10: cloud metadata endpoints),
+//     "link-local" (169.254.0.0/16 and fe80::/10, where most clouds serve
+//     instance metadata, plus the metadata and host-agent addresses
+//     outside them: AWS's IPv6 IMDS fd00:ec2::254, Alibaba Cloud's
+//     100.100.100.200, Azure's WireServer 168.63.129.16),
 //     "private" (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10,
 //     fc00::/7), or a set the caller names (the dispatcher names
 //     "apiserver": the addresses its Kubernetes API server answers on).
@@ -52,11 +63,16 @@ import (
 //
 // Examples: "*" (the default: anything, as upstream Metacontroller);
 // "-loopback,-link-local,-apiserver,*" (anything but those);
-// "hooks.internal:8443,-loopback,-link-local,-apiserver,*" (the same, except
-// one trusted name, even if it resolves to a denied address);
+// "hooks.internal:8443,-loopback,-link-local,-apiserver,*" (the same, one
+// name on one port allowed if it does not resolve to a denied address);
+// "trust:hooks.internal:8443,-loopback,-link-local,-apiserver,*" (that
+// name even if it does);
 // "*.hooks.svc.cluster.local:443,203.0.113.0/24" (only those).
 type Destinations struct {
 	entries []destEntry
+	// guards are the sets a host name entry never reaches untrusted:
+	// loopback, link-local and the caller's named sets.
+	guards []nameGuard
 	// Setting names where the policy comes from (a flag, a Helm value), for
 	// refusal messages.
 	setting string
@@ -71,13 +87,27 @@ type destEntry struct {
 	suffix   string // ".example.com" for "*.example.com"
 	prefixes []netip.Prefix
 	port     uint16 // 0: any
+	// trust makes an allowing host name entry trust any address it
+	// resolves to ("trust:" prefix).
+	trust bool
+}
+
+// nameGuard is a set of addresses an allowing host name entry does not
+// reach unless it is trusted.
+type nameGuard struct {
+	name     string
+	prefixes []netip.Prefix
 }
 
 // Named sets of addresses every policy knows.
 var namedSets = map[string][]netip.Prefix{
-	"loopback":   mustPrefixes("127.0.0.0/8", "::1/128", "0.0.0.0/8", "::/128"),
-	"link-local": mustPrefixes("169.254.0.0/16", "fe80::/10"),
-	"private":    mustPrefixes("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"),
+	"loopback": mustPrefixes("127.0.0.0/8", "::1/128", "0.0.0.0/8", "::/128"),
+	"link-local": mustPrefixes("169.254.0.0/16", "fe80::/10",
+		// Instance metadata and host agents outside link-local: AWS IMDS
+		// over IPv6, Alibaba Cloud's metadata service, Azure's WireServer
+		// (which also relays the instance's extensions and health).
+		"fd00:ec2::254/128", "100.100.100.200/32", "168.63.129.16/32"),
+	"private": mustPrefixes("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"),
 }
 
 func mustPrefixes(cidrs ...string) []netip.Prefix {
@@ -97,6 +127,14 @@ const AllowAll = "*"
 // nothing. setting names the policy's source in refusal messages.
 func ParseDestinations(entries []string, named map[string][]netip.Prefix, setting string) (*Destinations, error) {
 	d := &Destinations{setting: setting}
+	// The caller's sets first: the API server on a loopback address is
+	// named as the API server.
+	for _, name := range slices.Sorted(maps.Keys(named)) {
+		d.guards = append(d.guards, nameGuard{name, named[name]})
+	}
+	for _, name := range []string{"loopback", "link-local"} {
+		d.guards = append(d.guards, nameGuard{name, namedSets[name]})
+	}
 	for _, list := range entries {
 		for _, raw := range strings.Split(list, ",") {
 			raw = strings.TrimSpace(raw)
@@ -126,6 +164,9 @@ func parseDestEntry(raw string, named map[string][]netip.Prefix) (destEntry, err
 	s := raw
 	if rest, ok := strings.CutPrefix(s, "-"); ok {
 		e.deny, s = true, rest
+	}
+	if rest, ok := strings.CutPrefix(s, "trust:"); ok {
+		e.trust, s = true, rest
 	}
 	target, port, err := splitDestPort(s)
 	if err != nil {
@@ -173,6 +214,9 @@ func parseDestEntry(raw string, named map[string][]netip.Prefix) (destEntry, err
 		} else {
 			e.host = name
 		}
+	}
+	if e.trust && (e.deny || (e.host == "" && e.suffix == "")) {
+		return e, errors.New(`"trust:" applies to an allowing host name or *.<domain> only: an address entry is matched on the address already`)
 	}
 	return e, nil
 }
@@ -261,14 +305,23 @@ type DestinationError struct {
 	Addr netip.Addr
 	Port uint16
 	// Rule is the entry that denied it; "" when no entry matched.
-	Rule    string
-	setting string
+	Rule string
+	// NameRule is the host name entry that allowed the name, when the
+	// address it resolved to was denied all the same (Rule is then the
+	// address entry or the set that denied it).
+	NameRule string
+	setting  string
 }
 
 func (e *DestinationError) Error() string {
 	dest := netip.AddrPortFrom(e.Addr, e.Port).String()
 	if e.Host != "" && e.Host != e.Addr.String() {
 		dest += fmt.Sprintf(" (%s)", e.Host)
+	}
+	if e.NameRule != "" {
+		return fmt.Sprintf("destination %s is allowed by name by the hook destination rule %q, but the address it resolves to "+
+			"is denied by %q, which a host name rule does not override unless trusted; an admin who means it can write %q in %s",
+			dest, e.NameRule, e.Rule, "trust:"+e.NameRule, e.setting)
 	}
 	if e.Rule == "" {
 		return fmt.Sprintf("destination %s matches no entry of the hook destination policy, which denies it; "+
@@ -292,10 +345,37 @@ func (d *Destinations) Check(host string, addr netip.Addr, port uint16) error {
 			if e.deny {
 				return &DestinationError{Host: host, Addr: addr, Port: port, Rule: e.raw, setting: d.setting}
 			}
+			if (e.host != "" || e.suffix != "") && !e.trust {
+				if rule := d.addressDenied(addr, port); rule != "" {
+					return &DestinationError{Host: host, Addr: addr, Port: port, Rule: rule, NameRule: e.raw, setting: d.setting}
+				}
+			}
 			return nil
 		}
 	}
 	return &DestinationError{Host: host, Addr: addr, Port: port, setting: d.setting}
+}
+
+// addressDenied returns what denies addr:port to an allowing host name
+// entry: a guarded set ("-loopback", "-apiserver"...) or the policy's
+// first denying address entry matching it; "" when nothing does.
+func (d *Destinations) addressDenied(addr netip.Addr, port uint16) string {
+	if !addr.IsValid() {
+		return ""
+	}
+	for _, g := range d.guards {
+		for _, p := range g.prefixes {
+			if p.Contains(addr) {
+				return "-" + g.name
+			}
+		}
+	}
+	for _, e := range d.entries {
+		if e.deny && len(e.prefixes) > 0 && e.matches("", addr, port) {
+			return e.raw
+		}
+	}
+	return ""
 }
 
 func (e destEntry) matches(host string, addr netip.Addr, port uint16) bool {

@@ -129,13 +129,18 @@ func secretRefs(a *v1alpha1.WebhookAuth) []secretRef {
 }
 
 // checkNamespaces refuses a config that references a Secret or ConfigMap in a namespace that
-// Options.SecretNamespaceAllowed rejects. where says whose options they are.
+// Options.SecretNamespaceAllowed rejects, or a Secret Options.SecretAllowed rejects. where
+// says whose options they are.
 func (c *Client) checkNamespaces(a *v1alpha1.WebhookAuth, where, target string) error {
-	if c.nsAllowed == nil {
-		return nil
-	}
 	for _, r := range secretRefs(a) {
-		if err := c.nsAllowed(r.namespace); err != nil {
+		var err error
+		if c.nsAllowed != nil {
+			err = c.nsAllowed(r.namespace)
+		}
+		if err == nil && c.secretAllowed != nil && r.kind == "Secret" {
+			err = c.secretAllowed(r.namespace, r.name)
+		}
+		if err != nil {
 			return &RefusedError{URL: target, Reason: fmt.Sprintf("%s.%s: %s %s/%s: %v", where, r.field, r.kind, r.namespace, r.name, err)}
 		}
 	}

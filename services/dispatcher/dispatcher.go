@@ -68,6 +68,12 @@ type Config struct {
 	// elsewhere fails the sync with a SyncError Event before anything is read or sent.
 	// metabus's own NATS credentials are refused wherever they are (natsx.CredentialsLabel).
 	SecretNamespaces []string
+	// HookCredentialSecrets are the Secrets of the own namespace that
+	// webhook TLS/auth options may reference (--hook-credential-secrets);
+	// by default none: that namespace holds metabus's own keys. metabus's
+	// NATS credentials and TLS material and Helm's release Secrets are
+	// refused even when listed.
+	HookCredentialSecrets []string
 	// RelatedResources says which resources customize hooks' related rules
 	// may name, as entries "<group>/<resource>" with "*" wildcards and a
 	// leading "-" to deny (related.ParsePolicy); nil means
@@ -246,6 +252,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		return nil, fmt.Errorf("--related-resources: %w", err)
 	}
 	scope := newSecretScope(cfg.Namespace, cfg.SecretNamespaces)
+	scope.ownSecrets = cfg.HookCredentialSecrets
 	apiServer := apiServerAddrs(context.Background(), deps.REST, os.Getenv)
 	dest, err := hookDestinations(cfg.HookDestinations, apiServer)
 	if err != nil {
@@ -262,6 +269,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	opts := hooks.Options{
 		Secrets:                kubeSecrets{kube: kube, scope: scope},
 		SecretNamespaceAllowed: scope.check,
+		SecretAllowed:          scope.checkSecretName,
 		Registerer:             deps.Metrics,
 		Logger:                 d.log,
 		Destinations:           dest,

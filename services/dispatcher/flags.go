@@ -32,13 +32,26 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 			c.SecretNamespaces = append(c.SecretNamespaces, ns...)
 			return nil
 		})
+	fs.Func("hook-credential-secrets", "comma-separated names of Secrets in the dispatcher's own namespace that webhook TLS/auth "+
+		"options may reference (default none: that namespace holds metabus's own keys; metabus-nats-* and Helm's sh.helm.release.v1.* "+
+		"are refused even when listed). Repeatable",
+		func(v string) error {
+			names, err := parseSecretNames(v)
+			if err != nil {
+				return err
+			}
+			c.HookCredentialSecrets = append(c.HookCredentialSecrets, names...)
+			return nil
+		})
 	fs.Func("related-resources", "comma-separated <group>/<resource> (core/configmaps, apps/*, * for all) that customize hooks' "+
 		"related rules may name; -<group>/<resource> denies and wins over any allow. A refused rule fails the sync with a SyncError. "+
 		"Repeatable (default "+strings.Join(related.DefaultPolicy, ",")+")",
 		related.AppendEntries(related.RelatedSetting, &c.RelatedResources))
 	fs.Func("hook-destinations", "comma-separated entries saying where hooks may be called, read in order, the first match deciding "+
 		"(none matching: denied): [-]TARGET[:PORT], TARGET one of *, a host name, *.<domain>, an IP, a CIDR ([v6]:port with a port), "+
-		"loopback, link-local, private, apiserver; - denies. Checked at every dial after DNS resolution, redirects included. "+
+		"loopback, link-local (with cloud metadata addresses), private, apiserver; - denies. Checked at every dial after DNS resolution, "+
+		"redirects included; an allowed host name is still denied an address in loopback, link-local, apiserver or a later denying "+
+		"address entry unless written trust:NAME. "+
 		"E.g. -loopback,-link-local,-apiserver,*. Repeatable (default *: anywhere, as upstream)",
 		func(v string) error {
 			// The API server's addresses are resolved at start; the syntax is checked now.

@@ -37,6 +37,9 @@ type secretScope struct {
 	own   string
 	extra []string // sorted, without own
 	all   bool
+	// ownSecrets are the Secrets of own that may be hook credentials
+	// (--hook-credential-secrets); no other Secret there may.
+	ownSecrets []string
 }
 
 // newSecretScope is own plus extra; a nil extra (--secret-namespaces unset)
@@ -75,18 +78,30 @@ func (s secretScope) check(namespace string) error {
 
 // parseNamespaces parses a --secret-namespaces value: comma-separated namespace names, or *.
 func parseNamespaces(v string) ([]string, error) {
+	return parseList(v, func(ns string) error {
+		if ns == AllNamespaces {
+			return nil
+		}
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return fmt.Errorf("invalid namespace %q: %s", ns, strings.Join(errs, "; "))
+		}
+		return nil
+	})
+}
+
+// parseList splits a comma-separated flag value, dropping blanks, and
+// checks each item.
+func parseList(v string, check func(string) error) ([]string, error) {
 	var out []string
-	for _, ns := range strings.Split(v, ",") {
-		ns = strings.TrimSpace(ns)
-		if ns == "" {
+	for _, item := range strings.Split(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
 			continue
 		}
-		if ns != AllNamespaces {
-			if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-				return nil, fmt.Errorf("invalid namespace %q: %s", ns, strings.Join(errs, "; "))
-			}
+		if err := check(item); err != nil {
+			return nil, err
 		}
-		out = append(out, ns)
+		out = append(out, item)
 	}
 	return out, nil
 }
@@ -108,17 +123,93 @@ func (k kubeSecrets) Secret(ctx context.Context, namespace, name string) (map[st
 	if err := k.scope.check(namespace); err != nil {
 		return nil, err
 	}
-	if namespace == k.scope.own && strings.HasPrefix(name, natsx.CredentialsSecretPrefix) {
-		return nil, ownCredentials(namespace, name)
+	if err := k.scope.checkSecretName(namespace, name); err != nil {
+		return nil, err
 	}
 	var s corev1.Secret
 	if err := k.kube.Get(ctx, &s, kubeapi.Path(secretsGVR, namespace, name, "")...); err != nil {
 		return nil, fmt.Errorf("read secret %s/%s: %w", namespace, name, err)
 	}
-	if _, ok := s.Labels[natsx.CredentialsLabel]; ok {
-		return nil, ownCredentials(namespace, name)
+	if err := k.scope.checkSecretRead(namespace, name, s.Labels, s.Type); err != nil {
+		return nil, err
 	}
 	return s.Data, nil
+}
+
+// HookCredentialSecretsSetting names where the Secrets of the dispatcher's
+// own namespace that may be hook credentials are listed, for refusals.
+const HookCredentialSecretsSetting = "the dispatcher flag --hook-credential-secrets (Helm value dispatcher.hookCredentialSecrets)"
+
+// helmReleasePrefix is the name prefix of the Secrets Helm keeps a
+// release in (its rendered manifests and values: whatever a chart
+// generated, a CA key included).
+const helmReleasePrefix = "sh.helm.release.v1."
+
+// helmReleaseType is the type of those Secrets.
+const helmReleaseType corev1.SecretType = "helm.sh/release.v1"
+
+// reservedSecret says why a Secret name can never be a hook credential, or
+// "" when it may be one. metabus's namespace holds its NATS seeds, TLS keys
+// and CA (all named natsx.CredentialsSecretPrefix...) and Helm's release
+// Secrets; naming one of them in --hook-credential-secrets is refused too.
+func reservedSecret(name string) string {
+	switch {
+	case strings.HasPrefix(name, natsx.CredentialsSecretPrefix):
+		return fmt.Sprintf("holds metabus's own NATS credentials (name prefix %s or label %s)", natsx.CredentialsSecretPrefix, natsx.CredentialsLabel)
+	case strings.HasPrefix(name, helmReleasePrefix):
+		return fmt.Sprintf("is a Helm release (name prefix %s or type %s), whose values and manifests may hold generated keys", helmReleasePrefix, helmReleaseType)
+	}
+	return ""
+}
+
+// checkSecretName refuses, before anything is read, a Secret that may not
+// be a hook credential by its name: whoever may create a controller picks
+// the Secret its webhook sends and the URL it goes to, and the dispatcher
+// can read every Secret of its own namespace. There only the Secrets the
+// operator lists may be sent, and never metabus's own (reservedSecret);
+// a Helm release is refused in any namespace.
+func (s secretScope) checkSecretName(namespace, name string) error {
+	own := namespace == s.own
+	if why := reservedSecret(name); why != "" && (own || strings.HasPrefix(name, helmReleasePrefix)) {
+		return fmt.Errorf("Secret %s/%s %s and is never sent to a hook", namespace, name, why)
+	}
+	if own && !slices.Contains(s.ownSecrets, name) {
+		return fmt.Errorf("Secret %s/%s is in metabus's own namespace, whose Secrets are never sent to a hook unless the operator lists them "+
+			"(%s); put the hook's credentials in a namespace of --secret-namespaces, or list it there", namespace, name, HookCredentialSecretsSetting)
+	}
+	return nil
+}
+
+// checkSecretRead refuses, once read, a Secret that may not be a hook
+// credential by what it is: labelled as metabus's NATS credentials (in any
+// namespace: a copy is as good as the original), a Helm release, or a
+// ServiceAccount token of metabus's own namespace (a service's identity).
+// Its data is then dropped, never used.
+func (s secretScope) checkSecretRead(namespace, name string, labels map[string]string, typ corev1.SecretType) error {
+	if _, ok := labels[natsx.CredentialsLabel]; ok {
+		return ownCredentials(namespace, name)
+	}
+	switch {
+	case typ == helmReleaseType:
+		return fmt.Errorf("Secret %s/%s %s and is never sent to a hook", namespace, name, reservedSecret(helmReleasePrefix))
+	case typ == corev1.SecretTypeServiceAccountToken && namespace == s.own:
+		return fmt.Errorf("Secret %s/%s is a ServiceAccount token of metabus's own namespace and is never sent to a hook", namespace, name)
+	}
+	return nil
+}
+
+// parseSecretNames parses a --hook-credential-secrets value: comma-separated
+// Secret names, none of them reserved.
+func parseSecretNames(v string) ([]string, error) {
+	return parseList(v, func(name string) error {
+		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+			return fmt.Errorf("invalid Secret name %q: %s", name, strings.Join(errs, "; "))
+		}
+		if why := reservedSecret(name); why != "" {
+			return fmt.Errorf("Secret %q %s: it can never be a hook credential", name, why)
+		}
+		return nil
+	})
 }
 
 // ownCredentials refuses one of metabus's own NATS credential Secrets as a
@@ -139,4 +230,17 @@ func (k kubeSecrets) ConfigMap(ctx context.Context, namespace, name string) (map
 		return nil, fmt.Errorf("read configmap %s/%s: %w", namespace, name, err)
 	}
 	return c.Data, nil
+}
+
+// RefuseHookCredential applies the dispatcher's rule to one Secret named
+// as a hook credential, as a dispatcher running in ownNamespace with
+// --hook-credential-secrets=listed would (the namespace scope of
+// --secret-namespaces aside): nil when it may be sent, else why not. The
+// deploy tests hold every Secret an install creates to it.
+func RefuseHookCredential(ownNamespace string, listed []string, s *corev1.Secret) error {
+	scope := secretScope{own: ownNamespace, all: true, ownSecrets: listed}
+	if err := scope.checkSecretName(s.Namespace, s.Name); err != nil {
+		return err
+	}
+	return scope.checkSecretRead(s.Namespace, s.Name, s.Labels, s.Type)
 }

@@ -57,6 +57,46 @@ func TestSecretNamespacesFlag(t *testing.T) {
 	}
 }
 
+func TestHookCredentialSecretsFlag(t *testing.T) {
+	type result struct {
+		Names []string
+		Err   string
+	}
+	tests := []struct {
+		reason string
+		args   []string
+		want   result
+	}{
+		{reason: "unset: no Secret of the own namespace", want: result{}},
+		{reason: "a comma-separated list, repeatable", args: []string{"--hook-credential-secrets=hook-token, hook-tls", "--hook-credential-secrets=hook-basic"},
+			want: result{Names: []string{"hook-token", "hook-tls", "hook-basic"}}},
+		{reason: "a NATS seed is never allowed", args: []string{"--hook-credential-secrets=metabus-nats-dispatcher"},
+			want: result{Err: "holds metabus's own NATS credentials"}},
+		{reason: "the NATS TLS material is never allowed", args: []string{"--hook-credential-secrets=" + natscreds.ServerTLSSecret},
+			want: result{Err: "holds metabus's own NATS credentials"}},
+		{reason: "the NATS CA is never allowed", args: []string{"--hook-credential-secrets=" + natscreds.CASecret},
+			want: result{Err: "holds metabus's own NATS credentials"}},
+		{reason: "a Helm release is never allowed", args: []string{"--hook-credential-secrets=sh.helm.release.v1.metabus.v1"},
+			want: result{Err: "is a Helm release"}},
+		{reason: "an invalid name is rejected", args: []string{"--hook-credential-secrets=Hook_Token"}, want: result{Err: "invalid Secret name"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.reason, func(t *testing.T) {
+			cfg, err := parseFlags(tt.args)
+			got := result{Names: cfg.HookCredentialSecrets}
+			if err != nil {
+				got = result{Err: tt.want.Err}
+				if !strings.Contains(err.Error(), tt.want.Err) || tt.want.Err == "" {
+					got.Err = err.Error()
+				}
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestOwnNamespace(t *testing.T) {
 	t.Setenv("POD_NAMESPACE", "")
 	if got := ownNamespace(); got != "metabus" {
@@ -96,12 +136,13 @@ func TestSecretScopeRefusesBeforeReading(t *testing.T) {
 		Refused      bool
 	}
 	tests := []struct {
-		reason    string
-		own       string
-		flag      []string
-		secretNS  string
-		want      result
-		errSubstr []string
+		reason     string
+		own        string
+		flag       []string
+		ownSecrets []string
+		secretNS   string
+		want       result
+		errSubstr  []string
 	}{
 		{
 			reason: "by default a Secret in another namespace is read and sent, as upstream",
@@ -115,8 +156,20 @@ func TestSecretScopeRefusesBeforeReading(t *testing.T) {
 			errSubstr: []string{`Secret team-b/hook-token`, `namespace "team-b"`, "(metabus)", "--secret-namespaces=team-b", "dispatcher.secretNamespaces"},
 		},
 		{
-			reason: "own namespace only: a Secret in the own namespace is read and sent",
+			reason: "own namespace only: a Secret of the own namespace the operator did not list is refused, never read",
 			own:    "metabus", flag: []string{}, secretNS: "metabus",
+			want:      result{Refused: true},
+			errSubstr: []string{"Secret metabus/hook-token is in metabus's own namespace", "--hook-credential-secrets", "dispatcher.hookCredentialSecrets"},
+		},
+		{
+			reason: "all namespaces (upstream's default): the own namespace's unlisted Secrets are refused all the same",
+			own:    "metabus", secretNS: "metabus",
+			want:      result{Refused: true},
+			errSubstr: []string{"--hook-credential-secrets"},
+		},
+		{
+			reason: "own namespace only: a Secret of the own namespace the operator listed is read and sent",
+			own:    "metabus", flag: []string{}, ownSecrets: []string{"hook-token"}, secretNS: "metabus",
 			want: result{Reads: []string{"get secrets metabus/hook-token"}, HookRequests: 1},
 		},
 		{
@@ -146,7 +199,8 @@ func TestSecretScopeRefusesBeforeReading(t *testing.T) {
 		t.Run(tt.reason, func(t *testing.T) {
 			kube := newFakeCore(t, secret("metabus"), secret("team-b"))
 			scope := newSecretScope(tt.own, tt.flag)
-			c := hooks.New(hooks.Options{Secrets: kubeSecrets{kube: kube.api, scope: scope}, SecretNamespaceAllowed: scope.check})
+			scope.ownSecrets = tt.ownSecrets
+			c := hooks.New(hooks.Options{Secrets: kubeSecrets{kube: kube.api, scope: scope}, SecretNamespaceAllowed: scope.check, SecretAllowed: scope.checkSecretName})
 			before := hookRequests.Load()
 			err := c.Do(context.Background(), hooks.Call{
 				Hook: &v1alpha1.Hook{Webhook: &v1alpha1.Webhook{URL: &hook.URL, WebhookAuth: v1alpha1.WebhookAuth{
@@ -202,6 +256,11 @@ func TestOwnCredentialsRefused(t *testing.T) {
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "copied",
 			Labels: map[string]string{natsx.CredentialsLabel: "applier"}}, Data: seed},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: natsx.CredentialsSecretPrefix + "mine"}, Data: map[string][]byte{"token": []byte("t")}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "metabus", Name: "listed"}, Data: map[string][]byte{"token": []byte("t")}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "metabus", Name: "listed-labelled", Labels: map[string]string{natsx.CredentialsLabel: "true"}}, Data: seed},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "metabus", Name: "listed-sa-token"}, Type: corev1.SecretTypeServiceAccountToken, Data: seed},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "renamed-release"}, Type: helmReleaseType, Data: seed},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "sa-token"}, Type: corev1.SecretTypeServiceAccountToken, Data: map[string][]byte{"token": []byte("t")}},
 	)
 	type result struct {
 		Data  map[string][]byte
@@ -232,6 +291,39 @@ func TestOwnCredentialsRefused(t *testing.T) {
 			reason: "the prefix alone means nothing outside the own namespace", namespace: "team-b", name: natsx.CredentialsSecretPrefix + "mine",
 			want: result{Data: map[string][]byte{"token": []byte("t")}, Reads: []string{"get secrets team-b/metabus-nats-mine"}},
 		},
+		{
+			reason: "an unlisted Secret of the own namespace: refused before reading", namespace: "metabus", name: "other",
+			want: result{Err: "Secret metabus/other is in metabus's own namespace, whose Secrets are never sent to a hook unless the operator lists them"},
+		},
+		{
+			reason: "a listed Secret of the own namespace: read", namespace: "metabus", name: "listed",
+			want: result{Data: map[string][]byte{"token": []byte("t")}, Reads: []string{"get secrets metabus/listed"}},
+		},
+		{
+			reason: "a listed Secret labelled as NATS credentials: refused, its data dropped", namespace: "metabus", name: "listed-labelled",
+			want: result{Err: "Secret metabus/listed-labelled holds metabus's own NATS credentials", Reads: []string{"get secrets metabus/listed-labelled"}},
+		},
+		{
+			reason: "a listed ServiceAccount token of the own namespace: refused, its data dropped", namespace: "metabus", name: "listed-sa-token",
+			want: result{Err: "Secret metabus/listed-sa-token is a ServiceAccount token of metabus's own namespace and is never sent to a hook",
+				Reads: []string{"get secrets metabus/listed-sa-token"}},
+		},
+		{
+			reason: "a ServiceAccount token elsewhere is the tenant's business, as upstream", namespace: "team-b", name: "sa-token",
+			want: result{Data: map[string][]byte{"token": []byte("t")}, Reads: []string{"get secrets team-b/sa-token"}},
+		},
+		{
+			reason: "Helm's release Secret of the own namespace: refused before reading", namespace: "metabus", name: "sh.helm.release.v1.metabus.v1",
+			want: result{Err: "Secret metabus/sh.helm.release.v1.metabus.v1 is a Helm release"},
+		},
+		{
+			reason: "a Helm release in any namespace: refused before reading", namespace: "team-b", name: "sh.helm.release.v1.app.v3",
+			want: result{Err: "Secret team-b/sh.helm.release.v1.app.v3 is a Helm release"},
+		},
+		{
+			reason: "a Helm release by its type under another name: refused, its data dropped", namespace: "team-b", name: "renamed-release",
+			want: result{Err: "Secret team-b/renamed-release is a Helm release", Reads: []string{"get secrets team-b/renamed-release"}},
+		},
 	}
 	// The NATS CA (its private key included) and the TLS certificates the
 	// credential generator makes are credentials too (issue #32).
@@ -244,7 +336,9 @@ func TestOwnCredentialsRefused(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.reason, func(t *testing.T) {
 			before := len(kube.requests())
-			k := kubeSecrets{kube: kube.api, scope: newSecretScope("metabus", tt.scope)}
+			scope := newSecretScope("metabus", tt.scope)
+			scope.ownSecrets = []string{"listed", "listed-labelled", "listed-sa-token"}
+			k := kubeSecrets{kube: kube.api, scope: scope}
 			data, err := k.Secret(context.Background(), tt.namespace, tt.name)
 			got := result{Data: data, Reads: kube.requests()[before:]}
 			if err != nil {
@@ -267,7 +361,9 @@ func TestKubeSecretsReads(t *testing.T) {
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "metabus", Name: "s"}, Data: map[string][]byte{"token": []byte("t0k")}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "metabus", Name: "c"}, Data: map[string]string{"ca.crt": "pem"}},
 	)
-	k := kubeSecrets{kube: kube.api, scope: newSecretScope("metabus", nil)}
+	scope := newSecretScope("metabus", nil)
+	scope.ownSecrets = []string{"s", "gone"}
+	k := kubeSecrets{kube: kube.api, scope: scope}
 	type result struct {
 		Secret    map[string][]byte
 		ConfigMap map[string]string

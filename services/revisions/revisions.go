@@ -71,6 +71,8 @@ type Service struct {
 	nc      *nats.Conn
 	health  *obs.Health
 	metrics *metrics
+	// controllers reads the controllers requests name (checkServes).
+	controllers *controllers
 }
 
 var _ revstore.Store = (*Service)(nil)
@@ -102,6 +104,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		nc:      deps.NC,
 		health:  health,
 		metrics: newMetrics(deps.Metrics),
+		// The controllers of the requests: see checkServes.
+		controllers: newControllers(dyn),
 	}
 	if err := s.metrics.registerProcess(deps.Metrics, deps.NC); err != nil {
 		s.log.Warn("some metrics are not exported", zap.Error(err))

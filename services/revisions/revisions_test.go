@@ -24,6 +24,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/dynamic"
@@ -51,7 +52,7 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	e, err := kubeenv.Start(ctx, kubeenv.Options{NoControllerManager: true, CRDs: []string{"../../deploy/crds/controllerrevisions.yaml"}})
+	e, err := kubeenv.Start(ctx, kubeenv.Options{NoControllerManager: true, CRDs: []string{"../../deploy/crds/controllerrevisions.yaml", "../../deploy/crds/compositecontrollers.yaml"}})
 	cancel()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "revisions tests: start control plane: %v\n", err)
@@ -199,8 +200,13 @@ func names(rs []v1alpha1.ControllerRevision) []string {
 	return out
 }
 
+// call serves req; a request naming no controller is sent as the
+// controller serving its parent's resource would send it (servedBy).
 func call(t *testing.T, s revstore.Store, req revstore.Request) *revstore.Response {
 	t.Helper()
+	if req.Controller == (bus.ControllerRef{}) && req.Parent.Resource != "" {
+		req.Controller = servedBy(t, req.Parent)
+	}
 	resp, err := s.Revisions(t.Context(), req)
 	if err != nil {
 		t.Fatalf("%s: %v", req.Op, err)
@@ -456,7 +462,7 @@ func TestCommit(t *testing.T) {
 	s, _ := newService(t, nil)
 	ns := newNamespace(t)
 	p := catSet(ns, "cats", "uid-a")
-	ctrl := bus.ControllerRef{Kind: v1alpha1.CompositeControllerKind, Name: "catset"}
+	ctrl := servedBy(t, p)
 	old := create(t, rev(p, "catsets.example.com-old", `{"spec":{"v":1}}`, "cats-0", "cats-1"))
 	stale := create(t, rev(p, "catsets.example.com-stale", `{"spec":{"v":0}}`))
 
@@ -768,8 +774,9 @@ func TestOverNATS(t *testing.T) {
 
 	ns := newNamespace(t)
 	p := catSet(ns, "cats", "uid-a")
+	ctrl := servedBy(t, p)
 	create(t, orphan(p, "orphan"))
-	load, err := client.Revisions(t.Context(), revstore.Request{Op: revstore.OpLoad, Parent: p, Adopt: true})
+	load, err := client.Revisions(t.Context(), revstore.Request{Controller: ctrl, Op: revstore.OpLoad, Parent: p, Adopt: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -780,7 +787,7 @@ func TestOverNATS(t *testing.T) {
 	adopted := load.Revisions[0]
 	updated := with(adopted, func(r *v1alpha1.ControllerRevision) {})
 	updated.Children = []v1alpha1.ControllerRevisionChildren{{Kind: "Pod", Names: []string{"cats-0"}}}
-	commit, err := client.Revisions(t.Context(), revstore.Request{Op: revstore.OpCommit, Parent: p,
+	commit, err := client.Revisions(t.Context(), revstore.Request{Controller: ctrl, Op: revstore.OpCommit, Parent: p,
 		Creates: []v1alpha1.ControllerRevision{rev(p, "latest", `{"v":2}`)}, Updates: []v1alpha1.ControllerRevision{updated}})
 	if err != nil {
 		t.Fatal(err)
@@ -793,7 +800,7 @@ func TestOverNATS(t *testing.T) {
 		t.Errorf("stored %v", got)
 	}
 	// The same update again is outdated now.
-	again, err := client.Revisions(t.Context(), revstore.Request{Op: revstore.OpCommit, Parent: p, Updates: []v1alpha1.ControllerRevision{updated}})
+	again, err := client.Revisions(t.Context(), revstore.Request{Controller: ctrl, Op: revstore.OpCommit, Parent: p, Updates: []v1alpha1.ControllerRevision{updated}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -802,7 +809,7 @@ func TestOverNATS(t *testing.T) {
 	}
 	// The queue group spreads requests over both replicas.
 	for range 30 {
-		if resp, err := client.Revisions(t.Context(), revstore.Request{Op: revstore.OpLoad, Parent: p}); err != nil || resp.Result != revstore.OK {
+		if resp, err := client.Revisions(t.Context(), revstore.Request{Controller: ctrl, Op: revstore.OpLoad, Parent: p}); err != nil || resp.Result != revstore.OK {
 			t.Fatalf("load: %v %+v", err, resp)
 		}
 	}
@@ -840,7 +847,7 @@ func TestOverNATS(t *testing.T) {
 	}
 	// The endpoint's unsubscription reaches the server asynchronously.
 	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
-		_, err = client.Revisions(context.Background(), revstore.Request{Op: revstore.OpLoad, Parent: p})
+		_, err = client.Revisions(context.Background(), revstore.Request{Controller: ctrl, Op: revstore.OpLoad, Parent: p})
 		if errors.Is(err, nats.ErrNoResponders) {
 			break
 		}
@@ -860,7 +867,8 @@ func TestOverNATSStopFinishesInFlight(t *testing.T) {
 	rc := rest.CopyConfig(env.Config)
 	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			if req.Method == http.MethodGet {
+			// The load's LIST (the controller's GET before it passes).
+			if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/controllerrevisions") {
 				close(entered)
 				<-release
 			}
@@ -882,13 +890,14 @@ func TestOverNATSStopFinishesInFlight(t *testing.T) {
 		}
 	}
 	p := catSet(newNamespace(t), "cats", "uid-a")
+	ctrl := servedBy(t, p)
 	type result struct {
 		resp *revstore.Response
 		err  error
 	}
 	answered := make(chan result, 1)
 	go func() {
-		resp, err := client.Revisions(context.Background(), revstore.Request{Op: revstore.OpLoad, Parent: p})
+		resp, err := client.Revisions(context.Background(), revstore.Request{Controller: ctrl, Op: revstore.OpLoad, Parent: p})
 		answered <- result{resp, err}
 	}()
 	select {
@@ -996,8 +1005,45 @@ func TestValidateCommitShort(t *testing.T) {
 	}
 	// A valid request against an unreachable API server is an Error, not a
 	// panic or a Go error.
-	resp, err = s.Revisions(t.Context(), revstore.Request{Op: revstore.OpLoad, Parent: p})
-	if err != nil || resp.Result != revstore.Error || !strings.Contains(resp.Message, "list ControllerRevisions") {
+	ctrl := bus.ControllerRef{Kind: v1alpha1.CompositeControllerKind, Name: "catsets.example.com"}
+	resp, err = s.Revisions(t.Context(), revstore.Request{Op: revstore.OpLoad, Controller: ctrl, Parent: p})
+	if err != nil || resp.Result != revstore.Error || !strings.Contains(resp.Message, "read CompositeController") {
 		t.Errorf("unreachable API server: %v %+v", err, resp)
 	}
+}
+
+// servedBy returns the CompositeController whose parent resource is p's,
+// creating it the first time (named <resource>.<group>, shared by the
+// tests: parents are told apart by namespace).
+func servedBy(t *testing.T, p revstore.Parent) bus.ControllerRef {
+	t.Helper()
+	gv, err := schema.ParseGroupVersion(p.APIVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := p.Resource + "." + gv.Group
+	if gv.Group == "" {
+		name = p.Resource + ".core"
+	}
+	return compositeController(t, name, p.APIVersion, p.Resource)
+}
+
+// compositeController returns the CompositeController name, creating it
+// with that parent resource if it does not exist yet.
+func compositeController(t *testing.T, name, apiVersion, resource string) bus.ControllerRef {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.GroupVersion.String(), "kind": v1alpha1.CompositeControllerKind,
+		"metadata": map[string]any{"name": name},
+		"spec":     map[string]any{"parentResource": map[string]any{"apiVersion": apiVersion, "resource": resource}},
+	}}
+	c := dyn.Resource(v1alpha1.CompositeControllerGVR)
+	got, err := c.Create(context.Background(), u, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		got, err = c.Get(context.Background(), name, metav1.GetOptions{})
+	}
+	if err != nil {
+		t.Fatalf("CompositeController %s: %v", name, err)
+	}
+	return bus.ControllerRef{Kind: v1alpha1.CompositeControllerKind, Name: name, UID: string(got.GetUID())}
 }

@@ -84,6 +84,9 @@ func (s *Service) load(ctx context.Context, req revstore.Request) *revstore.Resp
 		}
 		adoptSel = sel
 	}
+	if bad := s.checkServes(ctx, req); bad != nil {
+		return bad
+	}
 	opts := metav1.ListOptions{
 		LabelSelector: labels.Set{revision.LabelAPIGroup: group, revision.LabelResource: p.Resource}.String(),
 		Limit:         listPageSize,
@@ -171,6 +174,9 @@ func (s *Service) commit(ctx context.Context, req revstore.Request) *revstore.Re
 		return bad
 	}
 	if bad := validateCommit(req); bad != nil {
+		return bad
+	}
+	if bad := s.checkServes(ctx, req); bad != nil {
 		return bad
 	}
 	c := s.client(p.Namespace)

@@ -278,6 +278,9 @@ The arguments the chart sets for one service besides the common ones:
 - --controller-resources={{ join "," $policy.controllerResources }}
 {{- else if eq .svc "dispatcher" }}
 - --secret-namespaces={{ join "," $policy.secretNamespaces }}
+{{- with $root.Values.dispatcher.hookCredentialSecrets }}
+- --hook-credential-secrets={{ join "," . }}
+{{- end }}
 - --related-resources={{ join "," $policy.relatedResources }}
 - --hook-destinations={{ join "," $policy.hookDestinations }}
 - --refuse-insecure-credentials={{ $policy.refuseInsecureCredentials }}
