@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/metabus/metabus/pkg/testnats"
+	"github.com/metabus/metabus/internal/testing/testnats"
 )
 
 // TestProductionNATSRefusesStrangers (issue #14): the shipped

@@ -10,11 +10,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/metabus/metabus/internal/testing/testnats"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/opscli"
-	"github.com/metabus/metabus/pkg/testnats"
 )
 
 // TestNATSCLIAsOperator runs the nats CLI's read commands as the read-only

@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/metabus/metabus/internal/testing/testnats"
 	"github.com/metabus/metabus/pkg/natscreds"
 	"github.com/metabus/metabus/pkg/natsx"
-	"github.com/metabus/metabus/pkg/testnats"
 )
 
 // hookConn is a hook process's connection, recording the permission

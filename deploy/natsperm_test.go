@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"k8s.io/client-go/rest"
 
+	"github.com/metabus/metabus/internal/testing/testnats"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/jsbus"
@@ -24,7 +25,6 @@ import (
 	"github.com/metabus/metabus/pkg/outcome"
 	"github.com/metabus/metabus/pkg/revstore"
 	"github.com/metabus/metabus/pkg/snapshot"
-	"github.com/metabus/metabus/pkg/testnats"
 	"github.com/metabus/metabus/services/revisions"
 )
 

@@ -19,11 +19,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/metabus/metabus/internal/testing/testnats"
+	"github.com/metabus/metabus/internal/testing/testpki"
 	"github.com/metabus/metabus/pkg/cli"
 	"github.com/metabus/metabus/pkg/natscreds"
 	"github.com/metabus/metabus/pkg/natsx"
-	"github.com/metabus/metabus/pkg/testnats"
-	"github.com/metabus/metabus/pkg/testpki"
 )
 
 // issue writes <dir>/<name>.crt and .key, a certificate of ca, and returns

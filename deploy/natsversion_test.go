@@ -19,7 +19,7 @@ import (
 )
 
 // natsServerModule is the module whose release every test, benchmark and
-// fault suite runs (pkg/testnats builds it, the embedded mode links it).
+// fault suite runs (internal/testing/testnats builds it, the embedded mode links it).
 const natsServerModule = "github.com/nats-io/nats-server/v2"
 
 // goModVersion returns the version go.mod requires of module, and an error

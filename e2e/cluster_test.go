@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/metabus/metabus/examples/helloworld"
+	"github.com/metabus/metabus/internal/testing/testnats"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/testnats"
 )
 
 // TestClusterR3 runs every stage as its own process (two dispatchers and

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	eventsconsumer "github.com/metabus/metabus/examples/events-consumer"
-	"github.com/metabus/metabus/pkg/allinone"
+	"github.com/metabus/metabus/internal/allinone"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/services/applier"
 )

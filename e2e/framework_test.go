@@ -29,9 +29,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/metabus/metabus/pkg/allinone"
+	"github.com/metabus/metabus/internal/allinone"
+	"github.com/metabus/metabus/internal/testing/kubeenv"
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
-	"github.com/metabus/metabus/pkg/kubeenv"
 	"github.com/metabus/metabus/pkg/obs"
 )
 

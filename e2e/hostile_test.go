@@ -27,13 +27,13 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/metabus/metabus/pkg/allinone"
+	"github.com/metabus/metabus/internal/allinone"
+	"github.com/metabus/metabus/internal/testing/testnats"
+	"github.com/metabus/metabus/internal/testing/testpki"
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/natscreds"
 	"github.com/metabus/metabus/pkg/natsx"
-	"github.com/metabus/metabus/pkg/testnats"
-	"github.com/metabus/metabus/pkg/testpki"
 	"github.com/metabus/metabus/services/dispatcher"
 )
 

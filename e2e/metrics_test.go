@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/metabus/metabus/deploy/monitoring"
-	"github.com/metabus/metabus/pkg/testnats"
+	"github.com/metabus/metabus/internal/testing/testnats"
 )
 
 // TestMetrics scrapes live metabus processes (the real binaries) over HTTP

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/metabus/metabus/pkg/allinone"
+	"github.com/metabus/metabus/internal/allinone"
 )
 
 // The parents of TestHangingHookDoesNotStallOthers, in a group of their own

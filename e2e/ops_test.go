@@ -30,7 +30,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/examples/helloworld"
-	"github.com/metabus/metabus/pkg/allinone"
+	"github.com/metabus/metabus/internal/allinone"
+	"github.com/metabus/metabus/internal/testing/testnats"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/hooks"
@@ -39,7 +40,6 @@ import (
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/opscli"
 	"github.com/metabus/metabus/pkg/render"
-	"github.com/metabus/metabus/pkg/testnats"
 	"github.com/metabus/metabus/sdk/hook"
 	"github.com/metabus/metabus/services/applier"
 	"github.com/metabus/metabus/services/dispatcher"

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/metabus/metabus/examples/helloworld"
-	"github.com/metabus/metabus/pkg/testnats"
+	"github.com/metabus/metabus/internal/testing/testnats"
 )
 
 // TestSeparateProcesses runs each stage as its own process (the real

@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/metabus/metabus/pkg/allinone"
+	"github.com/metabus/metabus/internal/allinone"
 )
 
 // The shipped manifests' names (deploy/rbac).

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metabus/metabus/pkg/allinone"
+	"github.com/metabus/metabus/internal/allinone"
 )
 
 // benchRollPods is the size of the benchmark's RollSet.

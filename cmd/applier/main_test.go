@@ -3,8 +3,8 @@ package main
 import (
 	"testing"
 
+	"github.com/metabus/metabus/internal/testing/clitest"
 	"github.com/metabus/metabus/pkg/cli"
-	"github.com/metabus/metabus/pkg/cli/clitest"
 )
 
 // TestUpstreamFlags: every flag of upstream Metacontroller v4.17 parses, in

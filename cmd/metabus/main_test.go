@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/metabus/metabus/internal/testing/clitest"
 	"github.com/metabus/metabus/pkg/cli"
-	"github.com/metabus/metabus/pkg/cli/clitest"
 	"github.com/metabus/metabus/pkg/version"
 )
 

@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"sigs.k8s.io/yaml"
 
+	"github.com/metabus/metabus/internal/testing/testnats"
 	"github.com/metabus/metabus/pkg/hookwire"
-	"github.com/metabus/metabus/pkg/testnats"
 )
 
 // TestServesOverNATS runs the command against a NATS server that demands

@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
-	"github.com/metabus/metabus/pkg/kubeenv"
+	"github.com/metabus/metabus/internal/testing/kubeenv"
 )
 
 // parentCRD is a parent type of the workloads: a namespaced kind in

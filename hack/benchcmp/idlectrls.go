@@ -28,7 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/metabus/metabus/pkg/kubeenv"
+	"github.com/metabus/metabus/internal/testing/kubeenv"
 )
 
 // b9Counts are the controller counts B9 steps through (the active one

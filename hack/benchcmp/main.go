@@ -1,6 +1,6 @@
 // Command benchcmp compares, in one run on one machine, three ways of
 // running the same CompositeController workload, each against its own fresh
-// local control plane (etcd + kube-apiserver from pkg/kubeenv, no
+// local control plane (etcd + kube-apiserver from internal/testing/kubeenv, no
 // kube-controller-manager, so nothing else talks to the API server):
 //
 //   - raw: the harness itself does only the necessary writes, 64 concurrent

@@ -21,7 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/metabus/metabus/pkg/kubeenv"
+	"github.com/metabus/metabus/internal/testing/kubeenv"
 )
 
 const (

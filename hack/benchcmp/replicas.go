@@ -32,10 +32,10 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/metabus/metabus/internal/testing/kubeenv"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/childproc"
 	"github.com/metabus/metabus/pkg/jsbus"
-	"github.com/metabus/metabus/pkg/kubeenv"
 	"github.com/metabus/metabus/pkg/natsx"
 )
 

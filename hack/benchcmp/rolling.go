@@ -36,7 +36,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/metabus/metabus/pkg/kubeenv"
+	"github.com/metabus/metabus/internal/testing/kubeenv"
 )
 
 const (

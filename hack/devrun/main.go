@@ -37,9 +37,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/metabus/metabus/examples/helloworld"
-	"github.com/metabus/metabus/pkg/allinone"
+	"github.com/metabus/metabus/internal/allinone"
+	"github.com/metabus/metabus/internal/testing/kubeenv"
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
-	"github.com/metabus/metabus/pkg/kubeenv"
 	"github.com/metabus/metabus/pkg/obs"
 )
 

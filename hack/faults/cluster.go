@@ -18,13 +18,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/metabus/metabus/internal/testing/testnats"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/testnats"
 )
 
 // The clustered mode's faults on the NATS side (-cluster): the production
 // topology of deploy/nats (three nodes, R3 streams, the services' nkey
-// users) from pkg/testnats, whose TCP proxies in front of every route and
+// users) from internal/testing/testnats, whose TCP proxies in front of every route and
 // every service's client connections make partitions possible without
 // privileges.
 

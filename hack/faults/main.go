@@ -2,7 +2,7 @@
 // service binaries as separate processes (a watcher, two dispatchers, two
 // appliers, the revisions service) against a real nats-server (built from
 // the Go module, JetStream on a file store, 8MB max_payload), a fresh local
-// control plane with kube-controller-manager (pkg/kubeenv, so garbage
+// control plane with kube-controller-manager (internal/testing/kubeenv, so garbage
 // collection runs) and a hook server in this process.
 //
 // The workload is a CompositeController with one InPlace ConfigMap child
@@ -22,7 +22,7 @@
 //     (at most 3 in a row per parent, and only during the fault period, so
 //     convergence stays possible).
 //
-// -cluster runs the production topology instead (pkg/testnats's Cluster):
+// -cluster runs the production topology instead (internal/testing/testnats's Cluster):
 // three nats-server processes from the shipped deploy/nats/nats-server.conf
 // and cluster.conf (the services' nkey users and permissions), R3 streams
 // (--stream-replicas=3), two watchers with leader election, three appliers,

@@ -15,7 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/metabus/metabus/pkg/testnats"
+	"github.com/metabus/metabus/internal/testing/testnats"
 )
 
 // proc is one process the suite runs (a metabus service or nats-server) and

@@ -24,9 +24,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/metabus/metabus/internal/testing/kubeenv"
+	"github.com/metabus/metabus/internal/testing/testnats"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/kubeenv"
-	"github.com/metabus/metabus/pkg/testnats"
 )
 
 // config is one run of the suite.

@@ -1,4 +1,4 @@
-// Command natscluster runs the production NATS topology of pkg/testnats
+// Command natscluster runs the production NATS topology of internal/testing/testnats
 // (nats-server processes from deploy/nats/nats-server.conf and cluster.conf,
 // with the services' users and a test admin user) until interrupted, for
 // measurements that need an external NATS, e.g. hack/benchcmp's B1 against
@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/metabus/metabus/pkg/testnats"
+	"github.com/metabus/metabus/internal/testing/testnats"
 )
 
 func main() {

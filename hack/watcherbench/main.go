@@ -2,7 +2,7 @@
 // memory its informers take per watched object, and the CPU it spends per
 // watch event, at 20,000 and 100,000 watched objects.
 //
-// It starts a fresh control plane (pkg/kubeenv: etcd + kube-apiserver, no
+// It starts a fresh control plane (internal/testing/kubeenv: etcd + kube-apiserver, no
 // controller manager), an embedded JetStream server (pkg/natsx) in this
 // process, and the real watcher as a separate process (built with
 // `go build ./cmd/watcher`), so its RSS and CPU come from /proc/<pid>. One
@@ -74,8 +74,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"github.com/metabus/metabus/internal/testing/kubeenv"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/kubeenv"
 	"github.com/metabus/metabus/pkg/natsx"
 )
 
@@ -222,7 +222,7 @@ type row struct {
 
 func run(ctx context.Context, cfg config) error {
 	if os.Getenv("KUBE_BIN_DIR") == "" {
-		logf("KUBE_BIN_DIR is not set; pkg/kubeenv looks for the control plane in its cache")
+		logf("KUBE_BIN_DIR is not set; internal/testing/kubeenv looks for the control plane in its cache")
 	}
 	b := &bench{cfg: cfg}
 	var err error

@@ -133,9 +133,8 @@ func TestLeavesStayLeaves(t *testing.T) {
 }
 
 // TestServicesStandAlone: no service links another (they meet only on
-// the bus), and no library package links a service. pkg/allinone, which
-// composes the four services in one process, is the one exception until
-// it moves under cmd/metabus.
+// the bus), and no library package links a service. The composition of
+// the four services in one process is internal/allinone, above them.
 func TestServicesStandAlone(t *testing.T) {
 	g := load(t)
 	checked := 0
@@ -151,7 +150,7 @@ func TestServicesStandAlone(t *testing.T) {
 			for _, ch := range chains(g.imports, full, other) {
 				t.Errorf("service %s links another service: %s; services meet only on the bus", p, render(ch))
 			}
-		case (strings.HasPrefix(p, "pkg/") || strings.HasPrefix(p, "sdk/")) && p != "pkg/allinone":
+		case strings.HasPrefix(p, "pkg/") || strings.HasPrefix(p, "sdk/"):
 			checked++
 			for _, ch := range chains(g.imports, full, isService) {
 				t.Errorf("library package %s links a service: %s", p, render(ch))
@@ -162,8 +161,32 @@ func TestServicesStandAlone(t *testing.T) {
 		t.Error("no package under services/, pkg/ or sdk/: the graph is wrong")
 	}
 	// The check must be able to see an import of a service at all.
-	if !slices.ContainsFunc(g.imports[module+"pkg/allinone"], isService) {
-		t.Error("pkg/allinone imports no service: the graph is wrong, or the exception can go")
+	if !slices.ContainsFunc(g.imports[module+"internal/allinone"], isService) {
+		t.Error("internal/allinone imports no service: the graph is wrong")
+	}
+}
+
+// TestHarnessesOnlyInTests: the test harnesses (internal/testing/...: a
+// control plane, NATS clusters, certificates, fakes) are linked by tests,
+// the development tools under hack/ and each other, never by what ships:
+// the services, the libraries, the SDK and the binaries under cmd/.
+func TestHarnessesOnlyInTests(t *testing.T) {
+	g := load(t)
+	harness := func(d string) bool { return strings.HasPrefix(d, module+"internal/testing/") }
+	checked := 0
+	for _, full := range g.inModule() {
+		p := short(full)
+		if strings.HasPrefix(p, "internal/testing/") || strings.HasPrefix(p, "hack/") || strings.HasPrefix(p, "e2e") ||
+			strings.HasPrefix(p, "internal/layers") {
+			continue
+		}
+		checked++
+		for _, ch := range chains(g.imports, full, harness) {
+			t.Errorf("%s links a test harness: %s; harnesses are for tests and hack/ only", p, render(ch))
+		}
+	}
+	if checked == 0 {
+		t.Error("no shipping package found: the graph is wrong")
 	}
 }
 

@@ -12,10 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/metabus/metabus/internal/testing/obstest"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx"
-	"github.com/metabus/metabus/pkg/obs/obstest"
 	"github.com/metabus/metabus/pkg/outcome"
 )
 

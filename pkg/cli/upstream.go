@@ -11,7 +11,7 @@ import (
 // Stage is what a binary runs: one service, or all of them (the all-in-one
 // `metabus`). Its value also names the readiness check that stays pending
 // until the service registers its own under the same name (the watcher's
-// "watcher", pkg/allinone's "metabus").
+// "watcher", internal/allinone's "metabus").
 type Stage string
 
 // The stages.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metabus/metabus/pkg/kubeenv"
+	"github.com/metabus/metabus/internal/testing/kubeenv"
 )
 
 // env is the control plane shared by the package's tests; nil with -short.

@@ -17,9 +17,9 @@ import (
 	"github.com/nats-io/nats.go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/metabus/metabus/internal/testing/testnats"
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/hookwire"
-	"github.com/metabus/metabus/pkg/testnats"
 )
 
 // TestNATSRequestMatchesBinding: a binary-mode request carries the headers

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/metabus/metabus/internal/testing/testpki"
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
-	"github.com/metabus/metabus/pkg/testpki"
 )
 
 var quietLog = log.New(io.Discard, "", 0)

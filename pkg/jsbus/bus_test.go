@@ -14,10 +14,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/metabus/metabus/internal/testing/natstest"
+	"github.com/metabus/metabus/internal/testing/testnats"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/natsx/natstest"
 	"github.com/metabus/metabus/pkg/outcome"
-	"github.com/metabus/metabus/pkg/testnats"
 )
 
 // startNATS starts an in-process embedded server for the test and connects

@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/metabus/metabus/internal/testing/testnats"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/ownership"
-	"github.com/metabus/metabus/pkg/testnats"
 )
 
 // TestHandoverWithoutResetPermission: replicas whose NATS user may not

@@ -9,11 +9,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/metabus/metabus/internal/testing/natstest"
+	"github.com/metabus/metabus/internal/testing/testnats"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/natsx"
-	"github.com/metabus/metabus/pkg/natsx/natstest"
 	"github.com/metabus/metabus/pkg/outcome"
-	"github.com/metabus/metabus/pkg/testnats"
 )
 
 // TestConsumersSurviveServerRestart: the partition consumers keep their

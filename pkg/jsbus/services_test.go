@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/metabus/metabus/internal/testing/natstest"
 	"github.com/metabus/metabus/pkg/bus"
-	"github.com/metabus/metabus/pkg/natsx/natstest"
 	"github.com/metabus/metabus/pkg/snapshot"
 )
 

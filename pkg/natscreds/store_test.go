@@ -10,8 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/metabus/metabus/internal/testing/kubeenv"
 	"github.com/metabus/metabus/pkg/kubeapi"
-	"github.com/metabus/metabus/pkg/kubeenv"
 )
 
 // TestRunAgainstAPIServer: the I/O half against a real API server. Three

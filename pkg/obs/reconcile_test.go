@@ -7,7 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/metabus/metabus/pkg/obs/obstest"
+	"github.com/metabus/metabus/internal/testing/obstest"
 )
 
 func TestReconcilerName(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/metabus/metabus/pkg/obs/obstest"
+	"github.com/metabus/metabus/internal/testing/obstest"
 )
 
 // The workqueue_* families carry controller-runtime's names and labels

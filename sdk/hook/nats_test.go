@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/metabus/metabus/internal/testing/testnats"
 	"github.com/metabus/metabus/pkg/hookwire"
-	"github.com/metabus/metabus/pkg/testnats"
 	"github.com/metabus/metabus/sdk/hook"
 )
 

@@ -14,10 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/metabus/metabus/internal/testing/natstest"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/events/recorder"
-	"github.com/metabus/metabus/pkg/natsx/natstest"
 )
 
 // TestSettlePublishesBusEvents: with --bus-events, settling a desired

@@ -17,6 +17,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/metabus/metabus/internal/testing/natstest"
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/children"
@@ -26,7 +27,6 @@ import (
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kinds"
 	"github.com/metabus/metabus/pkg/kindtable"
-	"github.com/metabus/metabus/pkg/natsx/natstest"
 	busoutcome "github.com/metabus/metabus/pkg/outcome"
 	"github.com/metabus/metabus/pkg/snapshot"
 )

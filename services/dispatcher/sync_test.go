@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/metabus/metabus/internal/testing/natstest"
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/echo"
@@ -29,7 +30,6 @@ import (
 	"github.com/metabus/metabus/pkg/hooks"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kindtable"
-	"github.com/metabus/metabus/pkg/natsx/natstest"
 	"github.com/metabus/metabus/pkg/outcome"
 	"github.com/metabus/metabus/pkg/related"
 	"github.com/metabus/metabus/pkg/revstore"

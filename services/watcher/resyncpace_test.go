@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/metabus/metabus/internal/testing/natstest"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/jsbus"
-	"github.com/metabus/metabus/pkg/natsx/natstest"
 )
 
 // countingPublisher publishes through the bus and counts what went out

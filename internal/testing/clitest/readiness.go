@@ -19,12 +19,12 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/metabus/metabus/internal/testing/kubeenv"
+	"github.com/metabus/metabus/internal/testing/testnats"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/cli"
 	"github.com/metabus/metabus/pkg/jsbus"
-	"github.com/metabus/metabus/pkg/kubeenv"
 	"github.com/metabus/metabus/pkg/natsx"
-	"github.com/metabus/metabus/pkg/testnats"
 )
 
 // Readiness describes one binary for CheckReadiness.
@@ -48,7 +48,7 @@ const wait = 90 * time.Second
 // not ready, and still running, while either is missing; ready once both
 // are there; not ready again while the API server is cut off or NATS is
 // lost, and ready again when they are back. It needs a real kube-apiserver
-// (pkg/kubeenv) and runs a real nats-server in process.
+// (internal/testing/kubeenv) and runs a real nats-server in process.
 func CheckReadiness(t *testing.T, r Readiness) {
 	if testing.Short() {
 		t.Skip("starts a real kube-apiserver and nats-server")

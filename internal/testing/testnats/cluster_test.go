@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-const shippedConf = "../../deploy/nats/nats-server.conf"
+const shippedConf = "../../../deploy/nats/nats-server.conf"
 
 // TestCluster runs the test bed's faults against real nats-server processes
 // and checks each does what it claims: permissions as shipped, leaders found
