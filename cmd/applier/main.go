@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/metabus/metabus/pkg/apply"
+	"github.com/metabus/metabus/internal/stageconfig"
 	"github.com/metabus/metabus/pkg/cli"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/services/applier"
@@ -28,10 +28,7 @@ func newCommand() *cobra.Command {
 				return err
 			}
 			defer natsx.Drain(context.Background(), nc)
-			cfg.Strategy, cfg.FieldManager = apply.Strategy(env.Flags.ApplyStrategy), env.Flags.SSAFieldManager
-			cfg.Workers, cfg.MaxInFlight, cfg.SnapshotWait = env.Flags.Workers, env.Flags.MaxInFlight, env.Flags.SnapshotWait
-			cfg.DiscoveryInterval = env.Flags.DiscoveryInterval
-			cfg.EventsQPS, cfg.EventsBurst = float32(env.Flags.EventsQPS), env.Flags.EventsBurst
+			stageconfig.Applier(env.Flags, &cfg)
 			a, err := applier.New(cfg, applier.Deps{REST: env.REST, NC: nc, JS: js, Log: env.Log, Metrics: env.Registry, Health: env.Health})
 			if err != nil {
 				return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/metabus/metabus/internal/stageconfig"
 	"github.com/metabus/metabus/pkg/cli"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/services/dispatcher"
@@ -31,8 +32,7 @@ func newCommand() *cobra.Command {
 				return err
 			}
 			defer natsx.Drain(context.Background(), nc)
-			cfg.Workers, cfg.MaxInFlight, cfg.SnapshotWait = env.Flags.Workers, env.Flags.MaxInFlight, env.Flags.SnapshotWait
-			cfg.EventsQPS, cfg.EventsBurst = float32(env.Flags.EventsQPS), env.Flags.EventsBurst
+			stageconfig.Dispatcher(env.Flags, &cfg)
 			deps := dispatcher.Deps{REST: env.REST, NC: nc, JS: js, Log: env.Log, Metrics: env.Registry, Health: env.Health}
 			if cfg.HookNATS.Set() {
 				// Hooks on a connection of their own (another server, account or user).

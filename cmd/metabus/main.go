@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/metabus/metabus/internal/allinone"
-	"github.com/metabus/metabus/pkg/apply"
+	"github.com/metabus/metabus/internal/stageconfig"
 	"github.com/metabus/metabus/pkg/cli"
 )
 
@@ -57,15 +57,7 @@ func allInOne() *cobra.Command {
 			if external {
 				cfg.NATS = env.Flags.NATS.Options("metabus")
 			}
-			cfg.Applier.Strategy, cfg.Applier.FieldManager = apply.Strategy(env.Flags.ApplyStrategy), env.Flags.SSAFieldManager
-			f := env.Flags
-			cfg.Watcher.DiscoveryInterval = f.DiscoveryInterval
-			cfg.Watcher.EventsQPS, cfg.Watcher.EventsBurst = float32(f.EventsQPS), f.EventsBurst
-			cfg.Dispatcher.Workers, cfg.Dispatcher.MaxInFlight, cfg.Dispatcher.SnapshotWait = f.Workers, f.MaxInFlight, f.SnapshotWait
-			cfg.Dispatcher.EventsQPS, cfg.Dispatcher.EventsBurst = float32(f.EventsQPS), f.EventsBurst
-			cfg.Applier.Workers, cfg.Applier.MaxInFlight, cfg.Applier.SnapshotWait = f.Workers, f.MaxInFlight, f.SnapshotWait
-			cfg.Applier.DiscoveryInterval = f.DiscoveryInterval
-			cfg.Applier.EventsQPS, cfg.Applier.EventsBurst = float32(f.EventsQPS), f.EventsBurst
+			stageconfig.AllInOne(env.Flags, &cfg)
 			return allinone.Run(ctx, cfg, allinone.Deps{REST: env.REST, Log: env.Log, Metrics: env.Registry, Health: env.Health})
 		},
 	}.Command()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/metabus/metabus/internal/stageconfig"
 	"github.com/metabus/metabus/pkg/cli"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/services/watcher"
@@ -27,8 +28,7 @@ func newCommand() *cobra.Command {
 				return err
 			}
 			defer natsx.Drain(context.Background(), nc)
-			cfg.DiscoveryInterval = env.Flags.DiscoveryInterval
-			cfg.EventsQPS, cfg.EventsBurst = float32(env.Flags.EventsQPS), env.Flags.EventsBurst
+			stageconfig.Watcher(env.Flags, &cfg)
 			w, err := watcher.New(cfg, watcher.Deps{REST: env.REST, NC: nc, JS: js, Log: env.Log, Metrics: env.Registry, Health: env.Health})
 			if err != nil {
 				return err
