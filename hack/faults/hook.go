@@ -137,6 +137,7 @@ func (h *hook) pick(name string) string {
 // address; the call is answered once release is called.
 type caughtCall struct {
 	remote  string
+	parent  string // the parent the call is about
 	caught  chan struct{}
 	release func()
 	done    chan struct{}
@@ -169,7 +170,7 @@ func (h *hook) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c := h.catch.Swap(nil); c != nil {
-		c.remote = r.RemoteAddr
+		c.remote, c.parent = r.RemoteAddr, req.Parent.Metadata.Name
 		close(c.caught)
 		select {
 		case <-c.done:
