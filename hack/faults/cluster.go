@@ -452,21 +452,34 @@ func (s *suite) cutService(ctx context.Context, kind string) {
 }
 
 // changeDuringCut updates the parent named name (a spec change, as the
-// churn makes) unless the churn is busy with it (then the churn changes
-// it).
+// churn makes). It waits up to 3s for the churn's operation on the name to
+// end, since two updates at once could store their gens in the wrong
+// order. An operation that holds on longer is a delete whose recreate
+// waits for the finalizer, often for the very call held: the parent is
+// being deleted then and no other update of it runs, so it is changed all
+// the same.
 func (s *suite) changeDuringCut(ctx context.Context, name string) {
 	i := slices.Index(s.work.names, name)
 	if i < 0 {
 		s.faultErr("cut %s: the held call is about %q, not a parent of the workload", cutDispatcher, name)
 		return
 	}
-	if !s.work.locks[i].TryLock() {
-		s.logf("%s, whose hook call the cut dispatcher holds, is being changed by the churn already", name)
-		return
-	}
-	defer s.work.locks[i].Unlock()
-	uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	locked := false
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if locked = s.work.locks[i].TryLock(); locked {
+			defer s.work.locks[i].Unlock()
+			break
+		}
+	}
+	if !locked {
+		p, err := s.dyn.Resource(parentGVR).Namespace(ns).Get(uctx, name, metav1.GetOptions{})
+		if err != nil || p.GetDeletionTimestamp() == nil {
+			s.logf("%s, whose hook call the cut dispatcher holds, is being changed by the churn (%v)", name, err)
+			return
+		}
+	}
 	if err := s.work.update(uctx, i); err != nil {
 		s.faultErr("cut %s: update %s: %v", cutDispatcher, name, err)
 		return

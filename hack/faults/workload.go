@@ -347,11 +347,7 @@ func startChildTracker(cs kubernetes.Interface, dyn dynamic.Interface) (*childTr
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = parentLabel }))
 	inf := t.factory.Core().V1().ConfigMaps().Informer()
 	record := func(obj any) {
-		cm, ok := obj.(*corev1.ConfigMap)
-		if !ok {
-			return
-		}
-		ref := metav1.GetControllerOf(cm)
+		cm, ref := controlledChild(obj)
 		if ref == nil {
 			return
 		}
@@ -373,11 +369,7 @@ func startChildTracker(cs kubernetes.Interface, dyn dynamic.Interface) (*childTr
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
-		cm, ok := obj.(*corev1.ConfigMap)
-		if !ok {
-			return
-		}
-		ref := metav1.GetControllerOf(cm)
+		cm, ref := controlledChild(obj)
 		if ref == nil {
 			return
 		}
@@ -425,6 +417,16 @@ func startChildTracker(cs kubernetes.Interface, dyn dynamic.Interface) (*childTr
 	t.factory.WaitForCacheSync(t.stop)
 	t.parents.WaitForCacheSync(t.stop)
 	return t, nil
+}
+
+// controlledChild is an informer's ConfigMap and its controllerRef (nil
+// for anything else, or a ConfigMap without one).
+func controlledChild(obj any) (*corev1.ConfigMap, *metav1.OwnerReference) {
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return nil, nil
+	}
+	return cm, metav1.GetControllerOf(cm)
 }
 
 // sawGen records a gen shown at resourceVersion rv (t.mu held).
