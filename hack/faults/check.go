@@ -27,7 +27,7 @@ const (
 	invExits      = "no process exited that the suite did not kill"
 	invShutdown   = "services stop cleanly on SIGTERM"
 	invReplaced   = "no child replaced needlessly (one ConfigMap per parent incarnation)"
-	invOrder      = "no desired state applied out of order (per parent: the gen its child and status show never goes back; its writes apply nondecreasing work sequences)"
+	invOrder      = "no desired state applied out of order (per parent: the gen its child and status show, and the generation its status.observedGeneration records, never go back; its writes apply nondecreasing work sequences)"
 	invRejoin     = "NATS nodes rejoin and catch up (every node current within 3m of each NATS fault, and at the end)"
 )
 

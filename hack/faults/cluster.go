@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -368,9 +369,13 @@ var cutKinds = []string{cutDispatcher, cutApplier, cutWatcher}
 
 // cutService cuts a service from NATS (not from the API server) at a
 // chosen moment, for the configured time:
-//   - a dispatcher while the hook holds one of its calls: the hook answers
-//     once the dispatcher is cut, so it has a desired state to publish and
-//     leases to renew, and no NATS;
+//   - a dispatcher while the hook holds one of its sync calls: the parent
+//     of the call is updated (and left alone by the churn until the heal)
+//     and the hook answers once the dispatcher is cut,
+//     so it has a desired state to publish, already out of date, and
+//     leases to renew, and no NATS; the publish waits in the cut and is
+//     stored at the heal, after the newer answer another dispatcher
+//     published meanwhile;
 //   - an applier in the middle of a desired state: just after one of its
 //     writes (its Applied note is the first thing held) when the
 //     controller suppresses echoes, otherwise after its writes and before
@@ -394,6 +399,13 @@ func (s *suite) cutService(ctx context.Context, kind string) {
 			return
 		}
 		s.proxies(p).Cut()
+		// The parent moves on while its answer is held: another
+		// dispatcher, once the cut one's lease ran out, applies the new
+		// generation's answer before the heal delivers the held publish
+		// of the old one, which must then not be applied (a child going
+		// back a gen fails the order invariant). The churn leaves the
+		// parent alone until the heal.
+		defer s.changeDuringCut(ctx, caught.parent)()
 		// The hook answers while the dispatcher is cut off.
 		time.Sleep(500 * time.Millisecond)
 		release()
@@ -439,6 +451,46 @@ func (s *suite) cutService(ctx context.Context, kind string) {
 	s.proxies(p).Heal()
 	s.markCut(p.name, began, time.Now())
 	s.logf("healed %s's NATS connections", p.name)
+}
+
+// changeDuringCut updates the parent named name (a spec change, as the
+// churn makes) and keeps the churn off it until the returned function is
+// called (at the heal): a parent the churn deletes meanwhile may be gone
+// by the heal, and the held answer with it. It waits up to 3s for the
+// churn's operation on the name to end, since two updates at once could
+// store their gens in the wrong order. An operation that holds on longer
+// is a delete whose recreate waits for the finalizer, often for the very
+// call held: the parent is being deleted then and no other update of it
+// runs, so it is changed all the same.
+func (s *suite) changeDuringCut(ctx context.Context, name string) (heal func()) {
+	heal = func() {}
+	i := slices.Index(s.work.names, name)
+	if i < 0 {
+		s.faultErr("cut %s: the held call is about %q, not a parent of the workload", cutDispatcher, name)
+		return heal
+	}
+	uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	locked := false
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if locked = s.work.locks[i].TryLock(); locked {
+			heal = s.work.locks[i].Unlock
+			break
+		}
+	}
+	if !locked {
+		p, err := s.dyn.Resource(parentGVR).Namespace(ns).Get(uctx, name, metav1.GetOptions{})
+		if err != nil || p.GetDeletionTimestamp() == nil {
+			s.logf("%s, whose hook call the cut dispatcher holds, is being changed by the churn (%v)", name, err)
+			return heal
+		}
+	}
+	if err := s.work.update(uctx, i); err != nil {
+		s.faultErr("cut %s: update %s: %v", cutDispatcher, name, err)
+		return heal
+	}
+	s.logf("updated %s, whose hook call the cut dispatcher holds, to gen %d", name, s.work.gen[i].Load())
+	return heal
 }
 
 // markCut records a period p was cut from NATS (end zero: still cut).

@@ -137,14 +137,15 @@ func (h *hook) pick(name string) string {
 // address; the call is answered once release is called.
 type caughtCall struct {
 	remote  string
+	parent  string // the parent the call is about
 	caught  chan struct{}
 	release func()
 	done    chan struct{}
 }
 
-// catchNext holds the next hook call until the returned call's release is
-// called (or 10s pass), and returns it once it arrived, so the suite can
-// act on its caller in the middle of the call.
+// catchNext holds the next sync hook call until the returned call's
+// release is called (or 10s pass), and returns it once it arrived, so the
+// suite can act on its caller in the middle of the call.
 func (h *hook) catchNext(wait time.Duration) (*caughtCall, error) {
 	c := &caughtCall{caught: make(chan struct{}), done: make(chan struct{})}
 	var once sync.Once
@@ -162,14 +163,25 @@ func (h *hook) catchNext(wait time.Duration) (*caughtCall, error) {
 	}
 }
 
+// caught takes the pending catch for a sync call (nil for a finalize
+// call, or none pending).
+func (h *hook) caught(finalizing bool) *caughtCall {
+	if finalizing {
+		return nil
+	}
+	return h.catch.Swap(nil)
+}
+
 func (h *hook) serve(w http.ResponseWriter, r *http.Request) {
 	var req hookRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if c := h.catch.Swap(nil); c != nil {
-		c.remote = r.RemoteAddr
+	// A sync call only: a finalize call's parent is on its way out, and
+	// may be gone by the heal with the held answer.
+	if c := h.caught(req.Finalizing); c != nil {
+		c.remote, c.parent = r.RemoteAddr, req.Parent.Metadata.Name
 		close(c.caught)
 		select {
 		case <-c.done:

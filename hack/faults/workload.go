@@ -1,10 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -302,7 +305,9 @@ type childTracker struct {
 	stop    chan struct{}
 
 	mu       sync.Mutex
-	children map[types.UID]map[types.UID]string // parent UID -> child UID -> parent name
+	children map[types.UID]map[types.UID]*childLife // parent UID -> child UID -> its life
+	// deleting is when each parent UID was first seen being deleted.
+	deleting map[types.UID]time.Time
 	// gens is the last gen seen per parent UID, in the child and in the
 	// status; regressions are the gens that went back.
 	gens        map[genKey]genSeen
@@ -310,7 +315,21 @@ type childTracker struct {
 	observed    int
 }
 
-// genKey is where a parent's gen shows: "child" or "status".
+// childLife is what the tracker saw of one ConfigMap: enough to tell, for
+// a parent that controlled more than one, which write made and which
+// removed each (the data gen names the answer that created it).
+type childLife struct {
+	parent  string // the parent's name
+	created time.Time
+	gen     string // data.gen when first seen
+	rv      string // resourceVersion when first seen
+	deleted time.Time
+}
+
+// genKey is where a parent's gen shows: "child", "status" (the hook's
+// observedGen: the spec gen it answered) or "observedGeneration" (the
+// parent generation the applied answer was computed from, which the
+// applier writes with every status; the only one a finalize answer shows).
 type genKey struct {
 	parent types.UID
 	where  string
@@ -322,16 +341,13 @@ type genSeen struct {
 }
 
 func startChildTracker(cs kubernetes.Interface, dyn dynamic.Interface) (*childTracker, error) {
-	t := &childTracker{stop: make(chan struct{}), children: map[types.UID]map[types.UID]string{}, gens: map[genKey]genSeen{}}
+	t := &childTracker{stop: make(chan struct{}), children: map[types.UID]map[types.UID]*childLife{},
+		deleting: map[types.UID]time.Time{}, gens: map[genKey]genSeen{}}
 	t.factory = informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = parentLabel }))
 	inf := t.factory.Core().V1().ConfigMaps().Informer()
 	record := func(obj any) {
-		cm, ok := obj.(*corev1.ConfigMap)
-		if !ok {
-			return
-		}
-		ref := metav1.GetControllerOf(cm)
+		cm, ref := controlledChild(obj)
 		if ref == nil {
 			return
 		}
@@ -339,17 +355,34 @@ func startChildTracker(cs kubernetes.Interface, dyn dynamic.Interface) (*childTr
 		defer t.mu.Unlock()
 		m := t.children[ref.UID]
 		if m == nil {
-			m = map[types.UID]string{}
+			m = map[types.UID]*childLife{}
 			t.children[ref.UID] = m
 		}
-		m[cm.UID] = ref.Name
+		if m[cm.UID] == nil {
+			m[cm.UID] = &childLife{parent: ref.Name, created: cm.CreationTimestamp.Time, gen: cm.Data["gen"], rv: cm.ResourceVersion}
+		}
 		if gen, err := strconv.ParseInt(cm.Data["gen"], 10, 64); err == nil {
 			t.sawGen(genKey{ref.UID, "child"}, ref.Name, gen, cm.ResourceVersion)
+		}
+	}
+	gone := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		cm, ref := controlledChild(obj)
+		if ref == nil {
+			return
+		}
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if c := t.children[ref.UID][cm.UID]; c != nil {
+			c.deleted = time.Now()
 		}
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    record,
 		UpdateFunc: func(_, obj any) { record(obj) },
+		DeleteFunc: gone,
 	}); err != nil {
 		return nil, err
 	}
@@ -359,13 +392,19 @@ func startChildTracker(cs kubernetes.Interface, dyn dynamic.Interface) (*childTr
 		if !ok {
 			return
 		}
-		gen, found, err := unstructured.NestedInt64(p.Object, "status", "observedGen")
-		if err != nil || !found {
-			return
-		}
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		t.sawGen(genKey{p.GetUID(), "status"}, p.GetName(), gen, p.GetResourceVersion())
+		if ts := p.GetDeletionTimestamp(); ts != nil {
+			if _, seen := t.deleting[p.GetUID()]; !seen {
+				t.deleting[p.GetUID()] = ts.Time
+			}
+		}
+		if gen, found, err := unstructured.NestedInt64(p.Object, "status", "observedGen"); err == nil && found {
+			t.sawGen(genKey{p.GetUID(), "status"}, p.GetName(), gen, p.GetResourceVersion())
+		}
+		if gen, found, err := unstructured.NestedInt64(p.Object, "status", "observedGeneration"); err == nil && found {
+			t.sawGen(genKey{p.GetUID(), "observedGeneration"}, p.GetName(), gen, p.GetResourceVersion())
+		}
 	}
 	if _, err := t.parents.ForResource(parentGVR).Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    status,
@@ -378,6 +417,16 @@ func startChildTracker(cs kubernetes.Interface, dyn dynamic.Interface) (*childTr
 	t.factory.WaitForCacheSync(t.stop)
 	t.parents.WaitForCacheSync(t.stop)
 	return t, nil
+}
+
+// controlledChild is an informer's ConfigMap and its controllerRef (nil
+// for anything else, or a ConfigMap without one).
+func controlledChild(obj any) (*corev1.ConfigMap, *metav1.OwnerReference) {
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return nil, nil
+	}
+	return cm, metav1.GetControllerOf(cm)
 }
 
 // sawGen records a gen shown at resourceVersion rv (t.mu held).
@@ -408,19 +457,47 @@ func (t *childTracker) close() {
 }
 
 // replaced returns, for each parent incarnation that controlled more than
-// one ConfigMap over the run, "name (uid): n children".
+// one ConfigMap over the run, "name (uid): n children" and each child's
+// life: when it was created and with which gen (the answer that wrote
+// it), when it was seen deleted, and when the parent's deletion began.
 func (t *childTracker) replaced() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []string
 	for puid, m := range t.children {
-		if len(m) > 1 {
-			var name string
-			for _, n := range m {
-				name = n
-			}
-			out = append(out, fmt.Sprintf("%s (uid %s) controlled %d different ConfigMaps over its life", name, puid, len(m)))
+		if len(m) < 2 {
+			continue
 		}
+		uids := make([]types.UID, 0, len(m))
+		for uid := range m {
+			uids = append(uids, uid)
+		}
+		// Creation times have whole seconds: resourceVersions break ties.
+		slices.SortFunc(uids, func(a, b types.UID) int {
+			if c := m[a].created.Compare(m[b].created); c != 0 {
+				return c
+			}
+			ra, _ := strconv.ParseInt(m[a].rv, 10, 64)
+			rb, _ := strconv.ParseInt(m[b].rv, 10, 64)
+			return cmp.Compare(ra, rb)
+		})
+		var lives []string
+		for _, uid := range uids {
+			c := m[uid]
+			life := fmt.Sprintf("%s created %s with gen %s (resourceVersion %s)", uid, clock(c.created), c.gen, c.rv)
+			if !c.deleted.IsZero() {
+				life += ", deleted by " + clock(c.deleted)
+			}
+			lives = append(lives, life)
+		}
+		line := fmt.Sprintf("%s (uid %s) controlled %d different ConfigMaps over its life: %s", m[uids[0]].parent, puid, len(m), strings.Join(lives, "; "))
+		if ts, ok := t.deleting[puid]; ok {
+			line += "; the parent was being deleted from " + clock(ts)
+		}
+		out = append(out, line)
 	}
 	return out
 }
+
+// clock is a time of day as the suite's violations show it.
+func clock(t time.Time) string { return t.UTC().Format("15:04:05.000") }

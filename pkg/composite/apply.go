@@ -62,6 +62,17 @@ func (c *Controller) ApplyRollout(parent *unstructured.Unstructured, resource st
 // observed one, and the finalizer removed after a finalize hook's final
 // answer. A parent being deleted without the finalizer is left to the
 // garbage collector.
+//
+// A desired state the parent has moved past is not applied but synced
+// again (ApplyStale): a sync answer for a parent now being finalized, and
+// any answer computed from an older generation of the parent than the one
+// an applied answer already recorded in status.observedGeneration. Such a
+// desired state reaches the applier only out of order: its publish was
+// held up (a dispatcher cut from NATS whose bytes arrived after the heal,
+// once a newer answer had been applied) and is stored after the newer
+// one, so the stream's own order cannot tell. Applied, it would undo the
+// newer answer: a sync answer after the finalize hook deleted the
+// children creates them again.
 func (c *Controller) ApplyParent(in kinds.ApplyInput) (kinds.ApplyParentPlan, error) {
 	parent, ds := in.Parent, in.Desired
 	finalizer := c.Finalizer()
@@ -69,6 +80,9 @@ func (c *Controller) ApplyParent(in kinds.ApplyInput) (kinds.ApplyParentPlan, er
 	deleting := parent.GetDeletionTimestamp() != nil
 	if deleting && !holds {
 		return kinds.ApplyParentPlan{Gate: kinds.ApplyParentDeleting}, nil
+	}
+	if (deleting && ds.Hook == bus.HookSync) || appliedGeneration(parent) > ds.Parent.Generation {
+		return kinds.ApplyParentPlan{Gate: kinds.ApplyStale}, nil
 	}
 	var plan kinds.ApplyParentPlan
 	if ds.Hook == bus.HookSync && finalizer != "" && !holds && !deleting {
@@ -87,6 +101,20 @@ func (c *Controller) ApplyParent(in kinds.ApplyInput) (kinds.ApplyParentPlan, er
 		plan.RemoveFinalizer = finalizer
 	}
 	return plan, nil
+}
+
+// appliedGeneration is the parent generation the last applied answer was
+// computed from (status.observedGeneration, which every status write
+// sets), 0 if none is recorded.
+func appliedGeneration(parent *unstructured.Unstructured) int64 {
+	v, _, _ := unstructured.NestedFieldNoCopy(parent.Object, "status", "observedGeneration")
+	switch n := v.(type) {
+	case int64:
+		return n
+	case float64:
+		return int64(n)
+	}
+	return 0
 }
 
 // applyStatus is the hook's status plus observedGeneration, or nil when

@@ -71,12 +71,23 @@ func TestApplyParent(t *testing.T) {
 		return func(p *unstructured.Unstructured) { p.Object["status"] = st }
 	}
 	same := withStatus(map[string]any{"ready": int64(1), "observedGeneration": int64(2)})
+	// at sets the parent's generation and the observedGeneration its
+	// status records.
+	at := func(gen, observed any) func(p *unstructured.Unstructured) {
+		return func(p *unstructured.Unstructured) {
+			p.SetGeneration(gen.(int64))
+			p.Object["status"] = map[string]any{"ready": int64(1), "observedGeneration": observed}
+		}
+	}
 	tests := []struct {
 		reason   string
 		finalize bool
 		parent   *unstructured.Unstructured
 		ds       bus.DesiredState
-		want     kinds.ApplyParentPlan
+		// dsGen, if set, is the parent generation the hook saw (else the
+		// parent's own).
+		dsGen int64
+		want  kinds.ApplyParentPlan
 	}{
 		{
 			reason: "unchanged status (int64 observed, float64 from the hook): nothing to write",
@@ -147,6 +158,50 @@ func TestApplyParent(t *testing.T) {
 			want:     kinds.ApplyParentPlan{},
 		},
 		{
+			reason:   "a sync answer for a parent being finalized is synced again, not applied: the finalize hook decides its children now (applied, it recreated the children the finalize answer deleted)",
+			finalize: true,
+			parent:   applyParentObj(func(p *unstructured.Unstructured) { deleting(p); holding(p); same(p) }),
+			ds:       bus.DesiredState{Hook: "sync", Status: map[string]any{"ready": 1}},
+			want:     kinds.ApplyParentPlan{Gate: kinds.ApplyStale},
+		},
+		{
+			reason:   "a sync answer from generation 3 delivered after the answer of generation 5 was applied: synced again, not applied",
+			finalize: true,
+			parent:   applyParentObj(func(p *unstructured.Unstructured) { holding(p); at(int64(5), int64(5))(p) }),
+			ds:       bus.DesiredState{Hook: "sync", Status: map[string]any{"ready": 1}},
+			dsGen:    3,
+			want:     kinds.ApplyParentPlan{Gate: kinds.ApplyStale},
+		},
+		{
+			reason:   "a finalize answer older than the applied one: synced again, not applied",
+			finalize: true,
+			parent:   applyParentObj(func(p *unstructured.Unstructured) { deleting(p); holding(p); at(int64(6), int64(6))(p) }),
+			ds:       bus.DesiredState{Hook: "finalize", Status: map[string]any{"ready": 1}},
+			dsGen:    5,
+			want:     kinds.ApplyParentPlan{Gate: kinds.ApplyStale},
+		},
+		{
+			reason: "observedGeneration read as a float64 is compared as well",
+			parent: applyParentObj(at(int64(5), float64(5))),
+			ds:     bus.DesiredState{Hook: "sync", Status: map[string]any{"ready": 1}},
+			dsGen:  4,
+			want:   kinds.ApplyParentPlan{Gate: kinds.ApplyStale},
+		},
+		{
+			reason: "an answer of the generation already applied is applied (a child changed, not the parent)",
+			parent: applyParentObj(at(int64(5), int64(5))),
+			ds:     bus.DesiredState{Hook: "sync", Status: map[string]any{"ready": float64(2)}},
+			dsGen:  5,
+			want:   kinds.ApplyParentPlan{Status: map[string]any{"ready": float64(2), "observedGeneration": int64(5)}},
+		},
+		{
+			reason: "an answer computed from an older generation than the parent's, but newer than the applied one, is applied (as upstream; the newer generation has its own sync)",
+			parent: applyParentObj(at(int64(5), int64(3))),
+			ds:     bus.DesiredState{Hook: "sync", Status: map[string]any{"ready": 1}},
+			dsGen:  4,
+			want:   kinds.ApplyParentPlan{Status: map[string]any{"ready": 1, "observedGeneration": int64(4)}},
+		},
+		{
 			reason:   "a sync answer for a parent being deleted never adds the finalizer",
 			finalize: true,
 			parent:   applyParentObj(func(p *unstructured.Unstructured) { deleting(p); p.SetFinalizers([]string{"x"}); same(p) }),
@@ -158,6 +213,9 @@ func TestApplyParent(t *testing.T) {
 		t.Run(tt.reason, func(t *testing.T) {
 			c := applyController(t, applySpec(tt.finalize, false))
 			tt.ds.Parent = bus.ObjectRef{Generation: tt.parent.GetGeneration()}
+			if tt.dsGen != 0 {
+				tt.ds.Parent.Generation = tt.dsGen
+			}
 			before := tt.parent.DeepCopy()
 			got, err := c.ApplyParent(kinds.ApplyInput{Desired: &tt.ds, Parent: tt.parent, ParentResource: "things", ParentHasStatus: true})
 			if err != nil {
