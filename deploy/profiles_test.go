@@ -96,6 +96,7 @@ func TestProfiles(t *testing.T) {
 	type want struct {
 		secretNamespaces, relatedResources, controllerResources string
 		hookDestinations, refuseInsecureCredentials             string
+		maxControllerWeight, resyncAfterBacklog                 string
 		// What the dispatcher may read in a tenant's namespace, the applier
 		// write anywhere.
 		tenantSecrets, anyWrite bool
@@ -114,6 +115,12 @@ func TestProfiles(t *testing.T) {
 		}
 		if got := flagValues(d, "refuse-insecure-credentials"); !slices.Equal(got, []string{w.refuseInsecureCredentials}) {
 			t.Errorf("dispatcher --refuse-insecure-credentials %q, want [%q]", got, w.refuseInsecureCredentials)
+		}
+		if got := flagValues(d, "resync-after-backlog"); !slices.Equal(got, []string{w.resyncAfterBacklog}) {
+			t.Errorf("dispatcher --resync-after-backlog %q, want [%q]", got, w.resyncAfterBacklog)
+		}
+		if got := flagValues(containerArgs(t, r.objs, "metabus-watcher"), "max-controller-weight"); !slices.Equal(got, []string{w.maxControllerWeight}) {
+			t.Errorf("watcher --max-controller-weight %q, want [%q]", got, w.maxControllerWeight)
 		}
 		if got := flagValues(containerArgs(t, r.objs, "metabus-watcher"), "controller-resources"); !slices.Equal(got, []string{w.controllerResources}) {
 			t.Errorf("watcher --controller-resources %q, want [%q]", got, w.controllerResources)
@@ -143,13 +150,15 @@ func TestProfiles(t *testing.T) {
 	for _, r := range def {
 		t.Run(r.name, func(t *testing.T) {
 			check(t, r, want{secretNamespaces: "*", relatedResources: "*", controllerResources: "*",
-				hookDestinations: "*", refuseInsecureCredentials: "false", tenantSecrets: true, anyWrite: true})
+				hookDestinations: "*", refuseInsecureCredentials: "false", tenantSecrets: true, anyWrite: true,
+				maxControllerWeight: "100", resyncAfterBacklog: "0"})
 		})
 	}
 	for _, r := range hardened {
 		t.Run(r.name, func(t *testing.T) {
 			check(t, r, want{secretNamespaces: "", relatedResources: "*,-core/secrets", controllerResources: "*,-core/secrets",
-				hookDestinations: "-apiserver,-loopback,-link-local,*", refuseInsecureCredentials: "true"})
+				hookDestinations: "-apiserver,-loopback,-link-local,*", refuseInsecureCredentials: "true",
+				maxControllerWeight: "1", resyncAfterBacklog: "32"})
 			for _, kind := range []string{"ClusterRole", "ClusterRoleBinding"} {
 				if o := find(r.objs, kind, "metabus-dispatcher-secrets-all-namespaces"); o != nil {
 					t.Errorf("%s metabus-dispatcher-secrets-all-namespaces is rendered", kind)

@@ -68,6 +68,20 @@ func RunRelay(ctx context.Context, js jetstream.JetStream, onError func(error)) 
 // RunRelayWith is RunRelay publishing through pub (its Queued hook counts
 // the relayed items).
 func RunRelayWith(ctx context.Context, pub Publisher, onError func(error)) error {
+	return RunRelayGated(ctx, pub, nil, onError)
+}
+
+// RelayGate paces the resyncs hooks ask for (bus.ReasonResyncAfter): the
+// relay asks it before such an item goes into MC_WORK, and a wait > 0
+// schedules the item again in MC_SCHED that much later instead (the due
+// message is settled: held back, it would count against the relay's
+// MaxAckPending, which every controller's schedules share). An error is
+// reported and the item relayed.
+type RelayGate func(ctx context.Context, item bus.WorkItem) (time.Duration, error)
+
+// RunRelayGated is RunRelayWith asking gate (nil: none) before relaying a
+// hook-asked resync.
+func RunRelayGated(ctx context.Context, pub Publisher, gate RelayGate, onError func(error)) error {
 	js := pub.JS
 	cons, err := js.Consumer(ctx, bus.SchedStream, bus.DueConsumer)
 	if err != nil {
@@ -107,7 +121,7 @@ func RunRelayWith(ctx context.Context, pub Publisher, onError func(error)) error
 	}
 	lost := newConsumeWatch()
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		out := relay(ctx, pub, m, onError)
+		out := relay(ctx, pub, gate, m, onError)
 		_ = settlePlain(m, out)
 		if !out.Retries() {
 			remove(m) // relayed, or never relayable
@@ -119,12 +133,26 @@ func RunRelayWith(ctx context.Context, pub Publisher, onError func(error)) error
 	return lost.wait(ctx, cc, "schedule relay")
 }
 
-// relay moves one fired schedule into MC_WORK.
-func relay(ctx context.Context, pub Publisher, m jetstream.Msg, onError func(error)) outcome.Outcome {
+// relay moves one fired schedule into MC_WORK, or, a hook-asked resync
+// the gate holds back, into MC_SCHED again.
+func relay(ctx context.Context, pub Publisher, gate RelayGate, m jetstream.Msg, onError func(error)) outcome.Outcome {
 	var item bus.WorkItem
 	if err := Decode(m, bus.TypeSyncRequested, &item); err != nil {
 		onError(err)
 		return outcome.Terminal("malformed due work item")
+	}
+	if gate != nil && item.Reason == bus.ReasonResyncAfter {
+		wait, err := gate(ctx, item)
+		if err != nil {
+			onError(err)
+		}
+		if wait > 0 {
+			if err := pub.Schedule(ctx, item, time.Now().Add(wait)); err != nil {
+				onError(fmt.Errorf("schedule a held-back resync again: %w", err))
+				return outcome.Retry(time.Second, 0)
+			}
+			return outcome.Done()
+		}
 	}
 	if _, err := pub.PublishWork(ctx, item); err != nil {
 		onError(err)

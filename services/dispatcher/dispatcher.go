@@ -53,6 +53,11 @@ type Config struct {
 	SnapshotWait time.Duration
 	// RunRelay moves fired schedules into MC_WORK in this replica.
 	RunRelay bool
+	// ResyncAfterBacklog paces the resyncs hooks ask for
+	// (resyncAfterSeconds): one goes into MC_WORK only while its controller
+	// has fewer than this many items there, and waits otherwise (≤ 0:
+	// unpaced, as upstream). See resyncGate.
+	ResyncAfterBacklog int
 	// RunDLQ moves poison messages to MC_DLQ in this replica.
 	RunDLQ      bool
 	EventsQPS   float32
@@ -186,6 +191,9 @@ type Dispatcher struct {
 	// timers are pending sub-second resyncs, one per parent.
 	tmu    sync.Mutex
 	timers map[string]*time.Timer
+	// gate paces hook-asked resyncs per controller
+	// (Config.ResyncAfterBacklog).
+	gate *resyncGate
 
 	// member is this replica's stage member id (its leases' value), and
 	// book its record of recent syncs for the operator CLI.
@@ -239,6 +247,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		member:    jsbus.NewMemberID(),
 	}
 	d.pub.Queued = d.metrics.queued
+	d.gate = newResyncGate(cfg.ResyncAfterBacklog, streamCounter(deps.JS))
 	d.metrics.watchNATS(deps.Metrics, deps.NC)
 	if d.metrics.err != nil {
 		d.log.Warn("some metrics are not exported", zap.Error(d.metrics.err))
@@ -361,7 +370,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}, d.handle)
 	})
 	if d.cfg.RunRelay {
-		background("schedule relay", func(ctx context.Context) error { return jsbus.RunRelayWith(ctx, d.pub, logErr) })
+		gate := func(ctx context.Context, item bus.WorkItem) (time.Duration, error) {
+			return d.gate.admit(ctx, item.Controller.ID(), time.Now())
+		}
+		background("schedule relay", func(ctx context.Context) error { return jsbus.RunRelayGated(ctx, d.pub, gate, logErr) })
 	}
 	if d.cfg.RunDLQ {
 		background("dead-letter worker", func(ctx context.Context) error {

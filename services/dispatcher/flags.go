@@ -14,6 +14,9 @@ import (
 // --snapshot-wait, --events-qps...) live in pkg/cli.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.RunRelay, "run-schedule-relay", true, "relay fired schedules (retries, resyncs) into MC_WORK from this replica")
+	fs.IntVar(&c.ResyncAfterBacklog, "resync-after-backlog", 0, "a resync a hook asks for (resyncAfterSeconds) goes into MC_WORK "+
+		"only while its controller has fewer than this many items there, and waits otherwise, so one controller's requests cannot fill "+
+		"the partitions every controller shares (0: unpaced, as upstream)")
 	fs.BoolVar(&c.RunDLQ, "run-dead-letter", true, "move poison messages to MC_DLQ from this replica")
 	// Unset, every namespace is allowed (upstream's behaviour); the first
 	// use replaces that with the list given, so an empty value leaves the

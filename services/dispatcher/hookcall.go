@@ -234,7 +234,8 @@ func (d *Dispatcher) resyncLater(ctx context.Context, item bus.WorkItem, seconds
 // the next resync, like any lost message.
 const shortResync = 2 * time.Second
 
-// resyncAfter arranges the hook's one-time resync request. An item (a
+// resyncAfter arranges the hook's one-time resync request, paced per
+// controller when it fires (resyncGate). An item (a
 // parent, or one map key of it) has at most one pending resync per
 // replica: a newer request replaces the older
 // one, as a newer schedule replaces the older in MC_SCHED, so a hook that
@@ -255,6 +256,16 @@ func (d *Dispatcher) resyncAfter(ctx context.Context, item bus.WorkItem, delay t
 			}
 			d.tmu.Unlock()
 			if ctx.Err() != nil {
+				return
+			}
+			wait, err := d.gate.admit(ctx, item.Controller.ID(), time.Now())
+			if err != nil && ctx.Err() == nil {
+				d.log.Warn("pace resyncAfterSeconds", zap.Error(err))
+			}
+			if wait > 0 {
+				// Its controller has its backlog in MC_WORK: ask again
+				// later (a newer request of the item replaces this one).
+				d.resyncAfter(ctx, item, wait)
 				return
 			}
 			item.EnqueuedAt = time.Now()

@@ -83,6 +83,21 @@ func TestInvalidWeightsBounded(t *testing.T) {
 	if n := entries(); n != 0 {
 		t.Errorf("%d entries kept once the weight is valid, want 0", n)
 	}
+	// The operator's bound, not the annotation, decides the weight granted.
+	annotate("100")
+	w.cfg.Weights = bus.WeightPolicy{Max: 1}
+	if got := w.controllerWeight(ref); got != 1 {
+		t.Errorf("weight %d for an annotation of 100 under --max-controller-weight=1, want 1", got)
+	}
+	w.cfg.Weights = bus.WeightPolicy{Allowed: map[string]bool{"cc-other": true}}
+	if got := w.controllerWeight(ref); got != 1 {
+		t.Errorf("weight %d for a controller --weighted-controllers does not name, want 1", got)
+	}
+	w.cfg.Weights = bus.WeightPolicy{Max: 8, Allowed: map[string]bool{ref.ID(): true}}
+	if got := w.controllerWeight(ref); got != 8 {
+		t.Errorf("weight %d for a named controller under --max-controller-weight=8, want 8", got)
+	}
+	w.cfg.Weights = bus.WeightPolicy{}
 	annotate("bad-again")
 	w.controllerWeight(ref)
 	w.unwire(ref.ID(), "controller deleted", true)

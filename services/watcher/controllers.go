@@ -245,7 +245,7 @@ func (w *Watcher) unwire(id, why string, release bool) {
 }
 
 // controllerWeight reads the controller's WeightAnnotation (1 when absent
-// or invalid). An invalid value is logged once, and again only when it
+// or invalid), as the operator's Config.Weights grants it. An invalid value is logged once, and again only when it
 // changes: badWeights keeps the last invalid value per controller, not
 // every value ever seen, since the annotation is its author's to change as
 // often as they like.
@@ -261,7 +261,7 @@ func (w *Watcher) controllerWeight(ref bus.ControllerRef) int {
 		if _, had := w.badWeights.Load(id); had {
 			w.badWeights.Delete(id)
 		}
-		return weight
+		return w.cfg.Weights.Grant(id, weight)
 	}
 	if last, seen := w.badWeights.Swap(id, v); !seen || last != v {
 		w.log.Warn("ignoring the controller's weight", zap.String("controller", ref.Name), zap.Error(err))

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/related"
 )
 
@@ -16,6 +17,33 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TargetLabelSelector, "target-label-selector", "", "only serve controllers whose labels match this selector")
 	fs.IntVar(&c.PublishWorkers, "publish-workers", 8, "goroutines publishing work items to NATS")
 	fs.IntVar(&c.ResyncBacklog, "resync-backlog", 0, "resync items of one controller are published only while fewer than this many of them are in MC_WORK, so real changes never wait behind a resync wave and no controller's backlog holds another's resyncs back (0: 32, negative: unpaced)")
+	fs.IntVar(&c.ResyncTotal, "resync-total", 0, "resync items of all controllers in MC_WORK at once (0: 1024); a controller with fewer than its fair share of them "+
+		"(this over the controllers with resyncs there or waiting) may always add one, so controllers whose hooks hang cannot hold it")
+	fs.Func("max-controller-weight", "the largest weight a controller's metabus.dev/weight annotation is granted, 1-100 "+
+		"(1: the annotation is ignored, every controller gets an equal share of a saturated replica; default 100, as the annotation allows)",
+		func(v string) error {
+			n, err := bus.ParseMaxWeight(v)
+			if err != nil {
+				return err
+			}
+			c.Weights.Max = n
+			return nil
+		})
+	fs.Func("weighted-controllers", "comma-separated CompositeController/<name> or DecoratorController/<name> whose metabus.dev/weight "+
+		"annotation counts; every other controller gets weight 1. Repeatable (default: every controller's annotation counts)",
+		func(v string) error {
+			ids, err := bus.ParseWeightedControllers(v)
+			if err != nil {
+				return err
+			}
+			if c.Weights.Allowed == nil {
+				c.Weights.Allowed = map[string]bool{}
+			}
+			for _, id := range ids {
+				c.Weights.Allowed[id] = true
+			}
+			return nil
+		})
 	fs.DurationVar(&c.SnapshotWait, "snapshot-freshness-wait", 2*time.Second, "how long a snapshot request waits for the cache to catch up before answering retry")
 	fs.BoolVar(&c.ServeSnapshots, "serve-snapshots", true, "serve the observed-state snapshot service on NATS")
 	fs.BoolVar(&c.LeaderElect, "leader-election", false, "publish work items only while holding a Lease (run several replicas for HA)")

@@ -34,6 +34,10 @@ type outbox struct {
 	// resyncBacklog bounds each controller's resync items in MC_WORK
 	// (Config.ResyncBacklog).
 	resyncBacklog int
+	// resyncTotal bounds all controllers' resync items in MC_WORK
+	// (Config.ResyncTotal; 0: resyncTotal), but for each controller's
+	// fair share of it (resyncPacing.ready).
+	resyncTotal int
 
 	// queue publishes real changes (and retries of failed publishes);
 	// resyncs publishes resyncs, paced per controller.
@@ -288,9 +292,40 @@ type resyncPacing struct {
 	n              int
 }
 
-// ready reports whether a controller's next resync may go.
+// ready reports whether a controller's next resync may go. Always while
+// it has fewer than perCtrl in MC_WORK and all controllers together fewer
+// than total; beyond the total, a controller under its fair share of the
+// total (total over the controllers with resyncs in MC_WORK, itself
+// included) while all hold fewer than twice the total, and a controller
+// with none there at all.
+//
+// Why: controllers whose hooks hang keep their items in MC_WORK for good,
+// so 32 of them at the default backlog held the default total, and no
+// other controller's resync (a first sync, a resyncPeriod) went out until
+// they drained. Now a controller under its share still gets its items in
+// (one at least), and the items in MC_WORK stay bounded, as the
+// partitions' MaxAckPending needs: at most twice the total plus one per
+// controller.
 func (p *resyncPacing) ready(ctrl string) bool {
-	return p.n < p.total && len(p.inflight[ctrl]) < p.perCtrl
+	mine := len(p.inflight[ctrl])
+	switch {
+	case mine >= p.perCtrl:
+		return false
+	case p.n < p.total, mine == 0:
+		return true
+	default:
+		return p.n < 2*p.total && mine < p.fairShare(ctrl)
+	}
+}
+
+// fairShare is ctrl's share of total among the controllers with resync
+// items in MC_WORK and ctrl.
+func (p *resyncPacing) fairShare(ctrl string) int {
+	active := len(p.inflight)
+	if len(p.inflight[ctrl]) == 0 {
+		active++
+	}
+	return max(p.total/active, 1)
 }
 
 func (p *resyncPacing) sent(ctrl, subject string) {
@@ -335,15 +370,21 @@ func (p *resyncPacing) refresh(ctx context.Context, stream jetstream.Stream, ctr
 
 // runResyncPacer publishes resync items, in the order the resync lanes
 // give them, while their controller has fewer than the resync backlog of
-// them in MC_WORK (and all controllers fewer than resyncTotal): one
-// controller's backlog, even a hook hanging over thousands of parents,
-// never holds another controller's resyncs, first syncs or fan-outs back.
+// them in MC_WORK (and all controllers fewer than the total, or it fewer
+// than its fair share of the total): one controller's backlog, even a hook
+// hanging over thousands of parents, and the backlogs of many such
+// controllers never hold another controller's resyncs, first syncs or
+// fan-outs back.
 func (o *outbox) runResyncPacer(ctx context.Context) {
 	limit := o.resyncBacklog
 	if limit == 0 {
 		limit = defaultResyncBacklog
 	}
-	pace := &resyncPacing{perCtrl: limit, total: max(limit, resyncTotal), inflight: map[string]map[string]bool{}}
+	total := o.resyncTotal
+	if total <= 0 {
+		total = resyncTotal
+	}
+	pace := &resyncPacing{perCtrl: limit, total: max(limit, total), inflight: map[string]map[string]bool{}}
 	ready := pace.ready
 	if limit < 0 {
 		ready = nil // unpaced

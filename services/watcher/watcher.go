@@ -102,6 +102,17 @@ type Config struct {
 	// wired (a CreateError Event on it says why); a related rule naming one
 	// starts no informer, whatever the dispatcher allowed.
 	ControllerResources []string
+	// Weights bounds the weights controllers ask for with
+	// bus.WeightAnnotation: the weight each message carries, and so the
+	// share of a saturated dispatcher or applier replica a controller
+	// gets, is what this policy grants (zero value: the annotation's, as
+	// before).
+	Weights bus.WeightPolicy
+	// ResyncTotal bounds the resync items of all controllers in MC_WORK
+	// at once (0: 1,024); a controller under its fair share of it (this
+	// over the controllers with resyncs there or waiting) may always add
+	// one, so controllers whose resyncs do not drain cannot hold it.
+	ResyncTotal int
 }
 
 // Defaults fills unset fields.
@@ -250,6 +261,7 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 		w.log.Warn("some metrics are not exported", zap.Error(w.metrics.err))
 	}
 	w.out = newOutbox(w.log, jsbus.Publisher{JS: deps.JS, Queued: w.metrics.queued}, deps.JS, cfg.ResyncBacklog)
+	w.out.resyncTotal = cfg.ResyncTotal
 	w.out.metrics = w.metrics
 	w.out.echoes = deps.Echoes
 	if cfg.LeaderElect {

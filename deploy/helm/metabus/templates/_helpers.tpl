@@ -144,6 +144,12 @@ overrides it; YAML, read back with fromYaml:
 {{- with .Values.dispatcher.hookDestinations }}{{ $destinations = . }}{{ end }}
 {{- $refuseInsecure := $hardened }}
 {{- if kindIs "bool" .Values.dispatcher.refuseInsecureCredentials }}{{ $refuseInsecure = .Values.dispatcher.refuseInsecureCredentials }}{{ end }}
+{{- $maxWeight := ternary 1 100 $hardened }}
+{{- if kindIs "float64" .Values.watcher.maxControllerWeight }}{{ $maxWeight = .Values.watcher.maxControllerWeight | int }}{{ end }}
+{{- if kindIs "int64" .Values.watcher.maxControllerWeight }}{{ $maxWeight = .Values.watcher.maxControllerWeight | int }}{{ end }}
+{{- $resyncAfter := ternary 32 0 $hardened }}
+{{- if kindIs "float64" .Values.dispatcher.resyncAfterBacklog }}{{ $resyncAfter = .Values.dispatcher.resyncAfterBacklog | int }}{{ end }}
+{{- if kindIs "int64" .Values.dispatcher.resyncAfterBacklog }}{{ $resyncAfter = .Values.dispatcher.resyncAfterBacklog | int }}{{ end }}
 {{- $all := not $hardened }}
 {{- if kindIs "bool" .Values.applier.rbac.allResources }}{{ $all = .Values.applier.rbac.allResources }}{{ end }}
 secretNamespaces: {{ $secretNamespaces | toJson }}
@@ -152,6 +158,8 @@ controllerResources: {{ $controllers | toJson }}
 hookDestinations: {{ $destinations | toJson }}
 refuseInsecureCredentials: {{ $refuseInsecure }}
 applierAllResources: {{ $all }}
+maxControllerWeight: {{ $maxWeight }}
+resyncAfterBacklog: {{ $resyncAfter }}
 {{- end }}
 
 {{/*
@@ -276,6 +284,7 @@ The arguments the chart sets for one service besides the common ones:
 - --partitions={{ $root.Values.nats.partitions }}
 {{- end }}
 - --controller-resources={{ join "," $policy.controllerResources }}
+- --max-controller-weight={{ $policy.maxControllerWeight }}
 {{- else if eq .svc "dispatcher" }}
 - --secret-namespaces={{ join "," $policy.secretNamespaces }}
 {{- with $root.Values.dispatcher.hookCredentialSecrets }}
@@ -284,6 +293,7 @@ The arguments the chart sets for one service besides the common ones:
 - --related-resources={{ join "," $policy.relatedResources }}
 - --hook-destinations={{ join "," $policy.hookDestinations }}
 - --refuse-insecure-credentials={{ $policy.refuseInsecureCredentials }}
+- --resync-after-backlog={{ $policy.resyncAfterBacklog }}
 {{- with $root.Values.dispatcher.hookSubjectPrefix }}
 - --hook-subject-prefix={{ . }}
 {{- end }}
