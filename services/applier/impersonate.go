@@ -61,9 +61,16 @@ func newWriters(cfg *rest.Config) (writers, error) {
 }
 
 // impersonating is cfg impersonating id (a copy; cfg is not changed).
+//
+// It names the user only: for a ServiceAccount's user name, the API server
+// adds the account's groups (id.Groups()) itself when the request names
+// none, and requires only `impersonate` on that serviceaccount. Naming the
+// groups would require `impersonate` on each group too, and a grant on
+// system:serviceaccounts:<namespace> would let the applier claim that
+// group for any user: a wider grant for the same result.
 func impersonating(cfg *rest.Config, id ctlid.Identity) *rest.Config {
 	out := rest.CopyConfig(cfg)
-	out.Impersonate = rest.ImpersonationConfig{UserName: id.Username(), Groups: id.Groups()}
+	out.Impersonate = rest.ImpersonationConfig{UserName: id.Username()}
 	return out
 }
 
