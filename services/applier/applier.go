@@ -115,24 +115,25 @@ type Applier struct {
 	log   *zap.Logger
 	js    jetstream.JetStream
 	sched scheduler
-	// dyn and raw are the applier's own clients, which the writes of a
-	// controller acting as no identity go through. raw makes the hot
-	// writes without decoding their answers (nil: the dynamic client makes
-	// them, as in unit tests with a fake one).
+	// dyn (and raw) are the applier's own clients, which the writes of a
+	// controller acting as no identity go through (identities: the others).
 	dyn dynamic.Interface
-	raw *rawClient
+	// raw makes the hot writes without decoding their answers (nil: the
+	// dynamic client makes them, as in unit tests with a fake one).
+	raw     *rawClient
+	disc    *discovery.Map
+	snaps   snapshot.Source
+	revs    revstore.Store
+	rec     *recorder.Recorder
+	health  *obs.Health
+	metrics *metrics
+	trace   obs.Tracer
+	nc      *nats.Conn
+	echoes  *echo.Book
+
 	// identities are the clients impersonating each controller identity
 	// (nil: none can be built, as in unit tests).
 	identities *identityClients
-	disc       *discovery.Map
-	snaps      snapshot.Source
-	revs       revstore.Store
-	rec        *recorder.Recorder
-	health     *obs.Health
-	metrics    *metrics
-	trace      obs.Tracer
-	nc         *nats.Conn
-	echoes     *echo.Book
 
 	// written is this replica's last write of each parent (read your
 	// writes), by controller/parent.
@@ -198,26 +199,27 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	health.Pending(readyCheck, "starting")
 	member := jsbus.NewMemberID()
 	a := &Applier{
-		member:     member,
-		book:       inspect.New(bus.DesiredStage, member, 0),
-		cfg:        cfg,
-		log:        log.Named("applier"),
-		js:         deps.JS,
-		sched:      jsbus.Publisher{JS: deps.JS},
-		dyn:        own.dyn,
-		raw:        own.raw,
-		identities: newIdentityClients(writes, newWriters),
-		disc:       discovery.New(discovery.APIServer{API: kube}),
-		snaps:      snaps,
-		revs:       revs,
-		rec:        recorder.New(kube, recorder.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-applier"}),
-		health:     health,
-		metrics:    newMetrics(deps.Metrics),
-		trace:      deps.Trace,
-		nc:         deps.NC,
-		echoes:     deps.Echoes,
-		written:    map[string]ownWrite{},
+		member:  member,
+		book:    inspect.New(bus.DesiredStage, member, 0),
+		cfg:     cfg,
+		log:     log.Named("applier"),
+		js:      deps.JS,
+		sched:   jsbus.Publisher{JS: deps.JS},
+		dyn:     own.dyn,
+		raw:     own.raw,
+		disc:    discovery.New(discovery.APIServer{API: kube}),
+		snaps:   snaps,
+		revs:    revs,
+		rec:     recorder.New(kube, recorder.Options{QPS: cfg.EventsQPS, Burst: cfg.EventsBurst, Component: "metabus-applier"}),
+		health:  health,
+		metrics: newMetrics(deps.Metrics),
+		trace:   deps.Trace,
+		nc:      deps.NC,
+		echoes:  deps.Echoes,
+		written: map[string]ownWrite{},
 	}
+	// The writes of a controller that names an identity, impersonating it.
+	a.identities = newIdentityClients(writes, newWriters)
 	a.metrics.watchNATS(deps.Metrics, deps.NC)
 	if a.metrics.err != nil {
 		a.log.Warn("some metrics are not exported", zap.Error(a.metrics.err))
