@@ -32,6 +32,7 @@ import (
 	"github.com/metabus/metabus/internal/testing/testpki"
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
+	ctlid "github.com/metabus/metabus/pkg/identity"
 	"github.com/metabus/metabus/pkg/natscreds"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/services/dispatcher"
@@ -95,7 +96,7 @@ func hardenedProfile(t *testing.T) allinone.Config {
 			continue
 		}
 		for _, op := range ops {
-			if v, ok := op.Value.(string); ok && op.Op == "replace" && strings.HasPrefix(v, "--") {
+			if v, ok := op.Value.(string); ok && (op.Op == "replace" || op.Op == "add") && strings.HasPrefix(v, "--") {
 				args[p.Target.Name] = append(args[p.Target.Name], v)
 			}
 		}
@@ -104,6 +105,7 @@ func hardenedProfile(t *testing.T) allinone.Config {
 	for name, register := range map[string]func(*flag.FlagSet){
 		"metabus-dispatcher": cfg.Dispatcher.RegisterFlags,
 		"metabus-watcher":    cfg.Watcher.RegisterFlags,
+		"metabus-applier":    cfg.Applier.RegisterFlags,
 	} {
 		if len(args[name]) == 0 {
 			t.Fatalf("deploy/overlays/hardened sets no argument of %s", name)
@@ -116,7 +118,7 @@ func hardenedProfile(t *testing.T) allinone.Config {
 		t.Logf("hardened profile: %s %s", name, strings.Join(args[name], " "))
 	}
 	for _, need := range []bool{len(cfg.Dispatcher.HookDestinations) > 0, cfg.Dispatcher.RefuseInsecureCredentials,
-		len(cfg.Dispatcher.RelatedResources) > 0, len(cfg.Watcher.ControllerResources) > 0} {
+		len(cfg.Dispatcher.RelatedResources) > 0, len(cfg.Watcher.ControllerResources) > 0, !cfg.Applier.DefaultServiceAccount.None()} {
 		if !need {
 			t.Fatalf("deploy/overlays/hardened lacks a narrowing setting the suite relies on: %+v %+v", cfg.Dispatcher, cfg.Watcher)
 		}
@@ -127,7 +129,12 @@ func hardenedProfile(t *testing.T) allinone.Config {
 
 // hostile is the suite's running metabus and what it records.
 type hostile struct {
-	inst   *instance
+	inst *instance
+	// cfg is the profile the suite runs.
+	cfg allinone.Config
+	// writer is the account ("<namespace>/<name>") the tenant's
+	// controllers act as unless a test says otherwise.
+	writer string
 	tenant dynamic.Interface
 	nats   *testnats.Production
 	// foreignSecretReads counts metabus's API requests on Secrets outside
@@ -156,6 +163,9 @@ func TestHostile(t *testing.T) {
 		{"name-destinations", h.nameDestinations},
 		{"own-namespace-secrets", h.ownNamespaceSecrets},
 		{"bus", h.bus},
+		{"identity-namespaces", h.identityNamespaces},
+		{"identity-default", h.identityDefault},
+		{"identity-invalid", h.identityInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -173,10 +183,16 @@ func startHostile(t *testing.T) *hostile {
 	// granted the test's own parent and child kinds only.
 	narrowDispatcherSecrets(t)
 	narrowApplier(t)
-	grantApplier(t, "e2e-hostile-applier",
-		rbacv1.PolicyRule{APIGroups: []string{"test.metabus.dev"}, Resources: []string{"widgets"}, Verbs: []string{"get", "update"}},
-		rbacv1.PolicyRule{APIGroups: []string{"test.metabus.dev"}, Resources: []string{"widgets/status"}, Verbs: []string{"update"}},
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create", "update", "patch", "delete"}})
+	writes := []rbacv1.PolicyRule{
+		{APIGroups: []string{"test.metabus.dev"}, Resources: []string{"widgets"}, Verbs: []string{"get", "update"}},
+		{APIGroups: []string{"test.metabus.dev"}, Resources: []string{"widgets/status"}, Verbs: []string{"update"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create", "update", "patch", "delete"}},
+	}
+	grantApplier(t, "e2e-hostile-applier", writes...)
+	// The profile's default account may write nothing: the tenant's
+	// controllers name an account an admin granted the same writes, as
+	// cluster-wide as the applier's above (identity_test.go narrows one).
+	h.writer = grantClusterAccount(t, newNamespace(t), "e2e-hostile-writer", writes...)
 
 	// The tenant: controllers and parents, nothing else.
 	h.tenant = tenantClient(t, []rbacv1.PolicyRule{
@@ -202,6 +218,7 @@ func startHostile(t *testing.T) *hostile {
 	cfg.Dispatcher.HookDestinations = append([]string{"localhost:" + h.namePort, "localhost:" + apiPort}, cfg.Dispatcher.HookDestinations...)
 	cfg.Dispatcher.HookCredentialSecrets = []string{hookTokenSecret, listedNATSCopy}
 	cfg.NATS.URL = h.nats.URL
+	h.cfg = cfg
 	// Snapshots and revisions over NATS too, as between deployed services:
 	// their replies are on the bus for the bus test to try to read.
 	cfg.SnapshotsOverNATS = true
@@ -289,11 +306,20 @@ func tenantClient(t *testing.T, rules []rbacv1.PolicyRule) dynamic.Interface {
 // metabus.
 func (h *hostile) controller(t *testing.T, kind, name string, spec map[string]any) {
 	t.Helper()
+	h.controllerAs(t, kind, name, h.writer, spec)
+}
+
+// controllerAs is controller naming account as its identity ("": none).
+func (h *hostile) controllerAs(t *testing.T, kind, name, account string, spec map[string]any) {
+	t.Helper()
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": v1alpha1.GroupVersion.String(), "kind": kind,
 		"metadata": map[string]any{"name": name}, "spec": spec,
 	}}
 	u.SetLabels(h.inst.label())
+	if account != "" {
+		u.SetAnnotations(map[string]string{ctlid.ServiceAccountAnnotation: account})
+	}
 	gvr := controllerGVRs[kind]
 	if _, err := h.tenant.Resource(gvr).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("the tenant creates %s %s: %v", kind, name, err)

@@ -27,4 +27,7 @@ const (
 	// ReasonInvalidAnnotation reports a metabus annotation on a controller
 	// whose value is ignored (the default applies instead).
 	ReasonInvalidAnnotation = "InvalidAnnotation"
+	// ReasonInvalidIdentity reports a controller whose ServiceAccount
+	// annotation (pkg/identity) does not parse: its parents get no writes.
+	ReasonInvalidIdentity = "InvalidServiceAccount"
 )

@@ -29,6 +29,7 @@ import (
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events"
 	"github.com/metabus/metabus/pkg/events/recorder"
+	ctlid "github.com/metabus/metabus/pkg/identity"
 	"github.com/metabus/metabus/pkg/inspect"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kubeapi"
@@ -65,6 +66,10 @@ type Config struct {
 	BusEventsMaxBytes int64
 	// BusEventsReplicas is the events stream's replica count (0: Bus's).
 	BusEventsReplicas int
+	// DefaultServiceAccount is the identity of a controller that names
+	// none (--default-service-account); none: the applier's own authority,
+	// as upstream. See impersonate.go.
+	DefaultServiceAccount ctlid.Identity
 }
 
 // Defaults fills unset fields.
@@ -110,7 +115,9 @@ type Applier struct {
 	log   *zap.Logger
 	js    jetstream.JetStream
 	sched scheduler
-	dyn   dynamic.Interface
+	// dyn (and raw) are the applier's own clients, which the writes of a
+	// controller acting as no identity go through (identities: the others).
+	dyn dynamic.Interface
 	// raw makes the hot writes without decoding their answers (nil: the
 	// dynamic client makes them, as in unit tests with a fake one).
 	raw     *rawClient
@@ -123,6 +130,10 @@ type Applier struct {
 	trace   obs.Tracer
 	nc      *nats.Conn
 	echoes  *echo.Book
+
+	// identities are the clients impersonating each controller identity
+	// (nil: none can be built, as in unit tests).
+	identities *identityClients
 
 	// written is this replica's last write of each parent (read your
 	// writes), by controller/parent.
@@ -161,13 +172,12 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 	// lease of the handler making it, right before it is sent.
 	writes := rest.CopyConfig(deps.REST)
 	writes.Wrap(jsbus.LeaseGuard)
-	raw, err := newRawClient(writes)
+	own, err := newWriters(writes)
 	if err != nil {
 		return nil, err
 	}
-	dyn, err := dynamic.NewForConfig(writes)
-	if err != nil {
-		return nil, fmt.Errorf("dynamic client: %w", err)
+	if !cfg.DefaultServiceAccount.None() {
+		log.Info("controllers that name no identity act as the default one", zap.String("serviceAccount", cfg.DefaultServiceAccount.String()))
 	}
 	kube, err := kubeapi.NewForConfig(deps.REST)
 	if err != nil {
@@ -195,8 +205,8 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 		log:     log.Named("applier"),
 		js:      deps.JS,
 		sched:   jsbus.Publisher{JS: deps.JS},
-		dyn:     dyn,
-		raw:     raw,
+		dyn:     own.dyn,
+		raw:     own.raw,
 		disc:    discovery.New(discovery.APIServer{API: kube}),
 		snaps:   snaps,
 		revs:    revs,
@@ -208,6 +218,8 @@ func New(cfg Config, deps Deps) (*Applier, error) {
 		echoes:  deps.Echoes,
 		written: map[string]ownWrite{},
 	}
+	// The writes of a controller that names an identity, impersonating it.
+	a.identities = newIdentityClients(writes, newWriters)
 	a.metrics.watchNATS(deps.Metrics, deps.NC)
 	if a.metrics.err != nil {
 		a.log.Warn("some metrics are not exported", zap.Error(a.metrics.err))
@@ -476,7 +488,11 @@ func (a *Applier) settle(ctx context.Context, ds *bus.DesiredState, wl *writeLog
 		}
 		if denied := denials(err); len(denied) > 0 {
 			reason, delay = events.ReasonApplyForbidden, forbiddenBackoff(n)
-			msg = forbiddenMessage(denied, delay)
+			var id ctlid.Identity
+			if wl != nil {
+				id = wl.identity
+			}
+			msg = forbiddenMessage(denied, delay, id)
 		}
 		a.log.Warn("apply failed; retrying with backoff", zap.String("controller", ds.Controller.Name),
 			zap.String("parent", ds.Parent.Namespace+"/"+ds.Parent.Name), zap.String("mapKey", ds.MapKey), zap.Int("attempt", n),

@@ -90,6 +90,14 @@ func (a *Applier) applyParent(ctx context.Context, ds *bus.DesiredState, snap *s
 	if err != nil {
 		return done(resultInvalid)
 	}
+	id, w, err := a.resolveIdentity(snap.Controller.GetAnnotations())
+	if err != nil {
+		return a.identityRefused(ds, err)
+	}
+	if !id.None() {
+		ctx = actAs(ctx, id, w)
+	}
+	noteIdentity(ctx, id)
 	in := planInput{Kind: ctrl, Desired: ds, Snapshot: snap, ObservesChildren: observesChildren(snap), Options: a.planOptions, Covered: a.covered}
 	in.Parent, err = ctrl.ApplyParent(kinds.ApplyInput{Desired: ds, Parent: snap.Parent, ParentResource: snap.ParentResource, ParentHasStatus: snap.ParentHasStatus})
 	if err != nil {
@@ -249,8 +257,12 @@ func parentWriteFailed(ds *bus.DesiredState, err error) error {
 // finalize hook). This is the one path that reads the parent live: it has
 // no snapshot to work from (the controller is not wired any more) and runs
 // once per parent per controller deletion.
+//
+// The controller is gone, so no controller object names an identity: the
+// release is the applier's own (it removes only the finalizer the
+// controller's kind put there).
 func (a *Applier) release(ctx context.Context, ds *bus.DesiredState) error {
-	c, err := a.parentClient(ds.Parent)
+	c, err := parentResource(a.dyn, ds.Parent)
 	if err != nil {
 		return done(resultInvalid)
 	}

@@ -23,6 +23,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.BusEventsMaxBytes, "bus-events-max-bytes", bus.DefaultEventsMaxBytes, "the size "+bus.EventsStream+
 		" keeps, the oldest events going first (with --bus-events)")
 	fs.IntVar(&c.BusEventsReplicas, "bus-events-replicas", 1, "replicas of "+bus.EventsStream+" (with --bus-events; as the watcher's --stream-replicas in a NATS cluster)")
+	c.registerIdentityFlags(fs)
 }
 
 // changeOp is what a write did to a child, for the applied event.

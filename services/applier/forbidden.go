@@ -9,6 +9,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ctlid "github.com/metabus/metabus/pkg/identity"
 )
 
 // AggregateLabel is the label of the ClusterRoles whose rules the applier's
@@ -58,10 +60,12 @@ func denials(err error) []denial {
 }
 
 // forbiddenMessage is the Event message for refused writes: what was
-// refused, and the RBAC that would allow it, in the form an admin pastes
-// into a ClusterRole labelled AggregateLabel (or the Helm value
-// applier.rbac.extraRules).
-func forbiddenMessage(ds []denial, retryIn time.Duration) string {
+// refused, and the RBAC that would allow it. Writes made as the applier
+// (id none) are fixed in the form an admin pastes into a ClusterRole
+// labelled AggregateLabel (or the Helm value applier.rbac.extraRules);
+// writes made as a controller's identity are fixed by granting that
+// ServiceAccount, never the applier.
+func forbiddenMessage(ds []denial, retryIn time.Duration, id ctlid.Identity) string {
 	var b strings.Builder
 	for i, d := range ds {
 		if i > 0 {
@@ -77,11 +81,23 @@ func forbiddenMessage(ds []denial, retryIn time.Duration) string {
 		}
 		fmt.Fprintf(&b, "%s may not %s %s (API group %s) %s", d.User, d.Verb, d.Resource, group, where)
 	}
-	b.WriteString(". Grant it with a ClusterRole labelled " + AggregateLabel + `: "true"`)
-	for _, d := range ds {
-		fmt.Fprintf(&b, `, rule {apiGroups: [%q], resources: [%q], verbs: [%q]}`, d.Group, d.Resource, d.Verb)
+	if id.None() {
+		b.WriteString(". Grant it with a ClusterRole labelled " + AggregateLabel + `: "true"`)
+	} else {
+		fmt.Fprintf(&b, ". The controller acts as ServiceAccount %s (annotation %s or --default-service-account): "+
+			"if it should, bind that ServiceAccount to a Role in the namespace (a ClusterRole for cluster-wide) with", id, ctlid.ServiceAccountAnnotation)
 	}
-	fmt.Fprintf(&b, " (Helm value applier.rbac.extraRules); retrying in %s, or at once when the parent changes", retryIn)
+	for i, d := range ds {
+		sep := ","
+		if i == 0 && !id.None() {
+			sep = ""
+		}
+		fmt.Fprintf(&b, `%s rule {apiGroups: [%q], resources: [%q], verbs: [%q]}`, sep, d.Group, d.Resource, d.Verb)
+	}
+	if id.None() {
+		b.WriteString(" (Helm value applier.rbac.extraRules)")
+	}
+	fmt.Fprintf(&b, "; retrying in %s, or at once when the parent changes", retryIn)
 	return b.String()
 }
 

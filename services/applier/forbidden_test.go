@@ -10,6 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	ctlid "github.com/metabus/metabus/pkg/identity"
 )
 
 // forbidden builds the error the API server returns when RBAC refuses a
@@ -68,6 +70,7 @@ func TestForbiddenMessage(t *testing.T) {
 	tests := []struct {
 		reason string
 		ds     []denial
+		id     ctlid.Identity
 		want   string
 	}{
 		{
@@ -91,10 +94,19 @@ func TestForbiddenMessage(t *testing.T) {
 				`rule {apiGroups: ["rbac.authorization.k8s.io"], resources: ["clusterrolebindings"], verbs: ["delete"]} ` +
 				`(Helm value applier.rbac.extraRules); retrying in 1m0s, or at once when the parent changes`,
 		},
+		{
+			reason: "a write as the controller's identity: the account is granted, not the applier",
+			id:     ctlid.Identity{Namespace: "team-a", Name: "deployer"},
+			ds:     []denial{{User: "system:serviceaccount:team-a:deployer", Verb: "create", Resource: "configmaps", Namespace: "team-b"}},
+			want: `system:serviceaccount:team-a:deployer may not create configmaps (API group core) in namespace "team-b". ` +
+				`The controller acts as ServiceAccount team-a/deployer (annotation metabus.dev/service-account or --default-service-account): ` +
+				`if it should, bind that ServiceAccount to a Role in the namespace (a ClusterRole for cluster-wide) with ` +
+				`rule {apiGroups: [""], resources: ["configmaps"], verbs: ["create"]}; retrying in 1m0s, or at once when the parent changes`,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.reason, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, forbiddenMessage(tt.ds, time.Minute)); diff != "" {
+			if diff := cmp.Diff(tt.want, forbiddenMessage(tt.ds, time.Minute, tt.id)); diff != "" {
 				t.Errorf("message (-want +got):\n%s", diff)
 			}
 		})
@@ -125,7 +137,7 @@ func TestForbiddenBackoff(t *testing.T) {
 // The message built from a real API error names the parts an admin needs,
 // and stays under the 1 kB note limit of events.k8s.io Events.
 func TestForbiddenMessageFromAPIError(t *testing.T) {
-	msg := forbiddenMessage(denials(fmt.Errorf("create ConfigMap ns/x: %w", forbidden("create", "", "configmaps", "ns"))), forbiddenBackoff(1))
+	msg := forbiddenMessage(denials(fmt.Errorf("create ConfigMap ns/x: %w", forbidden("create", "", "configmaps", "ns"))), forbiddenBackoff(1), ctlid.Identity{})
 	for _, want := range []string{"may not create configmaps", `namespace "ns"`, AggregateLabel, "applier.rbac.extraRules"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q lacks %q", msg, want)

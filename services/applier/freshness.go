@@ -12,6 +12,7 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/children"
 	"github.com/metabus/metabus/pkg/echo"
+	ctlid "github.com/metabus/metabus/pkg/identity"
 )
 
 // maxWritten bounds the read-your-writes memory; past it, it starts over
@@ -90,6 +91,9 @@ type writeLog struct {
 	// changes, set when events are published (--bus-events), lists the
 	// children created, updated and deleted (noteChange).
 	changes *bus.AppliedEvent
+	// identity is the one the apply's writes impersonated (noteIdentity;
+	// none: the applier's own), which a refusal's Event names.
+	identity ctlid.Identity
 }
 
 type writeLogKey struct{}

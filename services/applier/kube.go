@@ -71,7 +71,7 @@ func (a *Applier) setControllerRef(ctx context.Context, rule *children.Rule, obj
 	if err != nil {
 		return nil, err
 	}
-	c, err := a.client(rule, obj.GetNamespace())
+	c, err := a.client(ctx, rule, obj.GetNamespace())
 	if err != nil {
 		return nil, err
 	}
@@ -93,13 +93,19 @@ func (a *Applier) setControllerRef(ctx context.Context, rule *children.Rule, obj
 	return out, nil
 }
 
-// parentClient returns the dynamic client of the parent's resource.
-func (a *Applier) parentClient(ref bus.ObjectRef) (dynamic.ResourceInterface, error) {
+// parentClient returns the dynamic client of the parent's resource that
+// the apply of ctx writes with (writersOf).
+func (a *Applier) parentClient(ctx context.Context, ref bus.ObjectRef) (dynamic.ResourceInterface, error) {
+	return parentResource(a.writersOf(ctx).dyn, ref)
+}
+
+// parentResource returns dyn's client of the parent's resource.
+func parentResource(dyn dynamic.Interface, ref bus.ObjectRef) (dynamic.ResourceInterface, error) {
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
 	if err != nil {
 		return nil, fmt.Errorf("parent apiVersion %q: %w", ref.APIVersion, err)
 	}
-	r := a.dyn.Resource(gv.WithResource(ref.Resource))
+	r := dyn.Resource(gv.WithResource(ref.Resource))
 	if ref.Namespace != "" {
 		return r.Namespace(ref.Namespace), nil
 	}
@@ -108,9 +114,10 @@ func (a *Applier) parentClient(ref bus.ObjectRef) (dynamic.ResourceInterface, er
 
 // adoptable rechecks the parent without the cache before adopting, as
 // the cache may lag its deletion: a parent being deleted, or replaced by
-// another of the same name, adopts nothing.
+// another of the same name, adopts nothing. The read is the applier's own,
+// not the controller identity's.
 func (a *Applier) adoptable(ctx context.Context, ds *bus.DesiredState) (bool, error) {
-	pc, err := a.parentClient(ds.Parent)
+	pc, err := parentResource(a.dyn, ds.Parent)
 	if err != nil {
 		return false, err
 	}
@@ -138,12 +145,14 @@ func (a *Applier) resolveRules(ctx context.Context, decl kinds.ApplyChildRules) 
 	return rules, nil
 }
 
-func (a *Applier) client(rule *children.Rule, ns string) (dynamic.ResourceInterface, error) {
+// client returns the dynamic client of a child's resource that the apply
+// of ctx writes with (writersOf).
+func (a *Applier) client(ctx context.Context, rule *children.Rule, ns string) (dynamic.ResourceInterface, error) {
 	gv, err := schema.ParseGroupVersion(rule.APIVersion)
 	if err != nil {
 		return nil, fmt.Errorf("child apiVersion %q: %w", rule.APIVersion, err)
 	}
-	r := a.dyn.Resource(gv.WithResource(rule.Resource))
+	r := a.writersOf(ctx).dyn.Resource(gv.WithResource(rule.Resource))
 	if rule.Namespaced {
 		return r.Namespace(ns), nil
 	}
@@ -153,7 +162,8 @@ func (a *Applier) client(rule *children.Rule, ns string) (dynamic.ResourceInterf
 // create creates a child: through the raw client when there is one (the
 // created object is not decoded: nothing reads it), else the dynamic one.
 func (a *Applier) create(ctx context.Context, c dynamic.ResourceInterface, rule *children.Rule, obj *unstructured.Unstructured) (written, error) {
-	if a.raw == nil {
+	raw := a.writersOf(ctx).raw
+	if raw == nil {
 		out, err := c.Create(ctx, obj, metav1.CreateOptions{})
 		if err != nil {
 			return written{}, err
@@ -168,20 +178,21 @@ func (a *Applier) create(ctx context.Context, c dynamic.ResourceInterface, rule 
 	if rule.Namespaced {
 		ns = obj.GetNamespace()
 	}
-	return a.raw.create(ctx, gvr, ns, obj)
+	return raw.create(ctx, gvr, ns, obj)
 }
 
 // update updates a child and returns it as written (only its
 // resourceVersion is read back with the raw client).
 func (a *Applier) update(ctx context.Context, c dynamic.ResourceInterface, rule *children.Rule, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
-	if a.raw == nil {
+	raw := a.writersOf(ctx).raw
+	if raw == nil {
 		return c.Update(ctx, obj, metav1.UpdateOptions{})
 	}
 	gvr, err := ruleGVR(rule)
 	if err != nil {
 		return nil, err
 	}
-	rv, err := a.raw.update(ctx, gvr, obj, "")
+	rv, err := raw.update(ctx, gvr, obj, "")
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +217,7 @@ func parentGVR(ref bus.ObjectRef) schema.GroupVersionResource {
 // write performs one child action with optimistic concurrency.
 func (a *Applier) write(ctx context.Context, act children.Action) error {
 	obj := act.Object
-	c, err := a.client(act.Rule, obj.GetNamespace())
+	c, err := a.client(ctx, act.Rule, obj.GetNamespace())
 	if err != nil {
 		return err
 	}
@@ -347,10 +358,11 @@ func (a *Applier) removeFinalizer(ctx context.Context, ds *bus.DesiredState, par
 // to a parent gone meanwhile is no error: nothing is left to report on.
 // Conflicts are returned as they are, for the caller to requeue.
 func (a *Applier) writeParent(ctx context.Context, ds *bus.DesiredState, parent *unstructured.Unstructured, w parentWrite) (*unstructured.Unstructured, error) {
-	c, err := a.parentClient(ds.Parent)
+	c, err := a.parentClient(ctx, ds.Parent)
 	if err != nil {
 		return nil, err
 	}
+	raw := a.writersOf(ctx).raw
 	var data []byte
 	if w.status == nil {
 		if data, err = json.Marshal(w.patch); err != nil {
@@ -361,10 +373,10 @@ func (a *Applier) writeParent(ctx context.Context, ds *bus.DesiredState, parent 
 	finish := startWrite(ctx, parentFreshKey(ds), parent)
 	var out *unstructured.Unstructured
 	switch {
-	case w.status != nil && a.raw != nil:
+	case w.status != nil && raw != nil:
 		updated := withStatus(parent, w.status)
 		var rv string
-		if rv, err = a.raw.update(ctx, parentGVR(ds.Parent), updated, "status"); err == nil {
+		if rv, err = raw.update(ctx, parentGVR(ds.Parent), updated, "status"); err == nil {
 			out = withResourceVersion(updated, rv)
 		}
 	case w.status != nil:

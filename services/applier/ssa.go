@@ -87,7 +87,8 @@ func (a *Applier) covered(act children.Action) bool {
 // there is one) and returns the answer's identity and, for a dry run, the
 // object the API server would store.
 func (a *Applier) ssaPatch(ctx context.Context, c dynamic.ResourceInterface, rule *children.Rule, namespace, name string, body []byte, dryRun bool) (written, map[string]any, error) {
-	if a.raw == nil {
+	rc := a.writersOf(ctx).raw
+	if rc == nil {
 		opts := metav1.PatchOptions{FieldManager: a.cfg.FieldManager, Force: ptrTo(true)}
 		if dryRun {
 			opts.DryRun = []string{metav1.DryRunAll}
@@ -105,7 +106,7 @@ func (a *Applier) ssaPatch(ctx context.Context, c dynamic.ResourceInterface, rul
 	if !rule.Namespaced {
 		namespace = ""
 	}
-	raw, err := a.raw.apply(ctx, gvr, namespace, name, body, a.cfg.FieldManager, dryRun)
+	raw, err := rc.apply(ctx, gvr, namespace, name, body, a.cfg.FieldManager, dryRun)
 	if err != nil {
 		return written{}, nil, err
 	}

@@ -253,7 +253,7 @@ func TestDropLastAppliedPatch(t *testing.T) {
 		return false, nil, nil
 	})
 	rule := methodRule()
-	c, err := a.client(&rule, "ns")
+	c, err := a.client(context.Background(), &rule, "ns")
 	if err != nil {
 		t.Fatal(err)
 	}

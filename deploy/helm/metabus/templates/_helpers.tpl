@@ -152,6 +152,10 @@ overrides it; YAML, read back with fromYaml:
 {{- if kindIs "int64" .Values.dispatcher.resyncAfterBacklog }}{{ $resyncAfter = .Values.dispatcher.resyncAfterBacklog | int }}{{ end }}
 {{- $all := not $hardened }}
 {{- if kindIs "bool" .Values.applier.rbac.allResources }}{{ $all = .Values.applier.rbac.allResources }}{{ end }}
+{{- $nobody := ternary (printf "%s-nobody" (include "metabus.fullname" .)) "" $hardened }}
+{{- $defaultSA := ternary (printf "%s/%s" (include "metabus.namespace" .) $nobody) "" $hardened }}
+{{- $identity := .Values.applier.identity | default dict }}
+{{- if kindIs "string" $identity.defaultServiceAccount }}{{ $defaultSA = $identity.defaultServiceAccount }}{{ $nobody = "" }}{{ end }}
 secretNamespaces: {{ $secretNamespaces | toJson }}
 relatedResources: {{ $related | toJson }}
 controllerResources: {{ $controllers | toJson }}
@@ -160,6 +164,8 @@ refuseInsecureCredentials: {{ $refuseInsecure }}
 applierAllResources: {{ $all }}
 maxControllerWeight: {{ $maxWeight }}
 resyncAfterBacklog: {{ $resyncAfter }}
+defaultServiceAccount: {{ $defaultSA | quote }}
+nobodyServiceAccount: {{ $nobody | quote }}
 {{- end }}
 
 {{/*
@@ -297,11 +303,16 @@ The arguments the chart sets for one service besides the common ones:
 {{- with $root.Values.dispatcher.hookSubjectPrefix }}
 - --hook-subject-prefix={{ . }}
 {{- end }}
-{{- else if and (eq .svc "applier") $root.Values.events.enabled }}
+{{- else if eq .svc "applier" }}
+{{- with $policy.defaultServiceAccount }}
+- --default-service-account={{ . }}
+{{- end }}
+{{- if $root.Values.events.enabled }}
 - --bus-events
 - --bus-events-max-age={{ $root.Values.events.maxAge }}
 - --bus-events-max-bytes={{ $root.Values.events.maxBytes | int64 }}
 - --bus-events-replicas={{ $root.Values.nats.streamReplicas }}
+{{- end }}
 {{- end }}
 {{- end }}
 
