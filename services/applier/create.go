@@ -81,6 +81,16 @@ func ownerNames(refs []metav1.OwnerReference) string {
 	return out
 }
 
+// createFailed is the end of a create of obj that failed with err, under
+// either strategy: a name taken is settled by alreadyExists, anything else
+// is an error.
+func (a *Applier) createFailed(ctx context.Context, c dynamic.ResourceInterface, obj *unstructured.Unstructured, what string, err error) error {
+	if apierrors.IsAlreadyExists(err) {
+		return a.alreadyExists(ctx, c, obj, what)
+	}
+	return fmt.Errorf("create %s: %w", what, err)
+}
+
 // failureReason is the Event reason of an apply whose child or status
 // writes failed with errs: CreateConflict when every failure is a create
 // that met an object the parent does not control, else ApplyError.
@@ -172,10 +182,7 @@ func (a *Applier) createApplied(ctx context.Context, c dynamic.ResourceInterface
 	a.metrics.writes.WithLabelValues("create", act.Rule.Resource).Inc()
 	ans, err := a.postConfiguration(ctx, c, act.Rule, cfg)
 	if err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return a.alreadyExists(ctx, c, cfg, what)
-		}
-		return fmt.Errorf("create %s: %w", what, err)
+		return a.createFailed(ctx, c, cfg, what, err)
 	}
 	w := written{UID: ans.Metadata.UID, ResourceVersion: ans.Metadata.ResourceVersion, Generation: ans.Metadata.Generation}
 	noteCreated(ctx, ruleKey(act.Rule), w)

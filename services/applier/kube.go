@@ -217,10 +217,7 @@ func (a *Applier) write(ctx context.Context, act children.Action) error {
 		a.metrics.writes.WithLabelValues("create", act.Rule.Resource).Inc()
 		out, err := a.create(ctx, c, act.Rule, obj)
 		if err != nil {
-			if apierrors.IsAlreadyExists(err) {
-				return a.alreadyExists(ctx, c, obj, what)
-			}
-			return fmt.Errorf("create %s: %w", what, err)
+			return a.createFailed(ctx, c, obj, what, err)
 		}
 		noteCreated(ctx, ruleKey(act.Rule), out)
 		noteChange(ctx, changeCreated, obj, out.UID, out.ResourceVersion)
