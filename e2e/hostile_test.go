@@ -174,7 +174,9 @@ func TestHostile(t *testing.T) {
 	}
 }
 
-func startHostile(t *testing.T) *hostile {
+// startHostile starts the suite's metabus; edit, if any, changes its
+// configuration (another apply strategy) after the hardened profile's.
+func startHostile(t *testing.T, edit ...func(*allinone.Config)) *hostile {
 	t.Helper()
 	h := &hostile{ca: testpki.NewCA(t, "hostile hooks")}
 
@@ -222,6 +224,9 @@ func startHostile(t *testing.T) *hostile {
 	// Snapshots and revisions over NATS too, as between deployed services:
 	// their replies are on the bus for the bus test to try to read.
 	cfg.SnapshotsOverNATS = true
+	for _, e := range edit {
+		e(&cfg)
+	}
 	wrap := func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			if strings.Contains(r.URL.Path, "/secrets") && !strings.Contains(r.URL.Path, "/namespaces/"+dispatcher.DefaultNamespace+"/") {

@@ -21,7 +21,8 @@ const (
 	OpUpdate Op = "Update"
 	OpDelete Op = "Delete"
 	// OpApply is a server-side apply of Object (apply.ServerSideApply
-	// only): it creates the child, or updates Observed.
+	// only): it updates Observed, or, without Observed, creates the child
+	// (a create of the configuration, which fails on an existing object).
 	OpApply Op = "Apply"
 )
 
@@ -142,8 +143,9 @@ func Plan(owner Owner, rules []Rule, observed map[int][]*unstructured.Unstructur
 // PlanWith is Plan with a write strategy. With apply.ServerSideApply the
 // decisions are the same, the writes differ:
 //   - desired and not observed: OpApply of the configuration
-//     (apply.Configuration, then the controller reference), which creates
-//     the child;
+//     (apply.Configuration, then the controller reference) without
+//     Observed, which the writer sends as a create of that configuration,
+//     never as an apply onto an object of that name that exists;
 //   - InPlace (and RollingInPlace): OpApply with Observed, unless the
 //     child is Settled and carries no LastAppliedAnnotation, when it is
 //     still planned but Settled (the writer knows whether it owns the

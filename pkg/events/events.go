@@ -24,6 +24,10 @@ const (
 	// ReasonAdopted reports a child taken over from an earlier incarnation
 	// of its parent (same name, a UID that no longer exists).
 	ReasonAdopted = "AdoptedFromEarlierParent"
+	// ReasonCreateConflict reports a child the hook asked for whose name
+	// an object the parent does not control already holds: it is never
+	// taken over by the create, which is retried until the name is free.
+	ReasonCreateConflict = "CreateConflict"
 	// ReasonInvalidAnnotation reports a metabus annotation on a controller
 	// whose value is ignored (the default applies instead).
 	ReasonInvalidAnnotation = "InvalidAnnotation"

@@ -222,11 +222,11 @@ func (a *Applier) planFailed(err error) error {
 }
 
 // unfinished is how an apply ends whose child or status writes failed
-// (retried with an ApplyError) or conflicted (synced again now): nil if
-// none did.
+// (retried with an ApplyError, or a CreateConflict: failureReason) or
+// conflicted (synced again now): nil if none did.
 func unfinished(ds *bus.DesiredState, errs []error, conflict bool) error {
 	if len(errs) > 0 {
-		return retryAfter(events.ReasonApplyError, errors.Join(errs...))
+		return retryAfter(failureReason(errs), errors.Join(errs...))
 	}
 	if conflict {
 		return requeue(ds)

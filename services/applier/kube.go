@@ -228,10 +228,7 @@ func (a *Applier) write(ctx context.Context, act children.Action) error {
 		a.metrics.writes.WithLabelValues("create", act.Rule.Resource).Inc()
 		out, err := a.create(ctx, c, act.Rule, obj)
 		if err != nil {
-			if apierrors.IsAlreadyExists(err) {
-				return a.alreadyExists(ctx, c, obj, what)
-			}
-			return fmt.Errorf("create %s: %w", what, err)
+			return a.createFailed(ctx, c, obj, what, err)
 		}
 		noteCreated(ctx, ruleKey(act.Rule), out)
 		noteChange(ctx, changeCreated, obj, out.UID, out.ResourceVersion)
@@ -284,23 +281,19 @@ func (a *Applier) write(ctx context.Context, act children.Action) error {
 }
 
 // alreadyExists settles a create of obj that failed because its name is
-// taken. A child this parent controls is ours, created by a previous sync
-// whose result the snapshot did not show yet (two syncs in quick
-// succession): nothing is wrong, and the sync its creation triggers sees
-// it. Anything else (someone else's object, an orphan) is never
-// overwritten.
+// taken (holderOf). A child this parent controls is ours, created by a
+// previous sync whose result the snapshot did not show yet (two syncs in
+// quick succession): nothing is wrong, and the sync its creation triggers
+// sees it. Anything else (someone else's object, an orphan) is never
+// written: a createConflictError, which names who holds it.
 func (a *Applier) alreadyExists(ctx context.Context, c dynamic.ResourceInterface, obj *unstructured.Unstructured, what string) error {
-	notOurs := fmt.Errorf("create %s: it already exists and is not controlled by this parent", what)
-	ref := metav1.GetControllerOfNoCopy(obj) // Plan set it to the parent
-	if ref == nil {
-		return notOurs
-	}
 	existing, err := c.Get(ctx, obj.GetName(), metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("create %s: it already exists, and reading it failed: %w", what, err)
 	}
-	if !children.IsOwnedBy(existing, children.Owner{APIVersion: ref.APIVersion, Kind: ref.Kind, UID: string(ref.UID)}) {
-		return notOurs
+	ours, holder := holderOf(existing, metav1.GetControllerOfNoCopy(obj)) // Plan set it to the parent
+	if !ours {
+		return &createConflictError{what: what, holder: holder}
 	}
 	a.log.Debug("child already created by this parent", zap.String("child", what))
 	return nil

@@ -2,6 +2,9 @@ package applier
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -14,6 +17,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/metabus/metabus/pkg/apply"
 	"github.com/metabus/metabus/pkg/children"
 	"github.com/metabus/metabus/pkg/composite"
 	"github.com/metabus/metabus/pkg/events"
@@ -22,7 +26,9 @@ import (
 
 // A create that finds the name taken is only an error when the object is not this parent's:
 // two syncs of one parent in quick succession can both plan the create of a child, because the
-// second one's snapshot did not show the first one's new child yet.
+// second one's snapshot did not show the first one's new child yet. Anything else is a
+// conflict naming who holds the name, and the object is left exactly as it was, under both
+// apply strategies: create means create, never a write onto an existing object.
 func TestCreateOfAChildThatAlreadyExists(t *testing.T) {
 	owner := children.Owner{APIVersion: "example.com/v1", Kind: "Thing", Namespace: "ns", Name: "web", UID: "parent-uid", Namespaced: true}
 	rule := &children.Rule{APIVersion: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true}
@@ -35,6 +41,14 @@ func TestCreateOfAChildThatAlreadyExists(t *testing.T) {
 		o.SetOwnerReferences(refs)
 		return o
 	}
+	theirs := func(refs ...metav1.OwnerReference) *unstructured.Unstructured {
+		o := configMap(refs...)
+		o.Object["data"] = map[string]any{"mapRoles": "admins"}
+		o.SetLabels(map[string]string{"team": "platform"})
+		return o
+	}
+	deleting := theirs()
+	deleting.SetDeletionTimestamp(ptr(metav1.Unix(1700000000, 0)))
 	ours := children.ControllerRef(owner)
 	previousIncarnation := children.ControllerRef(owner)
 	previousIncarnation.UID = "old-parent-uid"
@@ -45,47 +59,174 @@ func TestCreateOfAChildThatAlreadyExists(t *testing.T) {
 	someoneElse := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "x", UID: "other-uid", Controller: ptr(true)}
 	notControlling := *someoneElse.DeepCopy()
 	notControlling.Controller = nil
-	const notOurs = "create ConfigMap ns/web-config: it already exists and is not controlled by this parent"
 
 	tests := []struct {
 		reason   string
 		existing *unstructured.Unstructured // nil: the name is free
-		wantErr  string
+		// wantHolder is who the conflict names; "" expects no error.
+		wantHolder string
 	}{
 		{reason: "the name is free: created", existing: nil},
 		{reason: "already created by this parent (not yet in the cache): not an error", existing: configMap(ours)},
 		{reason: "this parent's among other, non-controller references: not an error", existing: configMap(notControlling, ours)},
-		{reason: "controlled by someone else", existing: configMap(someoneElse), wantErr: notOurs},
-		{reason: "controlled by a previous parent of the same name", existing: configMap(previousIncarnation), wantErr: notOurs},
-		{reason: "the same UID under another kind", existing: configMap(otherKind), wantErr: notOurs},
-		{reason: "referencing this parent, but not as controller", existing: configMap(notController), wantErr: notOurs},
-		{reason: "an orphan", existing: configMap(), wantErr: notOurs},
+		{reason: "controlled by someone else", existing: theirs(someoneElse),
+			wantHolder: "controlled by apps/v1 Deployment x, UID other-uid"},
+		{reason: "controlled by a previous parent of the same name", existing: theirs(previousIncarnation),
+			wantHolder: "controlled by example.com/v1 Thing web, UID old-parent-uid"},
+		{reason: "the same UID under another kind", existing: theirs(otherKind),
+			wantHolder: "controlled by example.com/v1 OtherThing web, UID parent-uid"},
+		{reason: "referencing this parent, but not as controller", existing: theirs(notController),
+			wantHolder: "no controller; owner references example.com/v1 Thing web"},
+		{reason: "an orphan (kube-system/aws-auth, say): never taken over", existing: theirs(),
+			wantHolder: "no owner: created outside this parent, and not an orphan its selector adopts"},
+		{reason: "an orphan being deleted: created once it is gone", existing: deleting,
+			wantHolder: "no owner: created outside this parent, and not an orphan its selector adopts; being deleted"},
+	}
+	for _, strategy := range []apply.Strategy{apply.DynamicApply, apply.ServerSideApply} {
+		for _, tt := range tests {
+			t.Run(string(strategy)+"/"+tt.reason, func(t *testing.T) {
+				var objs []runtime.Object
+				if tt.existing != nil {
+					objs = append(objs, tt.existing.DeepCopy())
+				}
+				dyn := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), objs...)
+				a := &Applier{log: zap.NewNop(), dyn: dyn, metrics: newMetrics(nil), cfg: Config{Strategy: strategy, FieldManager: "mc-test"}}
+				acts, err := children.PlanWith(children.Options{Strategy: strategy}, owner, []children.Rule{*rule}, nil, []children.Desired{{Rule: rule, Object: configMap()}})
+				if err != nil || len(acts) != 1 || !acts[0].Creates() {
+					t.Fatalf("Plan = %v, %v; want one create", acts, err)
+				}
+				want := ""
+				if tt.wantHolder != "" {
+					want = (&createConflictError{what: "ConfigMap ns/web-config", holder: tt.wantHolder}).Error()
+				}
+				err = a.write(context.Background(), acts[0])
+				if diff := cmp.Diff(want, errString(err)); diff != "" {
+					t.Errorf("write error (-want +got):\n%s", diff)
+				}
+				if want != "" && failureReason([]error{err}) != events.ReasonCreateConflict {
+					t.Errorf("the conflict's Event reason is %s, want %s", failureReason([]error{err}), events.ReasonCreateConflict)
+				}
+				for _, act := range dyn.Actions() {
+					if v := act.GetVerb(); v != "create" && v != "get" {
+						t.Errorf("a %s of %s: a create writes nothing but its create", v, act.GetResource().Resource)
+					}
+				}
+				got, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace("ns").Get(context.Background(), "web-config", metav1.GetOptions{})
+				if err != nil {
+					t.Fatalf("get the child: %v", err)
+				}
+				if tt.existing != nil {
+					if diff := cmp.Diff(tt.existing.Object, got.Object); diff != "" {
+						t.Errorf("the existing object changed (-want +got):\n%s", diff)
+					}
+				} else if diff := cmp.Diff(acts[0].Object.GetOwnerReferences(), got.GetOwnerReferences()); diff != "" {
+					t.Errorf("the created child's owner references (-want +got):\n%s", diff)
+				}
+			})
+		}
+	}
+}
+
+// TestFailureReason: an apply whose only failures are creates that met
+// someone else's object is a CreateConflict; any other failure makes it
+// an ApplyError.
+func TestFailureReason(t *testing.T) {
+	taken := &createConflictError{what: "ConfigMap ns/a", holder: "no owner"}
+	tests := []struct {
+		reason string
+		errs   []error
+		want   string
+	}{
+		{reason: "one create conflict", errs: []error{taken}, want: events.ReasonCreateConflict},
+		{reason: "a create conflict, wrapped", errs: []error{fmt.Errorf("child: %w", taken), taken}, want: events.ReasonCreateConflict},
+		{reason: "a create conflict and another failure", errs: []error{taken, errors.New("update ConfigMap ns/b: boom")}, want: events.ReasonApplyError},
+		{reason: "another failure alone", errs: []error{errors.New("boom")}, want: events.ReasonApplyError},
 	}
 	for _, tt := range tests {
 		t.Run(tt.reason, func(t *testing.T) {
-			var objs []runtime.Object
-			if tt.existing != nil {
-				objs = append(objs, tt.existing.DeepCopy())
+			if diff := cmp.Diff(tt.want, failureReason(tt.errs)); diff != "" {
+				t.Errorf("failureReason (-want +got):\n%s", diff)
 			}
-			dyn := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), objs...)
-			a := &Applier{log: zap.NewNop(), dyn: dyn, metrics: newMetrics(nil)}
-			acts, err := children.Plan(owner, []children.Rule{*rule}, nil, []children.Desired{{Rule: rule, Object: configMap()}})
-			if err != nil || len(acts) != 1 || acts[0].Op != children.OpCreate {
-				t.Fatalf("Plan = %v, %v; want one create", acts, err)
-			}
-			if diff := cmp.Diff(tt.wantErr, errString(a.write(context.Background(), acts[0]))); diff != "" {
-				t.Errorf("write error (-want +got):\n%s", diff)
-			}
-			got, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace("ns").Get(context.Background(), "web-config", metav1.GetOptions{})
+		})
+	}
+}
+
+// TestOwnershipPatch: after a create under server-side apply, the fields
+// the create recorded under the field manager's Update entry move to its
+// Apply entry (so later applies prune what the hook stops returning),
+// with the created resourceVersion as precondition; nothing else is
+// touched, and nothing is sent when there is nothing to move.
+func TestOwnershipPatch(t *testing.T) {
+	fields := func(f string) *metav1.FieldsV1 { return &metav1.FieldsV1{Raw: []byte(f)} }
+	update := func(manager, f string) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: fields(f)}
+	}
+	applied := func(manager, f string) metav1.ManagedFieldsEntry {
+		e := update(manager, f)
+		e.Operation = metav1.ManagedFieldsOperationApply
+		return e
+	}
+	const data, note = `{"f:data":{".":{},"f:k":{}}}`, `{"f:data":{".":{},"f:note":{}}}`
+	tests := []struct {
+		reason  string
+		managed []metav1.ManagedFieldsEntry
+		// want is the managedFields the patch writes; nil: no patch.
+		want []metav1.ManagedFieldsEntry
+	}{
+		{reason: "the create's Update entry becomes the Apply entry",
+			managed: []metav1.ManagedFieldsEntry{update("mc", data)},
+			want:    []metav1.ManagedFieldsEntry{applied("mc", data)}},
+		{reason: "another manager's entry is kept as it is",
+			managed: []metav1.ManagedFieldsEntry{update("mc", data), update("admission", note)},
+			want:    []metav1.ManagedFieldsEntry{applied("mc", data), update("admission", note)}},
+		{reason: "an Apply entry already there takes the Update entry's fields",
+			managed: []metav1.ManagedFieldsEntry{applied("mc", note), update("mc", data)},
+			want:    []metav1.ManagedFieldsEntry{applied("mc", `{"f:data":{".":{},"f:k":{},"f:note":{}}}`)}},
+		{reason: "no entry of the manager (a server that records none): nothing to send",
+			managed: []metav1.ManagedFieldsEntry{update("admission", note)}},
+		{reason: "no managedFields at all: nothing to send"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.reason, func(t *testing.T) {
+			patch, err := ownershipPatch("uid-1", "7", tt.managed, "mc")
 			if err != nil {
-				t.Fatalf("get the child: %v", err)
+				t.Fatal(err)
 			}
-			want := tt.existing
-			if want == nil {
-				want = acts[0].Object
+			if tt.want == nil {
+				if patch != nil {
+					t.Errorf("patch %s, want none", patch)
+				}
+				return
 			}
-			if diff := cmp.Diff(want.GetOwnerReferences(), got.GetOwnerReferences()); diff != "" {
-				t.Errorf("the child's owner references changed (-want +got):\n%s", diff)
+			var ops []struct {
+				Op    string          `json:"op"`
+				Path  string          `json:"path"`
+				Value json.RawMessage `json:"value"`
+			}
+			if err := json.Unmarshal(patch, &ops); err != nil {
+				t.Fatalf("patch %s: %v", patch, err)
+			}
+			var got []metav1.ManagedFieldsEntry
+			rv := ""
+			for _, op := range ops {
+				switch op.Path {
+				case "/metadata/managedFields":
+					if err := json.Unmarshal(op.Value, &got); err != nil {
+						t.Fatal(err)
+					}
+				case "/metadata/resourceVersion":
+					if err := json.Unmarshal(op.Value, &rv); err != nil {
+						t.Fatal(err)
+					}
+				default:
+					t.Errorf("the patch touches %s", op.Path)
+				}
+			}
+			if rv != "7" {
+				t.Errorf("the patch's resourceVersion precondition is %q, want the created one", rv)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("managedFields (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -38,17 +38,26 @@ func newRawClient(cfg *rest.Config) (*rawClient, error) {
 // create POSTs obj and returns the created object's identity: its UID and
 // resourceVersion (the rest of the answer is not decoded).
 func (r *rawClient) create(ctx context.Context, gvr schema.GroupVersionResource, namespace string, obj *unstructured.Unstructured) (written, error) {
-	body, err := json.Marshal(obj.Object)
-	if err != nil {
-		return written{}, fmt.Errorf("encode %s: %w", obj.GetName(), err)
-	}
-	res := r.rc.Post().AbsPath(kubeapi.Path(gvr, namespace, "", "")...).
-		SetHeader("Content-Type", "application/json").Body(body).Do(ctx)
-	raw, err := kubeapi.Answer(res)
+	raw, err := r.post(ctx, gvr, namespace, obj, "")
 	if err != nil {
 		return written{}, err
 	}
 	return readWritten(raw, obj.GetName(), "create")
+}
+
+// post POSTs obj, as fieldManager if not "", and returns the answer
+// undecoded. A POST never writes an object that exists: the name taken
+// is an AlreadyExists error.
+func (r *rawClient) post(ctx context.Context, gvr schema.GroupVersionResource, namespace string, obj *unstructured.Unstructured, fieldManager string) ([]byte, error) {
+	body, err := json.Marshal(obj.Object)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", obj.GetName(), err)
+	}
+	req := r.rc.Post().AbsPath(kubeapi.Path(gvr, namespace, "", "")...)
+	if fieldManager != "" {
+		req = req.Param("fieldManager", fieldManager)
+	}
+	return kubeapi.Answer(req.SetHeader("Content-Type", "application/json").Body(body).Do(ctx))
 }
 
 // written is the identity of an object as a write left it.

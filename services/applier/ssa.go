@@ -123,16 +123,21 @@ func (a *Applier) ssaPatch(ctx context.Context, c dynamic.ResourceInterface, rul
 
 func ptrTo[T any](v T) *T { return &v }
 
-// applyChild performs an OpApply: the server-side apply that creates the
-// child, or updates act.Observed with its UID and resourceVersion as
-// preconditions (a child changed or deleted since the hook saw it is a
-// conflict and a new sync, as with dynamic apply, and never an apply on
-// top of a change the hook has not seen). A child carrying dynamic apply's annotation
-// loses it first (upstream does the same): it belongs to another field
-// manager, so the apply would keep it, stale.
+// applyChild performs an OpApply: the create of a child (createApplied:
+// never an apply, which would merge into an object of that name that
+// exists), or the server-side apply that updates act.Observed with its UID
+// and resourceVersion as preconditions (a child changed or deleted since
+// the hook saw it is a conflict and a new sync, as with dynamic apply, and
+// never an apply on top of a change the hook has not seen). A child
+// carrying dynamic apply's annotation loses it first (upstream does the
+// same): it belongs to another field manager, so the apply would keep it,
+// stale.
 func (a *Applier) applyChild(ctx context.Context, c dynamic.ResourceInterface, act children.Action, what string) error {
 	cfg, base := act.Object, act.Observed
-	if base != nil && act.DropLastApplied {
+	if base == nil {
+		return a.createApplied(ctx, c, act, what)
+	}
+	if act.DropLastApplied {
 		out, err := a.dropLastApplied(ctx, c, act.Rule, base)
 		if err != nil {
 			if apierrors.IsNotFound(err) {
@@ -145,42 +150,26 @@ func (a *Applier) applyChild(ctx context.Context, c dynamic.ResourceInterface, a
 		}
 		base = out
 	}
-	uid, rv := "", ""
-	if base != nil {
-		uid, rv = string(base.GetUID()), base.GetResourceVersion()
-	}
-	body, hash, err := apply.Encode(cfg, uid, rv)
+	body, hash, err := apply.Encode(cfg, string(base.GetUID()), base.GetResourceVersion())
 	if err != nil {
 		return err
 	}
 	a.metrics.writes.WithLabelValues("apply", act.Rule.Resource).Inc()
 	finish := startWrite(ctx, ruleKey(act.Rule), base)
 	w, _, err := a.ssaPatch(ctx, c, act.Rule, cfg.GetNamespace(), cfg.GetName(), body, false)
-	if base != nil {
-		finish(identity(w))
-	}
+	finish(identity(w))
 	if err != nil {
 		switch {
-		case base != nil && apierrors.IsNotFound(err):
+		case apierrors.IsNotFound(err):
 			return nil // deleted meanwhile; the next sync creates it again
 		case apierrors.IsConflict(err):
 			// Changed since observed, or deleted (the UID precondition
 			// fails rather than an apply creating it again).
 			return err
-		case base == nil && apierrors.IsInvalid(err):
-			// An object of that name that another controller owns: the
-			// API server refuses a second controller reference. Never
-			// taken over.
-			return fmt.Errorf("apply %s (create): it exists and is not this parent's, or is invalid: %w", what, err)
 		}
 		return fmt.Errorf("apply %s: %w", what, err)
 	}
-	if base == nil {
-		noteCreated(ctx, ruleKey(act.Rule), w)
-		noteChange(ctx, changeCreated, cfg, w.UID, w.ResourceVersion)
-	} else {
-		noteChange(ctx, changeUpdated, cfg, w.UID, w.ResourceVersion)
-	}
+	noteChange(ctx, changeUpdated, cfg, w.UID, w.ResourceVersion)
 	a.applied.remember(apply.Applied{UID: w.UID, Hash: hash, Generation: w.Generation, ResourceVersion: w.ResourceVersion})
 	return nil
 }

@@ -51,6 +51,18 @@ type recordedApply struct {
 }
 
 func (s *ssaServer) install(dyn *dynamicfake.FakeDynamicClient) {
+	// A create stores the object with a UID and a resourceVersion, or
+	// finds the name taken.
+	dyn.PrependReactor("create", "configmaps", func(act k8stesting.Action) (bool, runtime.Object, error) {
+		obj := act.(k8stesting.CreateAction).GetObject().(*unstructured.Unstructured).DeepCopy()
+		if _, taken := s.objs[obj.GetName()]; taken {
+			return true, nil, apierrors.NewAlreadyExists(schema.GroupResource{Resource: "configmaps"}, obj.GetName())
+		}
+		obj.SetUID(types.UID("uid-" + obj.GetName()))
+		obj.SetResourceVersion("1")
+		s.objs[obj.GetName()] = obj
+		return true, obj, nil
+	})
 	dyn.PrependReactor("patch", "configmaps", func(act k8stesting.Action) (bool, runtime.Object, error) {
 		p := act.(k8stesting.PatchActionImpl)
 		if p.GetPatchType() == types.MergePatchType {
@@ -136,9 +148,12 @@ func TestApplyParentServerSideApply(t *testing.T) {
 		syncs []sync
 	}{
 		{
-			reason: "a new child is created by an apply, without preconditions",
+			reason: "a new child is created by a create, never an apply (which would merge into an object of that name); the next sync applies nothing",
 			method: "InPlace", children: group(),
-			syncs: []sync{{want: resultOK, wantCalls: []string{"patch configmaps a"}, wantApplies: []string{"a apply @"}}},
+			syncs: []sync{
+				{want: resultOK, wantCalls: []string{"create configmaps a"}},
+				{want: resultNoop},
+			},
 		},
 		{
 			reason: "an InPlace child with the desired values: one apply to own them, then nothing at all",
@@ -226,7 +241,16 @@ func TestApplyParentServerSideApply(t *testing.T) {
 				if diff := cmp.Diff(s.wantApplies, applies); diff != "" {
 					t.Errorf("sync %d: applies (-want +got):\n%s", i, diff)
 				}
-				// The next sync observes what this one left.
+				for _, act := range dyn.Actions() {
+					if c, ok := act.(k8stesting.CreateActionImpl); ok && c.CreateOptions.FieldManager != "mc-test" {
+						t.Errorf("create options %+v: want field manager mc-test", c.CreateOptions)
+					}
+				}
+				// The next sync observes what this one left (a created
+				// child as the fake stored it).
+				if created, ok := srv.objs["a"]; ok && len(tt.children[0].Objects) == 0 {
+					tt.children[0].Objects = append(tt.children[0].Objects, created.DeepCopy())
+				}
 				for gi := range tt.children {
 					for oi, o := range tt.children[gi].Objects {
 						if cur, ok := srv.objs[o.GetName()]; ok {
