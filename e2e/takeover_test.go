@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/metabus/metabus/pkg/allinone"
+	"github.com/metabus/metabus/internal/allinone"
 	"github.com/metabus/metabus/pkg/apply"
 )
 
