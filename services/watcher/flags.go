@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"flag"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,16 +20,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ResyncBacklog, "resync-backlog", 0, "resync items of one controller are published only while fewer than this many of them are in MC_WORK, so real changes never wait behind a resync wave and no controller's backlog holds another's resyncs back (0: 32, negative: unpaced)")
 	fs.IntVar(&c.ResyncTotal, "resync-total", 0, "resync items of all controllers in MC_WORK at once (0: 1024); a controller with fewer than its fair share of them "+
 		"(this over the controllers with resyncs there or waiting) may always add one, so controllers whose hooks hang cannot hold it")
-	fs.Func("max-controller-weight", "the largest weight a controller's metabus.dev/weight annotation is granted, 1-100 "+
-		"(1: the annotation is ignored, every controller gets an equal share of a saturated replica; default 100, as the annotation allows)",
-		func(v string) error {
-			n, err := bus.ParseMaxWeight(v)
-			if err != nil {
-				return err
-			}
-			c.Weights.Max = n
-			return nil
-		})
+	fs.Var(maxWeightFlag{&c.Weights.Max}, "max-controller-weight", "the largest weight a controller's metabus.dev/weight annotation is granted, 1-100 "+
+		"(1: the annotation is ignored, every controller gets an equal share of a saturated replica; 100: as the annotation allows)")
 	fs.Func("weighted-controllers", "comma-separated CompositeController/<name> or DecoratorController/<name> whose metabus.dev/weight "+
 		"annotation counts; every other controller gets weight 1. Repeatable (default: every controller's annotation counts)",
 		func(v string) error {
@@ -57,4 +50,24 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"(CreateError Event). Repeatable (default "+strings.Join(related.DefaultControllerPolicy, ",")+", as upstream; *,-core/secrets refuses Secrets)",
 		related.AppendEntries(related.ControllerSetting, &c.ControllerResources))
 	fs.IntVar(&c.Bus.Partitions, "partitions", 0, "change the partition count of MC_WORK and MC_DESIRED to this (a power of two, 1-1024; the replicas of each stage that get work are at most this many); 0 keeps the current count (64 on a new install); the change is a live cut-over, see docs/architecture.md, \"The bus\"")
+}
+
+// maxWeightFlag is --max-controller-weight: 1 to bus.MaxWeight, shown
+// with its real default (unset means bus.MaxWeight).
+type maxWeightFlag struct{ max *int }
+
+func (f maxWeightFlag) String() string {
+	if f.max == nil || *f.max == 0 {
+		return strconv.Itoa(bus.MaxWeight)
+	}
+	return strconv.Itoa(*f.max)
+}
+
+func (f maxWeightFlag) Set(v string) error {
+	n, err := bus.ParseMaxWeight(v)
+	if err != nil {
+		return err
+	}
+	*f.max = n
+	return nil
 }
