@@ -24,7 +24,8 @@ func Watcher(f *cli.CommonFlags, c *watcher.Config) {
 
 // Dispatcher sets the common flags the dispatcher uses. A dispatcher of
 // its own does not take --apply-strategy (the appliers' Done notes tell
-// it theirs): AllInOne sets it, where one flag sets both stages.
+// it theirs); in the all-in-one, where one flag sets both stages,
+// internal/allinone hands the applier's strategy to the dispatcher.
 func Dispatcher(f *cli.CommonFlags, c *dispatcher.Config) {
 	c.Workers, c.MaxInFlight, c.SnapshotWait = f.Workers, f.MaxInFlight, f.SnapshotWait
 	c.EventsQPS, c.EventsBurst = float32(f.EventsQPS), f.EventsBurst

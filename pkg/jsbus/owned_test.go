@@ -544,28 +544,8 @@ func TestHandoverWaitsForRunningHandler(t *testing.T) {
 // one is taken in hand (and keeps it alive: TestWaitingMessageKeptAlive)
 // and stops again once it is settled.
 func TestHeartbeatSleepsWhileNothingHeld(t *testing.T) {
-	connect := replicas(t, bus.Options{})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	_, js := connect()
-	owners := make(chan *owner, 1)
-	testOwner = func(o *owner) { owners <- o }
-	defer func() { testOwner = nil }()
-	ran := make(chan struct{}, 1)
-	go func() {
-		_ = Consume(ctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
-			AckWait: 3 * time.Second}, func(_ context.Context, m jetstream.Msg) outcome.Outcome {
-			time.Sleep(time.Second) // several heartbeat periods (AckWait/12)
-			ran <- struct{}{}
-			return outcome.Done()
-		})
-	}()
-	var o *owner
-	select {
-	case o = <-owners:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Consume did not start")
-	}
+	// Each message is held 1 s: several heartbeat periods (AckWait/12).
+	o, js, ran := heldOwner(t, 3*time.Second, time.Second)
 	scansOver := func(d time.Duration) int64 {
 		before := o.beatScans.Load()
 		time.Sleep(d)
@@ -626,30 +606,9 @@ func TestBeatWait(t *testing.T) {
 // younger than their first keep-alive, the heartbeat does not rescan them
 // every tick: it sleeps until the earliest keep-alive is due (beatWait).
 func TestHeartbeatScansOnlyWhenDue(t *testing.T) {
-	connect := replicas(t, bus.Options{})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	_, js := connect()
-	owners := make(chan *owner, 1)
-	testOwner = func(o *owner) { owners <- o }
-	defer func() { testOwner = nil }()
-	ran := make(chan struct{}, 1)
-	go func() {
-		// AckWait 15 s: the first keep-alive is due 5 s after arrival;
-		// the old heartbeat scanned every 250 ms meanwhile.
-		_ = Consume(ctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
-			AckWait: 15 * time.Second}, func(_ context.Context, m jetstream.Msg) outcome.Outcome {
-			time.Sleep(2 * time.Second)
-			ran <- struct{}{}
-			return outcome.Done()
-		})
-	}()
-	var o *owner
-	select {
-	case o = <-owners:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Consume did not start")
-	}
+	// AckWait 15 s: the first keep-alive is due 5 s after arrival; the
+	// old heartbeat scanned every 250 ms meanwhile.
+	o, js, ran := heldOwner(t, 15*time.Second, 2*time.Second)
 	time.Sleep(2 * time.Second) // partitions claimed
 	before := o.beatScans.Load()
 	publishMany(t, js, "young", 1)
@@ -660,5 +619,35 @@ func TestHeartbeatScansOnlyWhenDue(t *testing.T) {
 	}
 	if n := o.beatScans.Load() - before; n > 2 {
 		t.Errorf("%d heartbeat scans while one message was held 2 s with its first keep-alive due at 5 s, want at most 2", n)
+	}
+}
+
+// heldOwner starts Consume on the work stream with ackWait, each message
+// held for hold before it is done (a signal on ran), and returns its
+// owner, for the heartbeat's scan counter.
+func heldOwner(t *testing.T, ackWait, hold time.Duration) (*owner, jetstream.JetStream, <-chan struct{}) {
+	t.Helper()
+	connect := replicas(t, bus.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	_, js := connect()
+	owners := make(chan *owner, 1)
+	testOwner = func(o *owner) { owners <- o }
+	t.Cleanup(func() { testOwner = nil })
+	ran := make(chan struct{}, 1)
+	go func() {
+		_ = Consume(ctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
+			AckWait: ackWait}, func(_ context.Context, m jetstream.Msg) outcome.Outcome {
+			time.Sleep(hold)
+			ran <- struct{}{}
+			return outcome.Done()
+		})
+	}()
+	select {
+	case o := <-owners:
+		return o, js, ran
+	case <-time.After(10 * time.Second):
+		t.Fatal("Consume did not start")
+		return nil, nil, nil
 	}
 }
