@@ -11,6 +11,10 @@
 //   - metabus-echo: the same binary at its defaults, with the workload's
 //     controller annotated metabus.dev/suppress-echoes=true (the opt-in
 //     that hides metabus's own writes from a fixpoint hook; B1-B5);
+//   - metabus-identity: the same binary at its defaults, with the
+//     workload's controller acting as a ServiceAccount granted only the
+//     workload's namespace (metabus.dev/service-account): what
+//     impersonated writes and reviewed reads cost; B1-B5);
 //   - baseline: another metabus build (-baseline), e.g. the one before a
 //     change, with the same flags: its effect measured in the same run;
 //   - upstream: upstream Metacontroller, tuned (--workers=50
@@ -112,6 +116,7 @@ import (
 	"time"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/identity"
 )
 
 type config struct {
@@ -148,7 +153,7 @@ func main() {
 	flag.IntVar(&cfg.parents, "parents", 2000, "B1: parents created by 50 concurrent clients")
 	flag.IntVar(&cfg.rssParents, "rss-parents", 0, "B5: this many more parents before reading RSS again (0: skip)")
 	flag.IntVar(&cfg.rounds, "rounds", 1, "rounds; contenders are interleaved and the table shows median [min–max]")
-	flag.StringVar(&only, "only", "raw,metabus,metabus-ssa,metabus-echo,baseline,upstream", "contenders to run (baseline only with -baseline, upstream only with -upstream or $MC_BIN)")
+	flag.StringVar(&only, "only", "raw,metabus,metabus-ssa,metabus-echo,baseline,upstream", "contenders to run (metabus-identity only when named; baseline only with -baseline, upstream only with -upstream or $MC_BIN)")
 	flag.StringVar(&scenarios, "scenarios", "default", "scenarios to run, e.g. \"B6\" or \"B1,B2\" (default: B1-B8; all: B1-B11)")
 	flag.IntVar(&cfg.b7Parents, "b7-parents", 500, "B7: new parents per dispatcher count")
 	flag.IntVar(&cfg.b8Controllers, "b8-controllers", 1000, "B8: DecoratorControllers")
@@ -196,7 +201,7 @@ func setup(cfg *config, only, scenarios string, onlyGiven bool) error {
 				}
 				continue
 			}
-		case "metabus", "metabus-ssa", "metabus-echo":
+		case "metabus", "metabus-ssa", "metabus-echo", "metabus-identity":
 			if err := checkExecutable(cfg.metabusBin); err != nil {
 				return fmt.Errorf("%s: %w (build it with: go build -o bin/ ./cmd/...)", c, err)
 			}
@@ -285,6 +290,8 @@ func benchmark(ctx context.Context, cfg *config) error {
 			logf("metabus-ssa: %s %s", cfg.metabusBin, strings.Join(append(slices.Clone(cfg.metabusArgs), ssaArgs...), " "))
 		case "metabus-echo":
 			logf("metabus-echo: %s %s (controller annotated %s=true)", cfg.metabusBin, strings.Join(cfg.metabusArgs, " "), bus.SuppressEchoesAnnotation)
+		case "metabus-identity":
+			logf("metabus-identity: %s %s (controller annotated %s=%s)", cfg.metabusBin, strings.Join(cfg.metabusArgs, " "), identity.ServiceAccountAnnotation, benchIdentity)
 		case "baseline":
 			logf("baseline: %s %s", cfg.baselineBin, strings.Join(cfg.metabusArgs, " "))
 		case "upstream":
@@ -411,8 +418,8 @@ func printTable(w io.Writer, cfg *config, results map[string][]figures) {
 		head = fmt.Sprintf("figure (median [min–max] of %d rounds)", cfg.rounds)
 	}
 	names := map[string]string{"raw": "raw client", "metabus": "metabus (defaults)", "metabus-ssa": "metabus (server-side apply)",
-		"metabus-echo": "metabus (echo opt-in)",
-		"baseline":     "metabus baseline", "upstream": "upstream (tuned)"}
+		"metabus-echo": "metabus (echo opt-in)", "metabus-identity": "metabus (controller identity)",
+		"baseline": "metabus baseline", "upstream": "upstream (tuned)"}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprint(tw, head)
 	for _, c := range cfg.contenders {
@@ -470,6 +477,9 @@ func summaryLine(cfg *config, results map[string][]figures) string {
 	}
 	if m, e := rate["metabus"], rate["metabus-echo"]; !math.IsNaN(m) && !math.IsNaN(e) && e > 0 && m > 0 {
 		s += fmt.Sprintf("; echo opt-in/defaults %.2f×", e/m)
+	}
+	if m, i := rate["metabus"], rate["metabus-identity"]; !math.IsNaN(m) && !math.IsNaN(i) && i > 0 && m > 0 {
+		s += fmt.Sprintf("; controller identity/defaults %.2f×", i/m)
 	}
 	return s
 }

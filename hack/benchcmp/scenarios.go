@@ -18,7 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/metabus/metabus/internal/testing/kubeenv"
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/identity"
 )
 
 // ns is where the workload lives.
@@ -34,10 +36,46 @@ type figures map[string]float64
 // strategy does not touch.
 var ssaArgs = []string{"--apply-strategy=server-side-apply"}
 
+// benchIdentity is the ServiceAccount the metabus-identity contender's
+// controller acts as (identity.ServiceAccountAnnotation): a tenant's account
+// granted, by a RoleBinding in the workload's namespace only, exactly what
+// the workload reads and writes. The applier impersonates it for every
+// write and the watcher may review what it can read: what a controller
+// with an identity costs over one without.
+const benchIdentity = ns + "/bench-controller"
+
+// identityManifest grants benchIdentity the workload's reads and writes in
+// its namespace and nothing else.
+const identityManifest = `apiVersion: v1
+kind: ServiceAccount
+metadata: {name: bench-controller, namespace: ` + ns + `}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: bench-controller, namespace: ` + ns + `}
+rules:
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [bench.metabus.dev]
+  resources: [benches]
+  verbs: [get, list, watch, update, patch]
+- apiGroups: [bench.metabus.dev]
+  resources: [benches/status]
+  verbs: [get, update, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: bench-controller, namespace: ` + ns + `}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: bench-controller}
+subjects:
+- {kind: ServiceAccount, name: bench-controller, namespace: ` + ns + `}
+`
+
 // run is one contender in one round, on its own fresh control plane.
 type run struct {
 	cfg  *config
-	name string // raw, metabus, metabus-ssa, metabus-echo, baseline, upstream
+	name string // raw, metabus, metabus-ssa, metabus-echo, metabus-identity, baseline, upstream
 	dir  string // its log directory
 	logf func(string, ...any)
 
@@ -145,7 +183,7 @@ func (r *run) do(ctx context.Context) error {
 			return fmt.Errorf("B5: %w", err)
 		}
 	}
-	if sc["B6"] && r.name != "metabus-ssa" && r.name != "metabus-echo" {
+	if sc["B6"] && r.name != "metabus-ssa" && r.name != "metabus-echo" && r.name != "metabus-identity" {
 		if err := r.b6(ctx); err != nil {
 			return fmt.Errorf("B6: %w", err)
 		}
@@ -180,7 +218,7 @@ func (r *run) startController(ctx context.Context) error {
 		r.raw.start()
 		r.ctrl = r.raw
 		return nil
-	case "metabus", "metabus-ssa", "metabus-echo", "baseline":
+	case "metabus", "metabus-ssa", "metabus-echo", "metabus-identity", "baseline":
 		args := append(slices.Clone(r.cfg.metabusArgs), r.cfg.flushArgs()...)
 		if r.name == "metabus-ssa" {
 			args = append(slices.Clone(args), ssaArgs...)
@@ -233,6 +271,16 @@ func (r *run) createCompositeController(ctx context.Context) error {
 		// The harness's hook is a fixpoint of its own writes (its answer
 		// is a function of spec.gen and the children it sees).
 		cc.SetAnnotations(map[string]string{bus.SuppressEchoesAnnotation: "true"})
+	}
+	if r.name == "metabus-identity" {
+		f := filepath.Join(r.dir, "identity.yaml")
+		if err := os.WriteFile(f, []byte(identityManifest), 0o644); err != nil {
+			return err
+		}
+		if err := kubeenv.ApplyManifests(ctx, r.cl.env.Config, f); err != nil {
+			return fmt.Errorf("identity %s: %w", benchIdentity, err)
+		}
+		cc.SetAnnotations(map[string]string{identity.ServiceAccountAnnotation: benchIdentity})
 	}
 	_, err := r.cl.harness.Resource(ccGVR).Create(ctx, cc, metav1.CreateOptions{})
 	return err
