@@ -1,0 +1,179 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/metabus/metabus/pkg/events/recorder"
+	ctlid "github.com/metabus/metabus/pkg/identity"
+	"github.com/metabus/metabus/pkg/readaccess"
+	"github.com/metabus/metabus/pkg/snapshot"
+)
+
+// grants is a fake SubjectAccessReview: "<resource> <namespace> <verb>"
+// entries allowed ("" namespace: cluster-wide), or an error for every
+// review. It counts the reviews asked.
+type grants struct {
+	mu      sync.Mutex
+	allowed []string
+	err     error
+	asked   int
+}
+
+func (g *grants) review(_ context.Context, s readaccess.Scope, verb string) (bool, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.asked++
+	if g.err != nil {
+		return false, g.err
+	}
+	return slices.Contains(g.allowed, s.Resource+" "+s.Namespace+" "+verb), nil
+}
+
+func (g *grants) count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.asked
+}
+
+// TestSnapshotReadAccess: a controller acting as a ServiceAccount is sent
+// only what the account may list and watch; the rest is withheld, with one
+// Event per scope on the controller, and a scope not yet answered is never
+// sent.
+func TestSnapshotReadAccess(t *testing.T) {
+	app := map[string]string{"app": "x"}
+	objs := []runtime.Object{
+		thing("p", "10", map[string]string{"deco": "yes"}, map[string]any{"app": "x"}),
+		configMap("kept", "20", app, nil, "p"),
+	}
+	account := ctlid.Identity{Namespace: "team", Name: "reader"}
+	both := func(res, ns string) []string { return []string{res + " " + ns + " list", res + " " + ns + " watch"} }
+	type summary struct {
+		Result, Message string
+		Children        []string
+		Events          []string
+		Withheld        float64
+	}
+	cases := []struct {
+		reason   string
+		identity ctlid.Identity
+		grants   *grants
+		want     summary
+		// reviews is how many reviews the two snapshots ask.
+		reviews int
+	}{
+		{
+			reason: "no identity: everything, as upstream, and no review at all",
+			want:   summary{Result: snapshot.OK, Children: []string{"kept"}},
+		},
+		{
+			reason:   "parents and children readable cluster-wide: everything, reviewed once",
+			identity: account, grants: &grants{allowed: slices.Concat(both("things", ""), both("configmaps", ""))},
+			want:    summary{Result: snapshot.OK, Children: []string{"kept"}},
+			reviews: 4,
+		},
+		{
+			reason:   "children readable in the parent's namespace only: everything",
+			identity: account, grants: &grants{allowed: slices.Concat(both("things", ""), both("configmaps", "ns"))},
+			want:    summary{Result: snapshot.OK, Children: []string{"kept"}},
+			reviews: 5,
+		},
+		{
+			reason:   "children not readable: withheld, one Event for both snapshots, each counted",
+			identity: account, grants: &grants{allowed: slices.Concat(both("things", ""), []string{"configmaps ns list"})},
+			want: summary{Result: snapshot.OK, Withheld: 2, Events: []string{"Warning ReadWithheld ServiceAccount team/reader may not list and watch " +
+				"configmaps in namespace ns: its objects are withheld from the hooks (granting list and watch brings them in within --read-recheck-interval)"}},
+			reviews: 5,
+		},
+		{
+			reason:   "parent not readable: as if it did not exist",
+			identity: account, grants: &grants{allowed: both("configmaps", "")},
+			want: summary{Result: snapshot.NotFound, Message: "parent withheld: ServiceAccount team/reader may not read it", Withheld: 2,
+				Events: []string{"Warning ReadWithheld ServiceAccount team/reader may not list and watch things.example.com in namespace ns: " +
+					"its objects are withheld from the hooks (granting list and watch brings them in within --read-recheck-interval)"}},
+			reviews: 2,
+		},
+		{
+			reason:   "reviews failing: nothing sent, retried",
+			identity: account, grants: &grants{err: errors.New("apiserver down")},
+			want: summary{Result: snapshot.Retry, Message: "read access of ServiceAccount team/reader to things.example.com in namespace ns not reviewed yet: " +
+				"review of list for things.example.com (cluster-wide): apiserver down"},
+			reviews: 2,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.reason, func(t *testing.T) {
+			w, wr := wired(t, compositeObj, objs...)
+			fake := record.NewFakeRecorder(10)
+			w.rec = &recorder.Recorder{EventRecorder: fake}
+			if tc.grants == nil {
+				tc.grants = &grants{}
+			}
+			w.reads = readaccess.NewCache(tc.grants.review, readaccess.Options{})
+			wr.identity = tc.identity
+			var resp *snapshot.Response
+			for range 2 {
+				var err error
+				resp, err = w.Snapshot(context.Background(), snapshot.Request{Controller: wr.ref, ParentUID: "p-uid"})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := summary{Result: resp.Result, Message: resp.Message, Withheld: testutil.ToFloat64(w.metrics.withheld)}
+			for _, g := range resp.Children {
+				for _, o := range g.Objects {
+					got.Children = append(got.Children, o.GetName())
+				}
+			}
+			sort.Strings(got.Children)
+			close(fake.Events)
+			for e := range fake.Events {
+				got.Events = append(got.Events, e)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("snapshot (-want +got):\n%s", diff)
+			}
+			if n := tc.grants.count(); n != tc.reviews {
+				t.Errorf("%d reviews asked, want %d (answers are cached)", n, tc.reviews)
+			}
+		})
+	}
+}
+
+// TestReadViewObjects: filtering never changes the slice it is given (an
+// informer's), and keeps it as is when nothing is withheld.
+func TestReadViewObjects(t *testing.T) {
+	g := &grants{allowed: []string{"configmaps a list", "configmaps a watch", "configmaps  list"}}
+	v := &readView{ctx: context.Background(), reads: readaccess.NewCache(g.review, readaccess.Options{}), id: ctlid.Identity{Namespace: "t", Name: "r"}}
+	obj := func(ns string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetNamespace(ns)
+		u.SetName(ns)
+		return u
+	}
+	in := []*unstructured.Unstructured{obj("a"), obj("b"), obj("a")}
+	orig := slices.Clone(in)
+	out := v.objects("", "configmaps", in)
+	var names []string
+	for _, o := range out {
+		names = append(names, o.GetName())
+	}
+	allA := []*unstructured.Unstructured{in[0], in[2]}
+	if diff := cmp.Diff([]any{[]string{"a", "a"}, true, true}, []any{names, slices.Equal(in, orig), &v.objects("", "configmaps", allA)[0] == &allA[0]}); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	var none *readView
+	if got := none.objects("", "configmaps", in); len(got) != 3 {
+		t.Errorf("no identity kept %d of 3", len(got))
+	}
+}
