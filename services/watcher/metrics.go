@@ -50,7 +50,7 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) *metrics {
 		}),
 		withheld: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "metabus_watcher_read_withheld_objects_total",
-			Help: "Objects left out of snapshots because the controller's ServiceAccount may not list and watch them (counted per snapshot).",
+			Help: "Objects withheld from a controller's hooks because its ServiceAccount may not list and watch them: counted each time one is left out of a snapshot, or a parent's change is dropped.",
 		}),
 		snapshotSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "metabus_snapshot_duration_seconds",

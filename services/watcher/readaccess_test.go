@@ -177,3 +177,112 @@ func TestReadViewObjects(t *testing.T) {
 		t.Errorf("no identity kept %d of 3", len(got))
 	}
 }
+
+// TestParentWithheldNotQueued: a parent the controller's account is known
+// not to read makes no work item (its snapshot would only answer
+// NotFound), with one Event however many times it changes; one not
+// reviewed yet is queued, for its snapshot to ask (a cluster-wide denial
+// alone says nothing of the parent's namespace).
+func TestParentWithheldNotQueued(t *testing.T) {
+	account := ctlid.Identity{Namespace: "team", Name: "reader"}
+	for _, c := range []struct {
+		reason           string
+		grants           *grants
+		precheck, ensure bool
+		want             []pendingItem
+		events           int
+	}{
+		{reason: "denied in the parent's namespace: nothing queued, one Event", grants: &grants{}, precheck: true, ensure: true, events: 1},
+		{reason: "denied cluster-wide only: queued, the snapshot asks about the namespace", grants: &grants{}, precheck: true,
+			want: []pendingItem{{Parent: "p", Reason: "resync"}}},
+		{reason: "allowed: queued", grants: &grants{allowed: []string{"things  list", "things  watch"}}, precheck: true,
+			want: []pendingItem{{Parent: "p", Reason: "resync"}}},
+		{reason: "not reviewed yet: queued, the snapshot asks", grants: &grants{}, want: []pendingItem{{Parent: "p", Reason: "resync"}}},
+	} {
+		t.Run(c.reason, func(t *testing.T) {
+			w, wr := wired(t, compositeObj, thing("p", "10", map[string]string{"deco": "yes"}, map[string]any{"app": "x"}))
+			fake := record.NewFakeRecorder(10)
+			w.rec = &recorder.Recorder{EventRecorder: fake}
+			w.reads = readaccess.NewCache(c.grants.review, readaccess.Options{})
+			wr.identity = account
+			if c.precheck {
+				w.precheckReads(context.Background(), account, wr.plan)
+			}
+			if c.ensure {
+				if _, err := w.reads.Ensure(context.Background(), readaccess.Scope{Identity: account, Group: "example.com", Resource: "things", Namespace: "ns"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w.out.shutDown()
+			w.out = newOutbox(w.log, nil, nil, 0)
+			w.out.metrics = w.metrics
+			wr.resync("resync")
+			wr.resync("resync")
+			close(fake.Events)
+			if diff := cmp.Diff(c.want, pendingItems(w)); diff != "" {
+				t.Errorf("work items (-want +got):\n%s", diff)
+			}
+			if n := len(fake.Events); n != c.events {
+				t.Errorf("%d Events, want %d", n, c.events)
+			}
+		})
+	}
+}
+
+// TestKeyedSnapshotReadAccess: a MapController acting as an account is
+// sent, and its summary counts, only the inputs and outputs the account
+// may read; a key whose input it may not read is not synced at all (never
+// a detached key, whose outputs a tombstone would remove).
+func TestKeyedSnapshotReadAccess(t *testing.T) {
+	objs := []runtime.Object{
+		thing("p", "10", nil, map[string]any{"app": "x"}),
+		widget("ns", "w1", "20", map[string]string{"app": "x"}),
+		output("o1", "30", "p", "key-w1"),
+	}
+	things := []string{"things  list", "things  watch"}
+	type summary struct {
+		Result, Message, Input string
+		Children               [][]string
+		Summary                map[string]any
+	}
+	for _, c := range []struct {
+		reason  string
+		allowed []string
+		mapKey  string
+		want    summary
+	}{
+		{reason: "inputs not readable: the key is not synced", allowed: slices.Concat(things, []string{"configmaps  list", "configmaps  watch"}), mapKey: "key-w1",
+			want: summary{Result: snapshot.NotFound, Message: "map key key-w1's input withheld: ServiceAccount team/reader may not read it"}},
+		{reason: "inputs not readable: the summary counts none", allowed: slices.Concat(things, []string{"configmaps  list", "configmaps  watch"}),
+			want: summary{Result: snapshot.OK, Summary: map[string]any{"inputs": []any{[]string(nil)}, "outputs": []any{[]string{"o1"}}}}},
+		{reason: "outputs not readable: the input alone", allowed: slices.Concat(things, []string{"widgets  list", "widgets  watch"}), mapKey: "key-w1",
+			want: summary{Result: snapshot.OK, Input: "w1", Children: [][]string{{}}}},
+		{reason: "outputs not readable: the summary counts none", allowed: slices.Concat(things, []string{"widgets  list", "widgets  watch"}),
+			want: summary{Result: snapshot.OK, Summary: map[string]any{"inputs": []any{[]string{"w1"}}, "outputs": []any{[]string(nil)}}}},
+	} {
+		t.Run(c.reason, func(t *testing.T) {
+			w, wr := wiredKeyed(t, objs...)
+			w.rec = &recorder.Recorder{EventRecorder: record.NewFakeRecorder(10)}
+			w.reads = readaccess.NewCache((&grants{allowed: c.allowed}).review, readaccess.Options{})
+			wr.identity = ctlid.Identity{Namespace: "team", Name: "reader"}
+			resp, err := w.Snapshot(context.Background(), snapshot.Request{Controller: wr.ref, ParentUID: "p-uid", MapKey: c.mapKey})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := summary{Result: resp.Result, Message: resp.Message, Summary: resp.Summary}
+			if resp.Input != nil {
+				got.Input = resp.Input.GetName()
+			}
+			for _, g := range resp.Children {
+				names := []string{}
+				for _, o := range g.Objects {
+					names = append(names, o.GetName())
+				}
+				got.Children = append(got.Children, names)
+			}
+			if diff := cmp.Diff(c.want, got); diff != "" {
+				t.Errorf("snapshot (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -202,9 +202,10 @@ func resyncEvery(ctx context.Context, seconds *int32, resync func(reason string)
 
 // selects reports whether the controller handles parent: its kind's
 // selectors select it, or they no longer do but it still carries the
-// controller's finalizer, so the finalize hook runs (opt-out).
+// controller's finalizer, so the finalize hook runs (opt-out); and the
+// controller's identity is not known to be denied reading it.
 func (wr *wiring) selects(parent *unstructured.Unstructured) bool {
-	return wr.plan.Rules.Selects(parent) || hasFinalizer(parent, wr.plan.Finalizer)
+	return (wr.plan.Rules.Selects(parent) || hasFinalizer(parent, wr.plan.Finalizer)) && !wr.parentWithheld(parent)
 }
 
 // hasFinalizer reports whether obj carries finalizer f ("" never).
