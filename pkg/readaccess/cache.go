@@ -44,6 +44,10 @@ type Cache struct {
 	review Review
 	opt    Options
 
+	// lookupFn is lookup as a Lookup, made once: a method value made at
+	// each call would cost an allocation per object of a snapshot.
+	lookupFn Lookup
+
 	mu       sync.RWMutex
 	entries  map[Scope]*entry
 	inflight map[Scope]*call
@@ -78,7 +82,9 @@ func NewCache(review Review, opt Options) *Cache {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
-	return &Cache{review: review, opt: opt, entries: map[Scope]*entry{}, inflight: map[Scope]*call{}}
+	c := &Cache{review: review, opt: opt, entries: map[Scope]*entry{}, inflight: map[Scope]*call{}}
+	c.lookupFn = c.lookup
+	return c
 }
 
 // lookup is the cached verdict of exactly s, marking it used.
@@ -100,14 +106,14 @@ func (c *Cache) lookup(s Scope) Verdict {
 }
 
 // Verdict is the decision on s from the cached answers only.
-func (c *Cache) Verdict(s Scope) Verdict { return Decide(c.lookup, s) }
+func (c *Cache) Verdict(s Scope) Verdict { return Decide(c.lookupFn, s) }
 
 // Ensure is the decision on s, asking the reviews it still needs (at most
 // two: cluster-wide, then the namespace). Concurrent callers needing the
 // same review share one. An error leaves s unknown.
 func (c *Cache) Ensure(ctx context.Context, s Scope) (Verdict, error) {
 	for range 2 {
-		next, ok := Next(c.lookup, s)
+		next, ok := Next(c.lookupFn, s)
 		if !ok {
 			break
 		}

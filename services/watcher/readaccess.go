@@ -165,7 +165,10 @@ func (v *readView) may(group, resource, ns string) bool {
 		v.withheld[s]++
 	default:
 		if v.unknown == nil {
-			v.unknown = &s
+			// A copy: taking s's own address would move it to the heap
+			// at every call, an allocation per object.
+			u := s
+			v.unknown = &u
 		}
 	}
 	return false
