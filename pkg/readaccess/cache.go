@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/metabus/metabus/pkg/identity"
 )
 
@@ -161,16 +163,7 @@ func (c *Cache) Refresh(ctx context.Context, id identity.Identity, scopes []Scop
 // turns unknown after three Rechecks: a grant revoked while the API
 // server does not answer reviews is not trusted for ever.
 func (c *Cache) Run(ctx context.Context, onError func(Scope, error)) {
-	t := time.NewTicker(c.opt.Recheck)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			c.recheck(ctx, onError)
-		}
-	}
+	wait.UntilWithContext(ctx, func(ctx context.Context) { c.recheck(ctx, onError) }, c.opt.Recheck)
 }
 
 // recheck is one round of Run.

@@ -3,6 +3,7 @@ package readaccess
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -100,12 +101,7 @@ func (f *fakeReviews) review(_ context.Context, s Scope, verb string) (bool, err
 	if f.fail != nil {
 		return false, f.fail
 	}
-	for _, v := range f.grants[s] {
-		if v == verb {
-			return true, nil
-		}
-	}
-	return false, nil
+	return slices.Contains(f.grants[s], verb), nil
 }
 
 func (f *fakeReviews) take() []Scope {
@@ -243,5 +239,33 @@ func TestScopeString(t *testing.T) {
 	want := []string{"pods in namespace tenant-a", "deployments.apps (cluster-wide)"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestCacheRun: Run re-checks on its own, within a Recheck, and tells of
+// a change; it ends with its context.
+func TestCacheRun(t *testing.T) {
+	f := &fakeReviews{grants: map[Scope][]string{pods: {"list", "watch"}}}
+	changed := make(chan identity.Identity, 1)
+	c := NewCache(f.review, Options{Recheck: 10 * time.Millisecond, OnChange: func(id identity.Identity) { changed <- id }})
+	if v, _ := c.Ensure(context.Background(), podsA); v != Allowed {
+		t.Fatalf("Ensure = %v", v)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx, nil); close(done) }()
+	f.set(nil, nil)
+	select {
+	case id := <-changed:
+		if id != tenant {
+			t.Errorf("change of %v, want %v", id, tenant)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no re-check saw the revocation")
+	}
+	cancel()
+	<-done
+	if v := c.Verdict(pods); v != Denied {
+		t.Errorf("after revocation: %v, want denied", v)
 	}
 }
