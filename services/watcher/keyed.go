@@ -566,7 +566,9 @@ func (wr *wiring) parentKeys(parent *unstructured.Unstructured) []string {
 // (else none: the key is detached) and the parent's outputs tagged with
 // the key, one group per plan.Owned entry. For the parent as a whole (key
 // ""): the kind's summary of the inputs it selects and the outputs it
-// controls, and no children at all.
+// controls, and no children at all. view leaves out what the controller's
+// identity may not read; inputWithheld reports a key whose input it may
+// not read, which must not be synced.
 func (wr *wiring) keyedSnapshot(resp *snapshot.Response, mapKey string, parentRes *apiresource.Resource, parent *unstructured.Unstructured, view *readView) (inputWithheld bool) {
 	resp.MapKey = mapKey
 	sel, err := wr.inputSelector(parent)
