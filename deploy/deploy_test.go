@@ -1037,7 +1037,9 @@ func TestRBAC(t *testing.T) {
 			var allowedWrites []string
 			switch svc {
 			case "watcher":
-				allowedWrites = append(slices.Clone(events), "coordination.k8s.io/leases")
+				// A SubjectAccessReview writes nothing: it asks what a
+				// controller's ServiceAccount may read.
+				allowedWrites = append(slices.Clone(events), "coordination.k8s.io/leases", "authorization.k8s.io/subjectaccessreviews")
 				for _, v := range []string{"get", "list", "watch"} {
 					if !hasGrant(rules, "*/*", v) {
 						t.Errorf("watcher cannot %s */* (informers for any controller-declared type)", v)

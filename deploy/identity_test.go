@@ -27,8 +27,23 @@ func TestControllerIdentity(t *testing.T) {
 		}
 		return out
 	}
+	// The watcher resolves a controller's identity as the applier does, so
+	// that a controller reads as the account it writes as; and in both
+	// profiles it may ask what an account may read (a controller naming
+	// one is bounded by it in the default profile too).
+	reads := func(t *testing.T, r render, want []string) {
+		t.Helper()
+		if got := flagValues(containerArgs(t, r.objs, "metabus-watcher"), "default-service-account"); !slices.Equal(got, want) {
+			t.Errorf("watcher --default-service-account %q, want %q (the applier's)", got, want)
+		}
+		rules, _ := rbacSet{objs: r.objs}.rulesFor(t, "metabus", "metabus-watcher")
+		if !canIn(rules, "", "authorization.k8s.io/subjectaccessreviews", "create") {
+			t.Error("the watcher may not create subjectaccessreviews: controllers acting as an account would never be sent anything")
+		}
+	}
 	for _, r := range def {
 		t.Run(r.name, func(t *testing.T) {
+			reads(t, r, nil)
 			if got := flagValues(containerArgs(t, r.objs, "metabus-applier"), "default-service-account"); len(got) != 0 {
 				t.Errorf("applier --default-service-account %q, want none (upstream)", got)
 			}
@@ -42,6 +57,7 @@ func TestControllerIdentity(t *testing.T) {
 	}
 	for _, r := range hardened {
 		t.Run(r.name, func(t *testing.T) {
+			reads(t, r, []string{"metabus/" + nobody})
 			if got := flagValues(containerArgs(t, r.objs, "metabus-applier"), "default-service-account"); !slices.Equal(got, []string{"metabus/" + nobody}) {
 				t.Errorf("applier --default-service-account %q, want [metabus/%s]", got, nobody)
 			}

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,7 +119,8 @@ func hardenedProfile(t *testing.T) allinone.Config {
 		t.Logf("hardened profile: %s %s", name, strings.Join(args[name], " "))
 	}
 	for _, need := range []bool{len(cfg.Dispatcher.HookDestinations) > 0, cfg.Dispatcher.RefuseInsecureCredentials,
-		len(cfg.Dispatcher.RelatedResources) > 0, len(cfg.Watcher.ControllerResources) > 0, !cfg.Applier.DefaultServiceAccount.None()} {
+		len(cfg.Dispatcher.RelatedResources) > 0, len(cfg.Watcher.ControllerResources) > 0, !cfg.Applier.DefaultServiceAccount.None(),
+		cfg.Watcher.DefaultServiceAccount == cfg.Applier.DefaultServiceAccount} {
 		if !need {
 			t.Fatalf("deploy/overlays/hardened lacks a narrowing setting the suite relies on: %+v %+v", cfg.Dispatcher, cfg.Watcher)
 		}
@@ -191,10 +193,12 @@ func startHostile(t *testing.T, edit ...func(*allinone.Config)) *hostile {
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create", "update", "patch", "delete"}},
 	}
 	grantApplier(t, "e2e-hostile-applier", writes...)
-	// The profile's default account may write nothing: the tenant's
-	// controllers name an account an admin granted the same writes, as
-	// cluster-wide as the applier's above (identity_test.go narrows one).
-	h.writer = grantClusterAccount(t, newNamespace(t), "e2e-hostile-writer", writes...)
+	// The profile's default account may write and read nothing: the
+	// tenant's controllers name an account an admin granted the same
+	// writes, as cluster-wide as the applier's above, and the reads of the
+	// kinds the suite's controllers declare (hostile_read_test.go and
+	// identity_test.go narrow one).
+	h.writer = grantClusterAccount(t, newNamespace(t), "e2e-hostile-writer", slices.Concat(writes, suiteReads)...)
 
 	// The tenant: controllers and parents, nothing else.
 	h.tenant = tenantClient(t, []rbacv1.PolicyRule{

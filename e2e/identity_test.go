@@ -28,8 +28,9 @@ import (
 // tests (TestControllerIdentity), not here.
 
 // identityNamespaces: a controller acting as an account allowed to write
-// ConfigMaps in namespace A only decorates Namespace A, and its hook
-// places one ConfigMap in A and one in B. The one in A is written; the one
+// ConfigMaps in namespace A only (and to read Namespaces, its parents)
+// decorates Namespace A, and its hook places one ConfigMap in A and one in
+// B. The one in A is written; the one
 // in B is refused, with an ApplyForbidden Event on the Namespace naming the
 // account, the verb, the resource and B.
 func (h *hostile) identityNamespaces(t *testing.T) {
@@ -37,7 +38,8 @@ func (h *hostile) identityNamespaces(t *testing.T) {
 	own, other := newNamespace(t), newNamespace(t)
 	const account = "deployer"
 	grantAccount(t, own, account, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"},
-		Verbs: []string{"get", "create", "update", "patch", "delete"}})
+		Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}})
+	grantClusterRole(t, own, account, "e2e-identity-ns-"+own, namespaceReads)
 	hook := h.hook(t, func(map[string]any) (int, any) {
 		return 200, map[string]any{"attachments": []any{cmAttachment(own, "identity-own"), cmAttachment(other, "identity-other")}}
 	})
@@ -58,8 +60,9 @@ func (h *hostile) identityNamespaces(t *testing.T) {
 }
 
 // identityDefault: a controller that names no account acts as the
-// profile's default one, bound to nothing: it writes nothing, even in its
-// parent's own namespace, and says why.
+// profile's default one, bound to nothing: it may not even read its
+// parent, so its hook is never called and nothing is written, even in its
+// parent's own namespace; a ReadWithheld Event on the controller says why.
 func (h *hostile) identityDefault(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
@@ -70,29 +73,37 @@ func (h *hostile) identityDefault(t *testing.T) {
 	hook := h.hook(t, func(map[string]any) (int, any) {
 		return 200, map[string]any{"attachments": []any{cmAttachment(ns, "identity-default")}}
 	})
-	h.controllerAs(t, decoratorKind, "identity-default-"+ns, "", namespaceDecorator(ns, hook.URL))
-	eventually(t, 45*time.Second, "ApplyForbidden naming the default account", func() error {
-		return warningEvent(ctx, metav1.NamespaceDefault, ns, "ApplyForbidden", def.Username()+" may not create configmaps",
-			"acts as ServiceAccount "+def.String())
+	ctrl := "identity-default-" + ns
+	h.controllerAs(t, decoratorKind, ctrl, "", namespaceDecorator(ns, hook.URL))
+	eventually(t, 45*time.Second, "ReadWithheld naming the default account on the controller", func() error {
+		return warningEvent(ctx, metav1.NamespaceDefault, ctrl, "ReadWithheld", "ServiceAccount "+def.String()+" may not list and watch namespaces (cluster-wide)")
 	})
+	if n := hook.count(ctrl); n != 0 {
+		t.Errorf("the hook was called %d times for a parent its controller's account may not read", n)
+	}
 	if _, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, "identity-default", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("ConfigMap %s/identity-default: %v, want NotFound", ns, err)
 	}
 }
 
 // identityInvalid: an annotation that is not <namespace>/<name> (here a
-// user name, to claim another identity) writes nothing, neither as the
-// default nor as the applier, and says so on the parent.
+// user name, to claim another identity) starts nothing: the watcher reads
+// nothing for it and the applier writes nothing, neither as the default
+// nor as themselves, and the controller says so.
 func (h *hostile) identityInvalid(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	hook := h.hook(t, func(map[string]any) (int, any) {
 		return 200, map[string]any{"attachments": []any{cmAttachment(ns, "identity-invalid")}}
 	})
-	h.controllerAs(t, decoratorKind, "identity-invalid-"+ns, "system:masters", namespaceDecorator(ns, hook.URL))
-	eventually(t, 45*time.Second, "InvalidServiceAccount on the Namespace", func() error {
-		return warningEvent(ctx, metav1.NamespaceDefault, ns, "InvalidServiceAccount", ctlid.ServiceAccountAnnotation, "nothing is written")
+	ctrl := "identity-invalid-" + ns
+	h.controllerAs(t, decoratorKind, ctrl, "system:masters", namespaceDecorator(ns, hook.URL))
+	eventually(t, 45*time.Second, "InvalidServiceAccount on the controller", func() error {
+		return warningEvent(ctx, metav1.NamespaceDefault, ctrl, "InvalidServiceAccount", ctlid.ServiceAccountAnnotation, "nothing is written")
 	})
+	if n := hook.count(ctrl); n != 0 {
+		t.Errorf("the hook was called %d times for a controller whose identity is invalid", n)
+	}
 	if _, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, "identity-invalid", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("ConfigMap %s/identity-invalid: %v, want NotFound", ns, err)
 	}
@@ -137,24 +148,31 @@ func grantAccount(t *testing.T, ns, name string, rules ...rbacv1.PolicyRule) {
 // rules until the test ends, and returns "<ns>/<name>".
 func grantClusterAccount(t *testing.T, ns, name string, rules ...rbacv1.PolicyRule) string {
 	t.Helper()
-	ctx := context.Background()
 	createAccount(t, ns, name)
-	if _, err := kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+	grantClusterRole(t, ns, name, name, rules...)
+	return ns + "/" + name
+}
+
+// grantClusterRole binds ServiceAccount ns/name cluster-wide to rules, in
+// a ClusterRole and ClusterRoleBinding named role, until the test ends.
+func grantClusterRole(t *testing.T, ns, name, role string, rules ...rbacv1.PolicyRule) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role}, Rules: rules}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = kube.RbacV1().ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() { _ = kube.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{}) })
 	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: role},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
 		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}},
 	}
 	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), role, metav1.DeleteOptions{})
 	})
-	return ns + "/" + name
 }
 
 func createAccount(t *testing.T, ns, name string) {

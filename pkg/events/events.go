@@ -34,4 +34,8 @@ const (
 	// ReasonInvalidIdentity reports a controller whose ServiceAccount
 	// annotation (pkg/identity) does not parse: its parents get no writes.
 	ReasonInvalidIdentity = "InvalidServiceAccount"
+	// ReasonReadWithheld reports, on a controller, objects its
+	// ServiceAccount may not list and watch (pkg/readaccess): they are
+	// never sent to its hooks.
+	ReasonReadWithheld = "ReadWithheld"
 )

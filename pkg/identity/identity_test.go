@@ -1,6 +1,8 @@
 package identity
 
 import (
+	"flag"
+	"io"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -47,5 +49,37 @@ func TestIdentityNames(t *testing.T) {
 		[]string{"system:serviceaccounts", "system:serviceaccounts:team-a", "system:authenticated"}, "", true}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("names (-want +got):\n%s", diff)
+	}
+}
+
+func TestRegisterDefaultFlag(t *testing.T) {
+	for _, c := range []struct {
+		reason  string
+		args    []string
+		want    []Identity
+		wantErr bool
+	}{
+		{reason: "unset: none for every stage (upstream)", want: []Identity{{}, {}}},
+		{reason: "one value sets every stage registered in the flag set (the all-in-one)",
+			args: []string{"--default-service-account=metabus/nobody"}, want: []Identity{{Namespace: "metabus", Name: "nobody"}, {Namespace: "metabus", Name: "nobody"}}},
+		{reason: "a value that is not <namespace>/<name> is refused", args: []string{"--default-service-account=nobody"}, wantErr: true},
+	} {
+		t.Run(c.reason, func(t *testing.T) {
+			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			got := make([]Identity, 2)
+			RegisterDefaultFlag(fs, &got[0])
+			RegisterDefaultFlag(fs, &got[1])
+			err := fs.Parse(c.args)
+			if (err != nil) != c.wantErr {
+				t.Fatalf("Parse error = %v, want error %v", err, c.wantErr)
+			}
+			if c.wantErr {
+				return
+			}
+			if diff := cmp.Diff(c.want, got); diff != "" {
+				t.Errorf("identities (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -24,19 +24,10 @@ import (
 // applier makes for itself (snapshots come over the bus; the rechecks of a
 // parent) stay its own.
 
-// registerIdentityFlags adds --default-service-account.
+// registerIdentityFlags adds --default-service-account (shared with the
+// watcher through pkg/identity, so both resolve an identity alike).
 func (c *Config) registerIdentityFlags(fs *flag.FlagSet) {
-	fs.Func("default-service-account", "the ServiceAccount (<namespace>/<name>) a controller without the "+
-		ctlid.ServiceAccountAnnotation+" annotation acts as: its writes impersonate it. Empty (the default): "+
-		"such a controller writes with the applier's own authority, as upstream",
-		func(v string) error {
-			id, err := ctlid.Parse(v)
-			if err != nil {
-				return fmt.Errorf("--default-service-account: %w", err)
-			}
-			c.DefaultServiceAccount = id
-			return nil
-		})
+	ctlid.RegisterDefaultFlag(fs, &c.DefaultServiceAccount)
 }
 
 // writers are the clients a controller's writes go through: the dynamic

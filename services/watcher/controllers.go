@@ -103,6 +103,11 @@ func (w *Watcher) syncController(ctx context.Context, key string) error {
 	if err != nil || obj == nil {
 		return err
 	}
+	identity, err := w.identityOf(obj)
+	if err != nil {
+		w.invalidIdentity(id, obj, err)
+		return &terminalError{err}
+	}
 	ctrl, err := kindtable.Decode(obj)
 	if err != nil {
 		err = fmt.Errorf("invalid spec: %w", err)
@@ -120,7 +125,9 @@ func (w *Watcher) syncController(ctx context.Context, key string) error {
 		w.invalidController(id, obj, err)
 		return err
 	}
+	w.precheckReads(ctx, identity, plan)
 	wr := w.newWiring(ctrl.Ref(), obj, string(specJSON), ctrl.ResyncPeriodSeconds(), plan)
+	wr.identity = identity
 	if err := w.install(ctx, id, wr, obj); err != nil {
 		return err
 	}
@@ -133,7 +140,8 @@ func (w *Watcher) syncController(ctx context.Context, key string) error {
 		inputs = len(plan.Keyed.Inputs)
 	}
 	w.log.Info("controller wired", zap.String("kind", kind), zap.String("controller", name),
-		zap.Strings("parents", parents), zap.Int("ownedResources", len(plan.Owned)), zap.Int("inputResources", inputs))
+		zap.Strings("parents", parents), zap.Int("ownedResources", len(plan.Owned)), zap.Int("inputResources", inputs),
+		zap.String("serviceAccount", identity.String()))
 	return nil
 }
 

@@ -49,6 +49,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"sends to their hooks; -<group>/<resource> denies and wins over any allow. A controller naming another is not started "+
 		"(CreateError Event). Repeatable (default "+strings.Join(related.DefaultControllerPolicy, ",")+", as upstream; *,-core/secrets refuses Secrets)",
 		related.AppendEntries(related.ControllerSetting, &c.ControllerResources))
+	c.registerReadFlags(fs)
 	fs.IntVar(&c.Bus.Partitions, "partitions", 0, "change the partition count of MC_WORK and MC_DESIRED to this (a power of two, 1-1024; the replicas of each stage that get work are at most this many); 0 keeps the current count (64 on a new install); the change is a live cut-over, see docs/architecture.md, \"The bus\"")
 }
 

@@ -566,8 +566,10 @@ func (wr *wiring) parentKeys(parent *unstructured.Unstructured) []string {
 // (else none: the key is detached) and the parent's outputs tagged with
 // the key, one group per plan.Owned entry. For the parent as a whole (key
 // ""): the kind's summary of the inputs it selects and the outputs it
-// controls, and no children at all.
-func (wr *wiring) keyedSnapshot(resp *snapshot.Response, mapKey string, parentRes *apiresource.Resource, parent *unstructured.Unstructured) {
+// controls, and no children at all. view leaves out what the controller's
+// identity may not read; inputWithheld reports a key whose input it may
+// not read, which must not be synced.
+func (wr *wiring) keyedSnapshot(resp *snapshot.Response, mapKey string, parentRes *apiresource.Resource, parent *unstructured.Unstructured, view *readView) (inputWithheld bool) {
 	resp.MapKey = mapKey
 	sel, err := wr.inputSelector(parent)
 	if err != nil {
@@ -580,17 +582,25 @@ func (wr *wiring) keyedSnapshot(resp *snapshot.Response, mapKey string, parentRe
 			inputs[i] = snapshot.GroupOf(res)
 			if sel != nil {
 				// Counted, never sent: no need to sort them.
-				inputs[i].Objects = wr.selectedInputs(i, sel)
+				inputs[i].Objects = view.objects(res.GVR.Group, res.GVR.Resource, wr.selectedInputs(i, sel))
 			}
 		}
 		outputs, selectorError := wr.plan.Rules.Observe(parentRes, parent, wr.caches)
 		if resp.SelectorError == "" {
 			resp.SelectorError = selectorError
 		}
+		// The summary counts only what the identity may read.
+		view.groups(outputs)
 		resp.Summary = wr.plan.Keyed.Rules.Summarize(parent, inputs, outputs)
-		return
+		return false
 	}
 	if in, ok := wr.keyed.input(mapKey); ok && sel != nil && kinds.SelectsInput(sel, in.obj) {
+		res := wr.plan.Keyed.Inputs[in.res]
+		if !view.may(res.GVR.Group, res.GVR.Resource, in.obj.GetNamespace()) {
+			// Not a detached key (whose outputs a tombstone removes): a
+			// key the identity may not see is not synced at all.
+			return view.unknown == nil
+		}
 		resp.Input = in.obj
 	}
 	outputs := wr.keyed.outputsOf(parent.GetUID(), mapKey)
@@ -601,4 +611,6 @@ func (wr *wiring) keyedSnapshot(resp *snapshot.Response, mapKey string, parentRe
 			resp.Children[i].Objects = outputs[i]
 		}
 	}
+	view.groups(resp.Children)
+	return false
 }

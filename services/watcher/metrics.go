@@ -18,6 +18,7 @@ type metrics struct {
 	snapshots       *prometheus.CounterVec
 	snapshotSeconds prometheus.Histogram
 	echoes          prometheus.Counter
+	withheld        prometheus.Counter
 	// queues count the work items stored (workqueue_adds_total).
 	queues *obs.WorkQueueMetrics
 	leader *obs.LeaderMetrics
@@ -47,6 +48,10 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) *metrics {
 			Name: "metabus_watcher_echoes_dropped_total",
 			Help: "Update events dropped because they were a controller's own write (an applier's Applied note listed them).",
 		}),
+		withheld: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "metabus_watcher_read_withheld_objects_total",
+			Help: "Objects withheld from a controller's hooks because its ServiceAccount may not list and watch them: counted each time one is left out of a snapshot, or a parent's change is dropped.",
+		}),
 		snapshotSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "metabus_snapshot_duration_seconds",
 			Help:    "Time to serve a snapshot, including freshness waits.",
@@ -54,7 +59,7 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.published, m.controllers, m.snapshots, m.snapshotSeconds, m.echoes,
+		reg.MustRegister(m.published, m.controllers, m.snapshots, m.snapshotSeconds, m.echoes, m.withheld,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "metabus_watcher_publish_queue_depth",
 				Help: "Parents waiting to be published to MC_WORK.",

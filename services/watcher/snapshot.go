@@ -134,6 +134,13 @@ func (wr *wiring) snapshot(ctx context.Context, req snapshot.Request) *snapshot.
 	if parent == nil {
 		return &snapshot.Response{Result: snapshot.NotFound, Message: "parent " + req.ParentUID + " not found"}
 	}
+	// What the controller's identity may not read is left out here, where
+	// the snapshot is assembled: it never reaches the bus.
+	view := wr.readView(ctx)
+	if !view.may(parentRes.GVR.Group, parentRes.GVR.Resource, parent.GetNamespace()) {
+		wr.reportWithheld(view, ctrl)
+		return withheldParent(view)
+	}
 	resp := &snapshot.Response{
 		Result:          snapshot.OK,
 		Controller:      ctrl,
@@ -142,16 +149,26 @@ func (wr *wiring) snapshot(ctx context.Context, req snapshot.Request) *snapshot.
 		ParentHasStatus: parentRes.HasStatus,
 	}
 	if wr.keyed != nil {
-		wr.keyedSnapshot(resp, req.MapKey, parentRes, parent)
+		if withheld := wr.keyedSnapshot(resp, req.MapKey, parentRes, parent, view); withheld {
+			wr.reportWithheld(view, ctrl)
+			return &snapshot.Response{Result: snapshot.NotFound, Message: "map key " + req.MapKey + "'s input withheld: ServiceAccount " +
+				wr.identity.String() + " may not read it"}
+		}
 	} else {
 		resp.Children, resp.SelectorError = wr.plan.Rules.Observe(parentRes, parent, wr.caches)
+		view.groups(resp.Children)
 	}
 	if len(rules) > 0 {
 		groups, ok := wr.related.snapshot(rules)
 		if !ok {
 			return &snapshot.Response{Result: snapshot.Retry, Message: "related caches not synced yet"}
 		}
+		view.groups(groups)
 		resp.Related = groups
 	}
+	if r := view.retry(); r != nil {
+		return r
+	}
+	wr.reportWithheld(view, ctrl)
 	return resp
 }

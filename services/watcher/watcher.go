@@ -46,6 +46,7 @@ import (
 	"github.com/metabus/metabus/pkg/discovery"
 	"github.com/metabus/metabus/pkg/echo"
 	"github.com/metabus/metabus/pkg/events/recorder"
+	ctlid "github.com/metabus/metabus/pkg/identity"
 	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/kindtable"
@@ -53,6 +54,7 @@ import (
 	"github.com/metabus/metabus/pkg/leader"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
+	"github.com/metabus/metabus/pkg/readaccess"
 	"github.com/metabus/metabus/pkg/related"
 )
 
@@ -113,6 +115,14 @@ type Config struct {
 	// over the controllers with resyncs there or waiting) may always add
 	// one, so controllers whose resyncs do not drain cannot hold it.
 	ResyncTotal int
+	// DefaultServiceAccount is the identity of a controller that names
+	// none (--default-service-account, shared with the applier): its
+	// hooks are sent only what the account may list and watch. None: the
+	// watcher's own authority, as upstream, with no review at all.
+	DefaultServiceAccount ctlid.Identity
+	// ReadRecheck is how often each cached review of a controller
+	// identity's read access is asked again (0: one minute).
+	ReadRecheck time.Duration
 }
 
 // Defaults fills unset fields.
@@ -187,6 +197,9 @@ type Watcher struct {
 	mu          sync.RWMutex
 	wirings     map[string]*wiring // by controller ID
 
+	// reads caches what controller identities may read (readaccess.go).
+	reads *readaccess.Cache
+
 	// out holds and publishes the work items (and the appliers' Applied
 	// notes, against which update events are checked as echoes).
 	out *outbox
@@ -256,6 +269,8 @@ func New(cfg Config, deps Deps) (*Watcher, error) {
 		wirings:     map[string]*wiring{},
 		ctrlHandles: map[string]*informers.Handle{},
 	}
+	w.reads = readaccess.NewCache(w.reviewRead, readaccess.Options{Recheck: cfg.ReadRecheck,
+		OnChange: func(id ctlid.Identity) { go w.readsChanged(id) }})
 	w.metrics = newMetrics(deps.Metrics, w) // makes w.ctrlQueues too
 	if w.metrics.err != nil {
 		w.log.Warn("some metrics are not exported", zap.Error(w.metrics.err))
@@ -385,6 +400,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); w.out.runResyncPacer(ctx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); w.runCacheFlush(ctx) }()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		w.reads.Run(ctx, func(s readaccess.Scope, err error) {
+			w.log.Warn("read access re-check failed; the last answer holds for three re-checks", zap.String("scope", s.String()),
+				zap.String("serviceAccount", s.Identity.String()), zap.Error(err))
+		})
+	}()
 
 	if w.cfg.LeaderElect {
 		wg.Add(1)

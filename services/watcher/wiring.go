@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"slices"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/apiresource"
 	"github.com/metabus/metabus/pkg/bus"
+	ctlid "github.com/metabus/metabus/pkg/identity"
 	"github.com/metabus/metabus/pkg/informers"
 	"github.com/metabus/metabus/pkg/kinds"
 )
@@ -31,6 +33,11 @@ type wiring struct {
 	specJSON      string
 	resyncSeconds *int32
 	plan          *kinds.WatchPlan
+	// identity is the ServiceAccount the controller acts as (none: the
+	// watcher's own authority); withheldSeen holds the readaccess.Scopes
+	// whose withheld objects were reported on the controller.
+	identity     ctlid.Identity
+	withheldSeen sync.Map
 
 	parents []*informers.Handle // per plan.Parents
 	owned   []*informers.Handle // per plan.Owned
@@ -55,9 +62,10 @@ func (w *Watcher) newWiring(ref bus.ControllerRef, obj *unstructured.Unstructure
 }
 
 // sameSpec reports whether the wiring was built from this spec of this
-// object (called with the watcher's lock held).
+// object, acting as the same identity (called with the watcher's lock
+// held).
 func (wr *wiring) sameSpec(spec string, obj *unstructured.Unstructured) bool {
-	return wr.specJSON == spec && wr.obj.GetUID() == obj.GetUID()
+	return wr.specJSON == spec && wr.obj.GetUID() == obj.GetUID() && sameIdentity(wr.obj, obj)
 }
 
 // start subscribes to the informers of the plan's resources (a keyed
@@ -194,9 +202,10 @@ func resyncEvery(ctx context.Context, seconds *int32, resync func(reason string)
 
 // selects reports whether the controller handles parent: its kind's
 // selectors select it, or they no longer do but it still carries the
-// controller's finalizer, so the finalize hook runs (opt-out).
+// controller's finalizer, so the finalize hook runs (opt-out); and the
+// controller's identity is not known to be denied reading it.
 func (wr *wiring) selects(parent *unstructured.Unstructured) bool {
-	return wr.plan.Rules.Selects(parent) || hasFinalizer(parent, wr.plan.Finalizer)
+	return (wr.plan.Rules.Selects(parent) || hasFinalizer(parent, wr.plan.Finalizer)) && !wr.parentWithheld(parent)
 }
 
 // hasFinalizer reports whether obj carries finalizer f ("" never).

@@ -122,7 +122,7 @@ var (
 
 // wired returns a leading watcher over a fake cluster holding objs, with
 // the controller wired and its caches synced.
-func wired(t *testing.T, ctrlObj *unstructured.Unstructured, objs ...runtime.Object) (*Watcher, *wiring) {
+func wired(t testing.TB, ctrlObj *unstructured.Unstructured, objs ...runtime.Object) (*Watcher, *wiring) {
 	t.Helper()
 	ctrl, err := kindtable.Decode(ctrlObj)
 	if err != nil {
@@ -136,7 +136,7 @@ func wired(t *testing.T, ctrlObj *unstructured.Unstructured, objs ...runtime.Obj
 }
 
 // wiredPlan is wired for a plan built by the test (a fake kind).
-func wiredPlan(t *testing.T, ref bus.ControllerRef, ctrlObj *unstructured.Unstructured, plan *kinds.WatchPlan, objs ...runtime.Object) (*Watcher, *wiring) {
+func wiredPlan(t testing.TB, ref bus.ControllerRef, ctrlObj *unstructured.Unstructured, plan *kinds.WatchPlan, objs ...runtime.Object) (*Watcher, *wiring) {
 	t.Helper()
 	w := leadingWatcher(dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), fakeListKinds, objs...))
 	wr := w.newWiring(ref, ctrlObj, "", nil, plan)

@@ -291,6 +291,9 @@ The arguments the chart sets for one service besides the common ones:
 {{- end }}
 - --controller-resources={{ join "," $policy.controllerResources }}
 - --max-controller-weight={{ $policy.maxControllerWeight }}
+{{- with $policy.defaultServiceAccount }}
+- --default-service-account={{ . }}
+{{- end }}
 {{- else if eq .svc "dispatcher" }}
 - --secret-namespaces={{ join "," $policy.secretNamespaces }}
 {{- with $root.Values.dispatcher.hookCredentialSecrets }}
