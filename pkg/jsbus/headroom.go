@@ -23,8 +23,6 @@ type PutOff func(ctx context.Context, m jetstream.Msg, at time.Time) error
 type room struct {
 	book *headroom.Book
 	put  PutOff
-	// putOff (optional) counts the messages put off, by controller.
-	putOff func(ctrlID string)
 }
 
 // newRoom returns the room of c, nil when c bounds nothing (or is ordered:
@@ -33,7 +31,7 @@ func newRoom(c ConsumeConfig) *room {
 	if c.Headroom <= 0 || c.PutOff == nil || c.Ordered {
 		return nil
 	}
-	return &room{book: headroom.New(headroom.Config{Limit: c.Headroom}), put: c.PutOff, putOff: c.PutOffCounted}
+	return &room{book: headroom.New(headroom.Config{Limit: c.Headroom}), put: c.PutOff}
 }
 
 // admit is receive's question, under o.mu: true when the message is to be
@@ -57,9 +55,6 @@ func (r *room) admit(o *owner, dp *dpart, id uint64, ctrlID string, m jetstream.
 		err := r.put(ctx, m, d.At)
 		cancel()
 		if err == nil {
-			if r.putOff != nil {
-				r.putOff(ctrlID)
-			}
 			if err = l.valid(); err == nil {
 				// The message is stored again: acking it loses nothing. A
 				// lost ack redelivers it, to be put off again.

@@ -17,13 +17,18 @@ import (
 
 // schedulePutOff is the dispatcher's PutOff: the work item scheduled in
 // MC_SCHED, relayed into MC_WORK when due.
-func schedulePutOff(js jetstream.JetStream) PutOff {
+// (counted in n).
+func schedulePutOff(js jetstream.JetStream, n *atomic.Int64) PutOff {
 	return func(ctx context.Context, m jetstream.Msg, at time.Time) error {
 		var it bus.WorkItem
 		if err := Decode(m, bus.TypeSyncRequested, &it); err != nil {
 			return err
 		}
-		return Publisher{JS: js}.Schedule(ctx, it, at)
+		if err := (Publisher{JS: js}).Schedule(ctx, it, at); err != nil {
+			return err
+		}
+		n.Add(1)
+		return nil
 	}
 }
 
@@ -59,8 +64,7 @@ func TestHeadroomKeepsPartitionOpen(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				err := Consume(ctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
-					PerController: 4, Total: 16, Headroom: tc.headroom, PutOff: schedulePutOff(js),
-					PutOffCounted: func(string) { putOff.Add(1) }},
+					PerController: 4, Total: 16, Headroom: tc.headroom, PutOff: schedulePutOff(js, &putOff)},
 					func(hctx context.Context, m jetstream.Msg) outcome.Outcome {
 						var it bus.WorkItem
 						_ = Decode(m, bus.TypeSyncRequested, &it)
@@ -145,8 +149,8 @@ func TestPutOffLosesNothing(t *testing.T) {
 				defer wg.Done()
 				_ = RunRelay(ctx, js, func(err error) { t.Logf("relay: %v", err) })
 			}()
-			put := schedulePutOff(js)
 			var putOff, failed atomic.Int64
+			put := schedulePutOff(js, &putOff)
 			if tc.failing {
 				put = func(context.Context, jetstream.Msg, time.Time) error {
 					failed.Add(1)
@@ -159,7 +163,7 @@ func TestPutOffLosesNothing(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				_ = Consume(ctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
-					PerController: 2, Total: 16, Headroom: 4, PutOff: put, PutOffCounted: func(string) { putOff.Add(1) }},
+					PerController: 2, Total: 16, Headroom: 4, PutOff: put},
 					func(hctx context.Context, m jetstream.Msg) outcome.Outcome {
 						var it bus.WorkItem
 						_ = Decode(m, bus.TypeSyncRequested, &it)

@@ -73,8 +73,6 @@ type ConsumeConfig struct {
 	// PutOff to come back later (package headroom says when), then acked.
 	Headroom int
 	PutOff   PutOff
-	// PutOffCounted (optional) is told of each message put off.
-	PutOffCounted func(ctrlID string)
 }
 
 // Consume runs h for the messages of the partitions this replica owns until
