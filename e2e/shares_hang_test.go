@@ -12,7 +12,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/metabus/metabus/internal/allinone"
 	"github.com/metabus/metabus/pkg/bus"
@@ -37,7 +36,6 @@ func TestHangingHooksDoNotStarve(t *testing.T) {
 		// timeout (--workers).
 		changeBound = 20 * time.Second
 	)
-	ctx := context.Background()
 	hardened := hardenedProfile(t)
 	held := hardened.Dispatcher.Headroom
 	if held <= 0 || held >= bus.WorkMaxAckPending {
@@ -93,21 +91,10 @@ func TestHangingHooksDoNotStarve(t *testing.T) {
 	// there: every parent's hook call, but a few, still to time out.
 	var lat []time.Duration
 	for i := range changes {
-		name, version := quicks[i%quickParents], int64(2+i/quickParents)
-		start := time.Now()
-		patch := fmt.Sprintf(`{"spec":{"version":%d}}`, version)
-		if _, err := dyn.Resource(quicksGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		for quicksAt(ns, []string{name}, version) != nil {
-			if time.Since(start) > changeBound {
-				t.Fatalf("change %d of the other controller's parent did not reach its child within %s beside %d hanging parents "+
-					"(%d hanging hook calls so far; latencies before %s; %.0f items put off)",
-					i+1, changeBound, hangParents, hangCalls.Load(), fmtDurations(lat), inst.counter(t, "metabus_dispatcher_put_off_total", nil))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		lat = append(lat, time.Since(start))
+		lat = append(lat, changeQuick(t, ns, quicks, i, changeBound, func() string {
+			return fmt.Sprintf("beside %d hanging parents (%d hanging hook calls so far; latencies before %s; %.0f items put off)",
+				hangParents, hangCalls.Load(), fmtDurations(lat), inst.counter(t, "metabus_dispatcher_put_off_total", nil))
+		}))
 	}
 	calls := hangCalls.Load()
 	if calls >= int64(hangParents) {

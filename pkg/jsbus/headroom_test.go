@@ -32,6 +32,24 @@ func schedulePutOff(js jetstream.JetStream, n *atomic.Int64) PutOff {
 	}
 }
 
+// hangSlow handles the messages of controller "slow" by hanging until
+// release is closed (counted in hanging), and the others with x.
+func hangSlow(x *exclusive, hanging *atomic.Int64, release chan struct{}) Handler {
+	return func(hctx context.Context, m jetstream.Msg) outcome.Outcome {
+		var it bus.WorkItem
+		_ = Decode(m, bus.TypeSyncRequested, &it)
+		if it.Controller.Name == "slow" {
+			hanging.Add(1)
+			select {
+			case <-release:
+			case <-hctx.Done():
+			}
+			return outcome.Done()
+		}
+		return x.handler("r", time.Millisecond)(hctx, m)
+	}
+}
+
 // TestHeadroomKeepsPartitionOpen (issue 35, item 5): a controller whose
 // handler hangs, with more messages in a partition than its consumer's
 // MaxAckPending, fills that window without a headroom: the server
@@ -65,19 +83,7 @@ func TestHeadroomKeepsPartitionOpen(t *testing.T) {
 				defer wg.Done()
 				err := Consume(ctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
 					PerController: 4, Total: 16, Headroom: tc.headroom, PutOff: schedulePutOff(js, &putOff)},
-					func(hctx context.Context, m jetstream.Msg) outcome.Outcome {
-						var it bus.WorkItem
-						_ = Decode(m, bus.TypeSyncRequested, &it)
-						if it.Controller.Name == "slow" {
-							hanging.Add(1)
-							select {
-							case <-release:
-							case <-hctx.Done():
-							}
-							return outcome.Done()
-						}
-						return x.handler("r", time.Millisecond)(hctx, m)
-					})
+					hangSlow(x, &hanging, release))
 				if err != nil {
 					t.Error(err)
 				}
