@@ -50,8 +50,14 @@ func (r *room) admit(o *owner, dp *dpart, id uint64, ctrlID string, m jetstream.
 		return true
 	}
 	l := dp.cur
+	// Nothing keeps the message alive meanwhile: storing it again must
+	// end well within its AckWait.
+	wait := apiTimeout
+	if dp.beat > 0 {
+		wait = min(wait, dp.beat/2)
+	}
 	go func() {
-		ctx, cancel := context.WithTimeout(leaseCtx{Context: l.ctx, l: l}, apiTimeout)
+		ctx, cancel := context.WithTimeout(leaseCtx{Context: l.ctx, l: l}, wait)
 		err := r.put(ctx, m, d.At)
 		cancel()
 		if err == nil {
