@@ -97,6 +97,7 @@ func TestProfiles(t *testing.T) {
 		secretNamespaces, relatedResources, controllerResources string
 		hookDestinations, refuseInsecureCredentials             string
 		maxControllerWeight, resyncAfterBacklog                 string
+		maxHeldPerController                                    string
 		// What the dispatcher may read in a tenant's namespace, the applier
 		// write anywhere.
 		tenantSecrets, anyWrite bool
@@ -118,6 +119,9 @@ func TestProfiles(t *testing.T) {
 		}
 		if got := flagValues(d, "resync-after-backlog"); !slices.Equal(got, []string{w.resyncAfterBacklog}) {
 			t.Errorf("dispatcher --resync-after-backlog %q, want [%q]", got, w.resyncAfterBacklog)
+		}
+		if got := flagValues(d, "max-held-per-controller"); !slices.Equal(got, []string{w.maxHeldPerController}) {
+			t.Errorf("dispatcher --max-held-per-controller %q, want [%q]", got, w.maxHeldPerController)
 		}
 		if got := flagValues(containerArgs(t, r.objs, "metabus-watcher"), "max-controller-weight"); !slices.Equal(got, []string{w.maxControllerWeight}) {
 			t.Errorf("watcher --max-controller-weight %q, want [%q]", got, w.maxControllerWeight)
@@ -151,14 +155,14 @@ func TestProfiles(t *testing.T) {
 		t.Run(r.name, func(t *testing.T) {
 			check(t, r, want{secretNamespaces: "*", relatedResources: "*", controllerResources: "*",
 				hookDestinations: "*", refuseInsecureCredentials: "false", tenantSecrets: true, anyWrite: true,
-				maxControllerWeight: "100", resyncAfterBacklog: "0"})
+				maxControllerWeight: "100", resyncAfterBacklog: "0", maxHeldPerController: "256"})
 		})
 	}
 	for _, r := range hardened {
 		t.Run(r.name, func(t *testing.T) {
 			check(t, r, want{secretNamespaces: "", relatedResources: "*,-core/secrets", controllerResources: "*,-core/secrets",
 				hookDestinations: "-apiserver,-loopback,-link-local,*", refuseInsecureCredentials: "true",
-				maxControllerWeight: "1", resyncAfterBacklog: "32"})
+				maxControllerWeight: "1", resyncAfterBacklog: "32", maxHeldPerController: "64"})
 			for _, kind := range []string{"ClusterRole", "ClusterRoleBinding"} {
 				if o := find(r.objs, kind, "metabus-dispatcher-secrets-all-namespaces"); o != nil {
 					t.Errorf("%s metabus-dispatcher-secrets-all-namespaces is rendered", kind)

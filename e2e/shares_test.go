@@ -103,20 +103,9 @@ func TestResyncFloodPaced(t *testing.T) {
 	before, measured := floodCalls.Load(), time.Now()
 	var lat []time.Duration
 	for i := range changes {
-		name, version := quicks[i%quickParents], int64(2+i/quickParents)
-		start := time.Now()
-		patch := fmt.Sprintf(`{"spec":{"version":%d}}`, version)
-		if _, err := dyn.Resource(quicksGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		for quicksAt(ns, []string{name}, version) != nil {
-			if time.Since(start) > changeBound {
-				t.Fatalf("change %d of the other controller's parent did not reach its child within %s beside the flood (latencies so far %s)",
-					i+1, changeBound, fmtDurations(lat))
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		lat = append(lat, time.Since(start))
+		lat = append(lat, changeQuick(t, ns, quicks, i, changeBound, func() string {
+			return fmt.Sprintf("beside the flood (latencies so far %s)", fmtDurations(lat))
+		}))
 		sample()
 	}
 	// The paced flood goes in about once a second (the gate's count):
@@ -219,19 +208,10 @@ func TestWeightBoundedByOperator(t *testing.T) {
 		lightParents, slots, took.Round(time.Millisecond), heavyMeanwhile, heavyCalls.Load(), heavyParents)
 }
 
-// createStalls creates n Stall parents named <prefix>-NNN in ns.
+// createStalls creates n Stall parents named <prefix>-NNNN in ns.
 func createStalls(t *testing.T, ns, prefix string, n int) {
 	t.Helper()
-	for i := range n {
-		s := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "noisy.metabus.dev/v1", "kind": "Stall",
-			"metadata": map[string]any{"name": fmt.Sprintf("%s-%03d", prefix, i)},
-			"spec":     map[string]any{"n": int64(i)},
-		}}
-		if _, err := dyn.Resource(stallsGVR).Namespace(ns).Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create %s parent %d: %v", prefix, i, err)
-		}
-	}
+	createStallsParallel(t, ns, prefix, 0, n)
 }
 
 // createQuicks creates n Quick parents at version 1 named <prefix>-NN in
@@ -266,6 +246,27 @@ func createQuickController(t *testing.T, inst *instance, name string) {
 		}},
 		"hooks": map[string]any{"sync": map[string]any{"webhook": map[string]any{"url": hookServer(t, jsonHook(quickHook)), "timeout": "5s"}}},
 	})
+}
+
+// changeQuick makes change i of a round over quicks (the parent
+// quicks[i mod len], at version 2 + i div len), waits until its child
+// shows it, and returns how long that took; not within bound, it fails
+// the test, saying where with beside.
+func changeQuick(t *testing.T, ns string, quicks []string, i int, bound time.Duration, beside func() string) time.Duration {
+	t.Helper()
+	name, version := quicks[i%len(quicks)], int64(2+i/len(quicks))
+	start := time.Now()
+	patch := fmt.Sprintf(`{"spec":{"version":%d}}`, version)
+	if _, err := dyn.Resource(quicksGVR).Namespace(ns).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for quicksAt(ns, []string{name}, version) != nil {
+		if time.Since(start) > bound {
+			t.Fatalf("change %d of the other controller's parent did not reach its child within %s %s", i+1, bound, beside())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
 }
 
 // quicksAt says which of the Quicks named has no child at version yet

@@ -31,7 +31,9 @@ const (
 // replica may hold (running or waiting its turn) before the server stops
 // delivering more. They bound a replica's memory (work items are small,
 // desired states up to the 8 MB payload limit) and how far one
-// controller's backlog in a partition can delay others in it.
+// controller's backlog in a partition can delay others in it (a
+// dispatcher holds at most --max-held-per-controller of one controller's
+// work items from a partition and puts off the rest: package headroom).
 const (
 	WorkMaxAckPending    = 1024
 	DesiredMaxAckPending = 256

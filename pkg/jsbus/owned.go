@@ -65,6 +65,14 @@ type ConsumeConfig struct {
 	// Ownership (optional) is told of every partition claimed and
 	// released (metrics).
 	Ownership OwnershipObserver
+	// Headroom (unordered stages; ≤ 0: none) bounds the messages of one
+	// controller this replica holds in hand from one partition, running
+	// or waiting their turn, so that one controller cannot fill the
+	// partition consumer's MaxAckPending, which every controller hashed
+	// to it shares. A message beyond it is put off: stored again by
+	// PutOff to come back later (package headroom says when), then acked.
+	Headroom int
+	PutOff   PutOff
 }
 
 // Consume runs h for the messages of the partitions this replica owns until
@@ -136,7 +144,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Han
 		return err
 	}
 	o := &owner{
-		js: js, kv: kv, c: c, h: h,
+		js: js, kv: kv, c: c, h: h, room: newRoom(c),
 		parts:    map[ownership.Partition]*dpart{},
 		msgs:     map[uint64]*held{},
 		weights:  map[string]int{},
@@ -196,6 +204,7 @@ type owner struct {
 	// held across a network call.
 	mu      sync.Mutex
 	core    *ownership.Core
+	room    *room // the controllers' headroom (nil: unbounded)
 	parts   map[ownership.Partition]*dpart
 	msgs    map[uint64]*held // every message in hand, by id
 	nextID  uint64
@@ -491,6 +500,7 @@ func (o *owner) effect(e ownership.Effect) {
 		for _, id := range e.IDs {
 			if hm := o.msgs[id]; hm != nil {
 				delete(o.msgs, id)
+				o.room.release(hm)
 				if e.Kind == ownership.Nak {
 					_ = hm.Msg.Nak()
 				}
@@ -918,18 +928,26 @@ func (o *owner) receive(dp *dpart, epoch uint64, m jetstream.Msg) {
 		delete(o.weights, ctrlID)
 	}
 	o.nextID++
-	// parentUID is the whole parent token: a keyed item's <uid>~<key>
-	// (MapKeySep) makes its unit of serialization (parent, key), so keys
-	// of one parent in one partition run side by side, each in order.
-	hm := &held{Msg: m, o: o, id: o.nextID, part: dp, lease: dp.cur, group: ctrlID, key: ctrlID + "." + parentUID, seq: md.Sequence.Stream, lastBeat: time.Now()}
-	o.msgs[hm.id] = hm
-	select {
-	case o.heldWake <- struct{}{}:
-	default: // already signalled
+	id := o.nextID
+	take := func() { // under o.mu
+		// parentUID is the whole parent token: a keyed item's <uid>~<key>
+		// (MapKeySep) makes its unit of serialization (parent, key), so keys
+		// of one parent in one partition run side by side, each in order.
+		hm := &held{Msg: m, o: o, id: id, part: dp, lease: dp.cur, group: ctrlID, key: ctrlID + "." + parentUID, seq: md.Sequence.Stream, lastBeat: time.Now()}
+		o.msgs[hm.id] = hm
+		select {
+		case o.heldWake <- struct{}{}:
+		default: // already signalled
+		}
+		o.core.Deliver(ownership.Msg{ID: hm.id, Part: dp.id, Epoch: epoch, Group: hm.group, Key: hm.key,
+			Seq: md.Sequence.Stream, DSeq: md.Sequence.Consumer}, time.Now())
+		o.flushLocked()
 	}
-	o.core.Deliver(ownership.Msg{ID: hm.id, Part: dp.id, Epoch: epoch, Group: hm.group, Key: hm.key,
-		Seq: md.Sequence.Stream, DSeq: md.Sequence.Consumer}, time.Now())
-	o.flushLocked()
+	// Beyond its controller's headroom in this partition, the message is
+	// put off instead (headroom.go).
+	if o.room.admit(o, dp, id, ctrlID, m, take) {
+		take()
+	}
 }
 
 // reset resets a partition's consumer to its ack floor, if the lease still
@@ -1089,6 +1107,7 @@ func (o *owner) handle(j job) {
 	}
 	o.update(func(c *ownership.Core, now time.Time) {
 		delete(o.msgs, hm.id)
+		o.room.release(hm)
 		c.Done(hm.id, hm.settled, now)
 	})
 }

@@ -315,19 +315,7 @@ func TestHangingControllerIsolated(t *testing.T) {
 	release := make(chan struct{})
 	go func() {
 		_ = Consume(ctx, js, ConsumeConfig{Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
-			PerController: 4, Total: 16}, func(hctx context.Context, m jetstream.Msg) outcome.Outcome {
-			var it bus.WorkItem
-			_ = Decode(m, bus.TypeSyncRequested, &it)
-			if it.Controller.Name == "slow" {
-				hanging.Add(1)
-				select {
-				case <-release:
-				case <-hctx.Done():
-				}
-				return outcome.Done()
-			}
-			return x.handler("r", time.Millisecond)(hctx, m)
-		})
+			PerController: 4, Total: 16}, hangSlow(x, &hanging, release))
 	}()
 	publishMany(t, js, "slow", 300) // in every partition
 	for hanging.Load() < 4 {

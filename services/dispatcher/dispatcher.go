@@ -58,6 +58,12 @@ type Config struct {
 	// has fewer than this many items there, and waits otherwise (≤ 0:
 	// unpaced, as upstream). See resyncGate.
 	ResyncAfterBacklog int
+	// Headroom bounds the work items of one controller this replica holds
+	// in hand from one MC_WORK partition (--max-held-per-controller); one
+	// beyond it is put off: scheduled again in MC_SCHED, then acked
+	// (jsbus.ConsumeConfig.Headroom). 0 means DefaultHeadroom; negative,
+	// no bound.
+	Headroom int
 	// RunDLQ moves poison messages to MC_DLQ in this replica.
 	RunDLQ      bool
 	EventsQPS   float32
@@ -123,6 +129,13 @@ type Config struct {
 // anyone else's change for long.
 const DefaultMergeWait = 2 * time.Second
 
+// DefaultHeadroom is Config.Headroom's default: a quarter of an MC_WORK
+// partition's MaxAckPending, so that it takes four controllers at their
+// bound to fill one, and a controller is put off only when it has more
+// than that many items waiting in one partition (with 64 partitions, some
+// 16,000 changes at once).
+const DefaultHeadroom = bus.WorkMaxAckPending / 4
+
 // Defaults fills unset fields.
 func (c *Config) Defaults() {
 	if c.Workers <= 0 {
@@ -133,6 +146,9 @@ func (c *Config) Defaults() {
 	}
 	if c.MergeWait == 0 {
 		c.MergeWait = DefaultMergeWait
+	}
+	if c.Headroom == 0 {
+		c.Headroom = DefaultHeadroom
 	}
 	if c.Namespace == "" {
 		c.Namespace = ownNamespace()
@@ -367,6 +383,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			PerController: d.cfg.Workers, Total: d.cfg.MaxInFlight, AckWait: ackWait, Member: d.member,
 			OnError:   obs.ConsumerErrors(d.log, "work consumer"),
 			Ownership: d.metrics.partitions,
+			Headroom:  d.cfg.Headroom, PutOff: d.putOff,
 		}, d.handle)
 	})
 	if d.cfg.RunRelay {
@@ -395,6 +412,24 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	})
 	d.log.Info("dispatcher started", zap.Int("workers", d.cfg.Workers))
 	<-ctx.Done()
+	return nil
+}
+
+// putOff stores again a work item beyond its controller's headroom
+// (jsbus.PutOff): scheduled in MC_SCHED for at, where a sooner schedule of
+// the parent wins (jsbus.Publisher.Schedule), and relayed into MC_WORK
+// when due. The item is the same, its reason and attempt kept: a
+// hook-asked resync is still paced when it comes back, a retry keeps its
+// backoff.
+func (d *Dispatcher) putOff(ctx context.Context, m jetstream.Msg, at time.Time) error {
+	var item bus.WorkItem
+	if err := jsbus.Decode(m, bus.TypeSyncRequested, &item); err != nil {
+		return err // the handler terms it
+	}
+	if err := d.pub.Schedule(ctx, item, at); err != nil {
+		return err
+	}
+	d.metrics.putOff.WithLabelValues(item.Controller.Kind, item.Controller.Name).Inc()
 	return nil
 }
 

@@ -20,6 +20,9 @@ type metrics struct {
 	// mergeWaits time the waits for an item's previous answer to be
 	// applied (Dispatcher.awaitAnswer), by how they ended.
 	mergeWaits *prometheus.HistogramVec
+	// putOff counts the work items put off beyond their controller's
+	// headroom (--max-held-per-controller), by controller.
+	putOff *prometheus.CounterVec
 	// queues are upstream's workqueue_* families for the controllers'
 	// work items (obs.WorkQueueMetrics says what each means on the bus).
 	queues *obs.WorkQueueMetrics
@@ -68,10 +71,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 				"applied, timeout (the bound held it back) or cancelled.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 3, 12),
 		}, []string{"result"}),
+		putOff: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "metabus_dispatcher_put_off_total",
+			Help: "Work items put off (scheduled again in MC_SCHED) because their controller held --max-held-per-controller of " +
+				"their MC_WORK partition, by controller.",
+		}, []string{"controller_type", "controller"}),
 		retrying: map[uint64]uint64{},
 	}
 	if reg != nil {
-		reg.MustRegister(m.syncs, m.syncSeconds, m.hookSeconds, m.queueLatency, m.mergeWaits)
+		reg.MustRegister(m.syncs, m.syncSeconds, m.hookSeconds, m.queueLatency, m.mergeWaits, m.putOff)
 	}
 	var errs [3]error
 	m.queues, errs[0] = obs.NewWorkQueueMetrics(reg)

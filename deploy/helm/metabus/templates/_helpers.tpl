@@ -150,6 +150,9 @@ overrides it; YAML, read back with fromYaml:
 {{- $resyncAfter := ternary 32 0 $hardened }}
 {{- if kindIs "float64" .Values.dispatcher.resyncAfterBacklog }}{{ $resyncAfter = .Values.dispatcher.resyncAfterBacklog | int }}{{ end }}
 {{- if kindIs "int64" .Values.dispatcher.resyncAfterBacklog }}{{ $resyncAfter = .Values.dispatcher.resyncAfterBacklog | int }}{{ end }}
+{{- $maxHeld := ternary 64 256 $hardened }}
+{{- if kindIs "float64" .Values.dispatcher.maxHeldPerController }}{{ $maxHeld = .Values.dispatcher.maxHeldPerController | int }}{{ end }}
+{{- if kindIs "int64" .Values.dispatcher.maxHeldPerController }}{{ $maxHeld = .Values.dispatcher.maxHeldPerController | int }}{{ end }}
 {{- $all := not $hardened }}
 {{- if kindIs "bool" .Values.applier.rbac.allResources }}{{ $all = .Values.applier.rbac.allResources }}{{ end }}
 {{- $nobody := ternary (printf "%s-nobody" (include "metabus.fullname" .)) "" $hardened }}
@@ -164,6 +167,7 @@ refuseInsecureCredentials: {{ $refuseInsecure }}
 applierAllResources: {{ $all }}
 maxControllerWeight: {{ $maxWeight }}
 resyncAfterBacklog: {{ $resyncAfter }}
+maxHeldPerController: {{ $maxHeld }}
 defaultServiceAccount: {{ $defaultSA | quote }}
 nobodyServiceAccount: {{ $nobody | quote }}
 {{- end }}
@@ -303,6 +307,7 @@ The arguments the chart sets for one service besides the common ones:
 - --hook-destinations={{ join "," $policy.hookDestinations }}
 - --refuse-insecure-credentials={{ $policy.refuseInsecureCredentials }}
 - --resync-after-backlog={{ $policy.resyncAfterBacklog }}
+- --max-held-per-controller={{ $policy.maxHeldPerController }}
 {{- with $root.Values.dispatcher.hookSubjectPrefix }}
 - --hook-subject-prefix={{ . }}
 {{- end }}
