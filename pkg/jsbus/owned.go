@@ -17,6 +17,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/fairq"
+	"github.com/metabus/metabus/pkg/jsbus/drivecore"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/outcome"
 	"github.com/metabus/metabus/pkg/ownership"
@@ -362,20 +363,19 @@ func (m *held) ack() error {
 	if !m.o.c.Ordered {
 		return m.settleWith(m.Msg.Ack)
 	}
-	wait := 50 * time.Millisecond
+	var b drivecore.AckBackoff
 	for {
 		if err := m.lease.valid(); err != nil {
 			return err
 		}
-		actx, cancel := context.WithTimeout(context.Background(), min(apiTimeout, m.o.c.Lease/5))
+		actx, cancel := context.WithTimeout(context.Background(), drivecore.AckTimeout(apiTimeout, m.o.c.Lease))
 		err := m.Msg.DoubleAck(actx)
 		cancel()
-		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+		if drivecore.Acked(errKind(err)) {
 			m.settled = true
 			return nil
 		}
-		time.Sleep(wait)
-		wait = min(2*wait, time.Second)
+		time.Sleep(b.Next())
 	}
 }
 
@@ -471,7 +471,29 @@ func (o *owner) part(p ownership.Partition) *dpart {
 	return dp
 }
 
+// effect performs one of the core's effects, under o.mu: its local part
+// at once, its network call (drivecore.ModeOf says which it has) on a
+// goroutine of its own, which feeds the answer back through update.
 func (o *owner) effect(e ownership.Effect) {
+	mode, ok := drivecore.ModeOf(e.Kind)
+	if !ok {
+		o.c.OnError(fmt.Errorf("%s: the ownership core asked for effect %d, unknown to its driver", o.c.Stage, e.Kind))
+		return
+	}
+	var call func()
+	if mode == drivecore.Async {
+		call = o.call(e)
+	} else {
+		call = o.local(e)
+	}
+	if call != nil {
+		go call()
+	}
+}
+
+// local performs an Inline or Start effect; it returns a Start effect's
+// network call.
+func (o *owner) local(e ownership.Effect) func() {
 	switch e.Kind {
 	case ownership.Deadline:
 		dp := o.part(e.Part)
@@ -501,39 +523,49 @@ func (o *owner) effect(e ownership.Effect) {
 		dp.epoch = e.Epoch
 		dp.cur = newLease(&dp.until)
 		dp.busy.Add(1)
-		go o.consume(dp, e.Epoch)
+		return func() { o.consume(dp, e.Epoch) }
 	case ownership.StopConsume:
 		dp := o.part(e.Part)
 		if cc := dp.cc; cc != nil && dp.epoch == e.Epoch {
 			dp.cc = nil
 			dp.busy.Add(1)
-			go func() { defer dp.busy.Done(); stop(cc) }()
+			return func() { defer dp.busy.Done(); stop(cc) }
 		}
-	case ownership.ReadLayout:
-		go o.readLayout(e.Read)
-	case ownership.RenewMember:
-		go o.renewMember()
-	case ownership.Leave:
-		go o.leave()
-	case ownership.Claim:
-		go o.claim(e.Part)
-	case ownership.Renew:
-		go o.renew(e.Leases)
-	case ownership.Open:
-		go o.open(e.Part, false)
-	case ownership.ReadFloor:
-		go o.open(e.Part, true)
-	case ownership.Reset:
-		go o.reset(o.part(e.Part))
-	case ownership.DeleteLease:
-		go o.deleteLease(e.Part, e.Rev)
-	case ownership.Recover:
-		go o.recover(e.Part, e.Rev)
 	case ownership.Owned:
 		o.c.claimed()
 	case ownership.Disowned:
 		o.c.released(e.Lost)
 	}
+	return nil
+}
+
+// call returns an Async effect's network call, its arguments bound under
+// o.mu.
+func (o *owner) call(e ownership.Effect) func() {
+	switch e.Kind {
+	case ownership.ReadLayout:
+		return func() { o.readLayout(e.Read) }
+	case ownership.RenewMember:
+		return o.renewMember
+	case ownership.Leave:
+		return o.leave
+	case ownership.Claim:
+		return func() { o.claim(e.Part) }
+	case ownership.Renew:
+		return func() { o.renew(e.Leases) }
+	case ownership.Open:
+		return func() { o.open(e.Part, false) }
+	case ownership.ReadFloor:
+		return func() { o.open(e.Part, true) }
+	case ownership.Reset:
+		dp := o.part(e.Part)
+		return func() { o.reset(dp) }
+	case ownership.DeleteLease:
+		return func() { o.deleteLease(e.Part, e.Rev) }
+	case ownership.Recover:
+		return func() { o.recover(e.Part, e.Rev) }
+	}
+	return nil
 }
 
 func (o *owner) run(ctx context.Context) error {
@@ -656,23 +688,15 @@ func (o *owner) leaseKey(p ownership.Partition) string {
 // its reply was lost.
 func ours(ctx context.Context, kv jetstream.KeyValue, member, key string) (uint64, ownership.Outcome) {
 	cur, err := kv.Get(ctx, key)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
-		return 0, ownership.Taken
-	case err != nil:
-		return 0, ownership.Failed
-	case string(cur.Value()) != member:
-		return 0, ownership.Taken
+	rewrite, out := drivecore.OursRead(errKind(err), err == nil && string(cur.Value()) == member)
+	if !rewrite {
+		return 0, out
 	}
 	rev, err := kv.Update(ctx, key, []byte(member), cur.Revision())
-	switch {
-	case err == nil:
-		return rev, ownership.OK
-	case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyNotFound):
-		return 0, ownership.Taken
-	default:
-		return 0, ownership.Failed
+	if out = drivecore.OursWrite(errKind(err)); out != ownership.OK {
+		rev = 0
 	}
+	return rev, out
 }
 
 func (o *owner) claim(p ownership.Partition) {
@@ -681,15 +705,13 @@ func (o *owner) claim(p ownership.Partition) {
 	key := o.leaseKey(p)
 	sent := time.Now()
 	rev, err := o.kv.Create(ctx, key, []byte(o.c.Member))
-	out := ownership.OK
-	switch {
-	case err == nil:
-	case errors.Is(err, jetstream.ErrKeyExists):
-		if rev, out = ours(ctx, o.kv, o.c.Member, key); out == ownership.OK {
-			out = ownership.Regained
-		}
-	default:
-		out = ownership.Failed
+	a := drivecore.Claim(errKind(err))
+	out := a.Out
+	if a.Ours {
+		rev, out = ours(ctx, o.kv, o.c.Member, key)
+		out = drivecore.Regained(out)
+	}
+	if a.Report {
 		o.c.OnError(fmt.Errorf("claim %s partition %s: %w", o.c.Stage, p, err))
 	}
 	o.update(func(c *ownership.Core, now time.Time) { c.ClaimDone(p, rev, out, sent, now) })
@@ -701,15 +723,10 @@ func (o *owner) recover(p ownership.Partition, rev uint64) {
 	key := o.leaseKey(p)
 	sent := time.Now()
 	nrev, err := o.kv.Update(ctx, key, []byte(o.c.Member), rev)
-	out := ownership.OK
-	switch {
-	case err == nil:
-	case errors.Is(err, jetstream.ErrKeyExists):
+	a := drivecore.Recover(errKind(err))
+	out := a.Out
+	if a.Ours {
 		nrev, out = ours(ctx, o.kv, o.c.Member, key)
-	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
-		out = ownership.Taken
-	default:
-		out = ownership.Failed
 	}
 	o.update(func(c *ownership.Core, now time.Time) { c.RecoverDone(p, nrev, out, sent, now) })
 }
@@ -771,21 +788,13 @@ func renewLeases(js jetstream.JetStream, kv jetstream.KeyValue, stage, member st
 		}
 	}
 	for i := range ls {
-		if err := ps[i].err; errors.Is(err, jetstream.ErrKeyExists) || isWrongSeq(err) {
+		if drivecore.Renewed(errKind(ps[i].err)) {
 			ctx, cancel := context.WithTimeout(context.Background(), wait)
 			rs[i].Rev, rs[i].Out = ours(ctx, kv, member, bus.LeaseKeyOf(stage, bus.PartitionConsumerName("", ls[i].Part.N, ls[i].Part.P)))
 			cancel()
 		}
 	}
 	return rs
-}
-
-// isWrongSeq recognizes the refusal of a write conditional on the
-// subject's last sequence (a lease renewed by someone else, or by this
-// replica with its reply lost).
-func isWrongSeq(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 // kvPutSubject is where a write of key in the lease bucket is published
@@ -824,13 +833,8 @@ func (o *owner) open(p ownership.Partition, floor bool) {
 			// Heartbeats follow the consumer's real AckWait: streams
 			// created by another process may use a shorter one.
 			dp := o.part(p)
-			dp.beat = o.c.AckWait
-			if aw := info.Config.AckWait; aw > 0 && aw < dp.beat {
-				dp.beat = aw
-			}
-			if cur := time.Duration(o.minBeat.Load()); cur == 0 || dp.beat < cur {
-				o.minBeat.Store(int64(dp.beat))
-			}
+			dp.beat = drivecore.BeatPeriod(o.c.AckWait, info.Config.AckWait)
+			o.minBeat.Store(int64(drivecore.MinBeat(time.Duration(o.minBeat.Load()), dp.beat)))
 		}
 		c.OpenDone(p, st, err, now)
 	})
@@ -853,7 +857,7 @@ func (o *owner) consume(dp *dpart, epoch uint64) {
 	defer cancel()
 	name := o.c.Prefix + dp.name
 	failed := func(err error) {
-		if !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrConsumerDeleted) {
+		if drivecore.StartFailure(errKind(err)) {
 			o.c.OnError(fmt.Errorf("consume %s partition %s: %w", o.c.Stream, dp.name, err))
 		}
 		o.update(func(c *ownership.Core, now time.Time) { c.ConsumeFailed(dp.id, epoch, now) })
@@ -876,12 +880,12 @@ func (o *owner) consume(dp *dpart, epoch uint64) {
 		jetstream.PullExpiry(pullExpiry),
 		jetstream.PullHeartbeat(pullHeartbeat),
 		jetstream.ConsumeErrHandler(func(cc jetstream.ConsumeContext, err error) {
-			switch {
-			case errors.Is(err, jetstream.ErrNoHeartbeat):
-			case errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound):
-				once.Do(func() { cc.Stop(); go failed(err) })
-			default:
+			ends, report := drivecore.ConsumeFailure(errKind(err))
+			if report {
 				o.c.OnError(fmt.Errorf("consume %s partition %s: %w", o.c.Stream, dp.name, err))
+			}
+			if ends {
+				once.Do(func() { cc.Stop(); go failed(err) })
 			}
 		}))
 	if err != nil {
@@ -944,37 +948,28 @@ func (o *owner) reset(dp *dpart) {
 		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 		_, err = o.js.ResetConsumer(ctx, o.c.Stream, name)
 		cancel()
-		var apiErr *jetstream.APIError
-		switch {
-		case err == nil, errors.Is(err, jetstream.ErrConsumerNotFound):
-			err = nil // nothing left to give back
-		case errors.As(err, &apiErr) && apiErr.Code < 500, errors.Is(err, nats.ErrNoResponders):
-			// A server that cannot reset (before 2.14): hand the
-			// partition back anyway; what waited comes back after
-			// AckWait, as it did before. (A 5xx, such as no consumer
-			// leader yet, passes: tried again.)
-			err = fmt.Errorf("reset consumer %s/%s: %w (%w)", o.c.Stream, name, ownership.ErrCannotReset, err)
-			o.cannotResetOnce(err)
-		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
-			// No answer. A user without the permission gets none (the
-			// server drops the request), nor does a server before 2.14:
-			// if the consumer's info answers at once, the API is up, so
-			// take it as that. Otherwise the core tries again while the
-			// lease holds.
+		how, probed := drivecore.ResetAnswer(errKind(err)), ""
+		if how == drivecore.ResetProbe {
 			ictx, icancel := context.WithTimeout(context.Background(), apiTimeout)
 			_, ierr := o.js.Consumer(ictx, o.c.Stream, name)
 			icancel()
-			if ierr == nil {
-				err = fmt.Errorf("reset consumer %s/%s: %w (%w; its info answers)", o.c.Stream, name, ownership.ErrCannotReset, err)
-				o.cannotResetOnce(err)
-			} else {
-				err = fmt.Errorf("reset consumer %s/%s: %w", o.c.Stream, name, err)
-				o.c.resetFailed(ResetNoAnswer)
-				o.c.OnError(err)
-			}
-		default:
+			how, probed = drivecore.ResetProbed(errKind(ierr)), "; its info answers"
+		}
+		switch how {
+		case drivecore.ResetDone:
+			err = nil // nothing left to give back
+		case drivecore.ResetUnsupported:
+			// Hand the partition back anyway; what waited comes back
+			// after AckWait, as it did before resets.
+			err = fmt.Errorf("reset consumer %s/%s: %w (%w%s)", o.c.Stream, name, ownership.ErrCannotReset, err, probed)
+			o.cannotResetOnce(err)
+		default: // the core tries again while the lease holds
 			err = fmt.Errorf("reset consumer %s/%s: %w", o.c.Stream, name, err)
-			o.c.resetFailed(ResetError)
+			reason := ResetError
+			if how == drivecore.ResetNoAnswer {
+				reason = ResetNoAnswer
+			}
+			o.c.resetFailed(reason)
 			o.c.OnError(err)
 		}
 	}
@@ -1048,7 +1043,7 @@ func (o *owner) handle(j job) {
 	hm := j.hm
 	ctx := context.WithValue(leaseCtx{Context: hm.lease.ctx, l: hm.lease}, newerKey{}, j.newer)
 	check := j.check && o.c.Ordered
-	retries := 0 // in place so far, this one included when waiting
+	var retries drivecore.Retries // in place so far
 	for ctx.Err() == nil {
 		var out outcome.Outcome
 		if check {
@@ -1058,7 +1053,7 @@ func (o *owner) handle(j job) {
 				if ctx.Err() == nil {
 					o.c.OnError(err)
 				}
-				out = outcome.Retry(time.Second, 0)
+				out = drivecore.CheckFailed()
 			case !run:
 				hm.settled = true // gone from the stream: superseded
 			default:
@@ -1077,10 +1072,7 @@ func (o *owner) handle(j job) {
 		}
 		// In place, keeping the parent's turn; a Retry's wait grows while
 		// it keeps failing (an unreachable dependency).
-		if out.Kind == outcome.KindRetry {
-			retries++
-		}
-		t := time.NewTimer(out.Wait(time.Now(), retries))
+		t := time.NewTimer(retries.Wait(out, time.Now()))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -1097,17 +1089,18 @@ func (o *owner) handle(j job) {
 // retry), while the lease holds: after it, the new owner has the message.
 func (o *owner) settle(hm *held, out outcome.Outcome) {
 	var err error
-	switch out.Kind {
-	case outcome.KindDone:
+	how, unknown := drivecore.SettleOf(out.Kind)
+	switch how {
+	case drivecore.SettleAck:
 		err = hm.ack()
-	case outcome.KindTerminal:
+	case drivecore.SettleTerm:
 		err = hm.settleWith(func() error { return hm.Msg.TermWithReason(out.Reason) })
 	default:
 		// No outcome (the handler's context ended first), or one this
 		// runtime does not know: the server redelivers the message, as
 		// after a crash, counting the delivery (the core checks what
 		// follows in an ordered stage).
-		if out.Kind != 0 {
+		if unknown {
 			o.c.OnError(fmt.Errorf("%s seq %d: handler returned %s; redelivered", o.c.Stream, hm.seq, out))
 		}
 		if hm.lease.valid() == nil {
@@ -1126,7 +1119,7 @@ func (o *owner) settle(hm *held, out outcome.Outcome) {
 // ticking: a message's first keep-alive is due a third of its AckWait
 // after it arrived, so starting the ticks then misses nothing. Each scan
 // finds the earliest keep-alive due next, and the next scan waits for it
-// (beatWait): held messages that are all young cost no scans.
+// (drivecore.BeatWait): held messages that are all young cost no scans.
 func (o *owner) heartbeat(ctx context.Context) {
 	var next time.Time // the earliest keep-alive due, as of the last scan
 	for {
@@ -1145,7 +1138,7 @@ func (o *owner) heartbeat(ctx context.Context) {
 		if period == 0 {
 			period = o.c.AckWait
 		}
-		t := time.NewTimer(beatWait(time.Now(), next, period))
+		t := time.NewTimer(drivecore.BeatWait(time.Now(), next, period))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -1153,42 +1146,23 @@ func (o *owner) heartbeat(ctx context.Context) {
 		case <-t.C:
 		}
 		o.beatScans.Add(1)
-		now := time.Now()
+		scan := drivecore.Scan{Now: time.Now()}
 		var due []*held
-		next = time.Time{}
 		o.mu.Lock()
-		o.core.Held(now, func(id uint64) {
+		o.core.Held(scan.Now, func(id uint64) {
 			hm := o.msgs[id]
 			if hm == nil {
 				return
 			}
-			if now.Sub(hm.lastBeat) >= hm.part.beat/3 {
-				hm.lastBeat = now
+			var ok bool
+			if ok, hm.lastBeat = scan.Visit(hm.lastBeat, hm.part.beat); ok {
 				due = append(due, hm)
-			}
-			if at := hm.lastBeat.Add(hm.part.beat / 3); next.IsZero() || at.Before(next) {
-				next = at
 			}
 		})
 		o.mu.Unlock()
+		next = scan.Next
 		for _, hm := range due {
 			_ = hm.InProgress()
 		}
 	}
-}
-
-// beatWait is how long the heartbeat sleeps before its next scan, given
-// the earliest keep-alive due among the messages held at the last scan
-// (zero: none known yet, as right after the first message arrives) and
-// period, the shortest keep-alive period of the owner's partitions. It
-// never scans more often than every period/12 (at least 20 ms, at most
-// 250 ms: how late a keep-alive may be), and never waits longer than
-// period/3, so a message that arrives meanwhile, due period/3 after it
-// arrives at the earliest, is seen by then.
-func beatWait(now, next time.Time, period time.Duration) time.Duration {
-	floor := min(max(period/12, 20*time.Millisecond), 250*time.Millisecond)
-	if next.IsZero() {
-		return floor
-	}
-	return min(max(next.Sub(now), floor), max(period/3, floor))
 }
