@@ -136,8 +136,9 @@ func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Han
 	if err != nil {
 		return err
 	}
+	api := ownerAPI{js}
 	o := &owner{
-		js: js, kv: kv, c: c, h: h,
+		js: api, kv: kv, store: api, clk: realClock{}, c: c, h: h,
 		parts:    map[ownership.Partition]*dpart{},
 		msgs:     map[uint64]*held{},
 		weights:  map[string]int{},
@@ -154,7 +155,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Han
 	o.core = ownership.New(ownership.Config{
 		Member: c.Member, Lease: c.Lease, AckWait: c.AckWait, Ordered: c.Ordered,
 		Limits: fairq.Limits{PerGroup: c.PerController, Total: c.Total}, Weight: weight,
-	}, n, time.Now())
+	}, n, o.clk.Now())
 	defer close(o.quit)
 	if testOwner != nil {
 		testOwner(o)
@@ -188,10 +189,14 @@ func NewMemberID() string {
 
 // owner drives one replica's ownership.Core for a stage.
 type owner struct {
-	js jetstream.JetStream
-	kv jetstream.KeyValue
-	c  ConsumeConfig
-	h  Handler
+	// The seams (seams.go): JetStream, the lease bucket, the stream's
+	// messages for the oldest-message check, and the clock.
+	js    ownerJS
+	kv    leaseKV
+	store msgStore
+	clk   clock
+	c     ConsumeConfig
+	h     Handler
 
 	// mu serializes the core and the driver state below. It is never
 	// held across a network call.
@@ -201,7 +206,7 @@ type owner struct {
 	msgs    map[uint64]*held // every message in hand, by id
 	nextID  uint64
 	weights map[string]int // per controller, from the messages' weight extension
-	timer   *time.Timer
+	timer   timer
 	wake    time.Time // when timer fires
 	watchOK bool      // the member watch is running
 	wctx    context.Context
@@ -251,10 +256,11 @@ type lease struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	until  *atomic.Int64
+	clk    clock
 }
 
-func newLease(until *atomic.Int64) *lease {
-	l := &lease{until: until}
+func newLease(until *atomic.Int64, clk clock) *lease {
+	l := &lease{until: until, clk: clk}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	return l
 }
@@ -270,7 +276,7 @@ func (l *lease) valid() error {
 	if l.ctx.Err() != nil {
 		return errFenced
 	}
-	if time.Now().UnixNano() >= l.until.Load() {
+	if l.clk.Now().UnixNano() >= l.until.Load() {
 		l.cancel(errLeaseExpired)
 		return errFenced
 	}
@@ -375,7 +381,7 @@ func (m *held) ack() error {
 			m.settled = true
 			return nil
 		}
-		time.Sleep(b.Next())
+		sleep(m.o.clk, b.Next())
 	}
 }
 
@@ -403,7 +409,7 @@ func NewerQueued(ctx context.Context) bool {
 // update runs f on the core under the lock, then performs its effects.
 func (o *owner) update(f func(c *ownership.Core, now time.Time)) {
 	o.mu.Lock()
-	f(o.core, time.Now())
+	f(o.core, o.clk.Now())
 	o.flushLocked()
 	o.mu.Unlock()
 }
@@ -436,12 +442,12 @@ func (o *owner) flushLocked() {
 	w := o.core.Wake()
 	if o.timer == nil {
 		o.wake = w
-		o.timer = time.AfterFunc(time.Until(w), o.tick)
+		o.timer = o.clk.AfterFunc(w.Sub(o.clk.Now()), o.tick)
 		return
 	}
 	if !w.Equal(o.wake) {
 		o.wake = w
-		o.timer.Reset(time.Until(w))
+		o.timer.Reset(w.Sub(o.clk.Now()))
 	}
 }
 
@@ -450,7 +456,7 @@ func (o *owner) flushLocked() {
 func (o *owner) tick() {
 	o.mu.Lock()
 	o.wake = time.Time{}
-	o.core.Tick(time.Now())
+	o.core.Tick(o.clk.Now())
 	if !o.watchOK && !o.stopped && o.wctx != nil {
 		o.watchOK = true
 		go o.watchMembers(o.wctx, nil)
@@ -464,7 +470,7 @@ func (o *owner) part(p ownership.Partition) *dpart {
 	dp := o.parts[p]
 	if dp == nil {
 		dp = &dpart{id: p, name: bus.PartitionConsumerName("", p.N, p.P)}
-		dp.cur = newLease(&dp.until)
+		dp.cur = newLease(&dp.until, o.clk)
 		dp.cur.cancel(errFenced) // not consuming yet
 		o.parts[p] = dp
 	}
@@ -521,7 +527,7 @@ func (o *owner) local(e ownership.Effect) func() {
 	case ownership.Consume:
 		dp := o.part(e.Part)
 		dp.epoch = e.Epoch
-		dp.cur = newLease(&dp.until)
+		dp.cur = newLease(&dp.until, o.clk)
 		dp.busy.Add(1)
 		return func() { o.consume(dp, e.Epoch) }
 	case ownership.StopConsume:
@@ -529,7 +535,7 @@ func (o *owner) local(e ownership.Effect) func() {
 		if cc := dp.cc; cc != nil && dp.epoch == e.Epoch {
 			dp.cc = nil
 			dp.busy.Add(1)
-			return func() { defer dp.busy.Done(); stop(cc) }
+			return func() { defer dp.busy.Done(); o.stop(cc) }
 		}
 	case ownership.Owned:
 		o.c.claimed()
@@ -581,7 +587,7 @@ func (o *owner) run(ctx context.Context) error {
 	o.update(func(*ownership.Core, time.Time) {}) // the first member renewal
 	select {
 	case <-initial:
-	case <-time.After(2 * time.Second):
+	case <-after(o.clk, 2*time.Second):
 	case <-ctx.Done():
 		o.mu.Lock()
 		o.stopped = true
@@ -686,7 +692,7 @@ func (o *owner) leaseKey(p ownership.Partition) string {
 // ours rewrites key if it still names member: a refused conditional write
 // may have been member's own earlier write, applied by the server after
 // its reply was lost.
-func ours(ctx context.Context, kv jetstream.KeyValue, member, key string) (uint64, ownership.Outcome) {
+func ours(ctx context.Context, kv leaseKV, member, key string) (uint64, ownership.Outcome) {
 	cur, err := kv.Get(ctx, key)
 	rewrite, out := drivecore.OursRead(errKind(err), err == nil && string(cur.Value()) == member)
 	if !rewrite {
@@ -703,7 +709,7 @@ func (o *owner) claim(p ownership.Partition) {
 	ctx, cancel := o.apiCtx()
 	defer cancel()
 	key := o.leaseKey(p)
-	sent := time.Now()
+	sent := o.clk.Now()
 	rev, err := o.kv.Create(ctx, key, []byte(o.c.Member))
 	a := drivecore.Claim(errKind(err))
 	out := a.Out
@@ -721,7 +727,7 @@ func (o *owner) recover(p ownership.Partition, rev uint64) {
 	ctx, cancel := o.apiCtx()
 	defer cancel()
 	key := o.leaseKey(p)
-	sent := time.Now()
+	sent := o.clk.Now()
 	nrev, err := o.kv.Update(ctx, key, []byte(o.c.Member), rev)
 	a := drivecore.Recover(errKind(err))
 	out := a.Out
@@ -747,8 +753,8 @@ func (o *owner) deleteLease(p ownership.Partition, rev uint64) {
 // for each made an idle all-in-one spend several times the CPU of the
 // writes themselves.
 func (o *owner) renew(ls []ownership.Lease) {
-	sent := time.Now()
-	rs := renewLeases(o.js, o.kv, o.c.Stage, o.c.Member, ls, o.c.Lease/5)
+	sent := o.clk.Now()
+	rs := renewLeases(o.js, o.kv, o.clk, o.c.Stage, o.c.Member, ls, o.c.Lease/5)
 	for i, r := range rs {
 		if r.Out == ownership.Taken {
 			o.c.OnError(fmt.Errorf("lease of %s partition %s lost", o.c.Stage, ls[i].Part))
@@ -759,7 +765,7 @@ func (o *owner) renew(ls []ownership.Lease) {
 
 // renewLeases renews leases of member in stage, waiting at most wait for
 // the answers.
-func renewLeases(js jetstream.JetStream, kv jetstream.KeyValue, stage, member string, ls []ownership.Lease, wait time.Duration) []ownership.Renewal {
+func renewLeases(js ownerJS, kv leaseKV, clk clock, stage, member string, ls []ownership.Lease, wait time.Duration) []ownership.Renewal {
 	type pending struct {
 		ack jetstream.PubAckFuture
 		err error
@@ -771,7 +777,7 @@ func renewLeases(js jetstream.JetStream, kv jetstream.KeyValue, stage, member st
 		ps[i].ack, ps[i].err = js.PublishMsgAsync(&nats.Msg{Subject: kvPutSubject(bus.LeaseKeyOf(stage, bus.PartitionConsumerName("", l.Part.N, l.Part.P))), Data: []byte(member)},
 			jetstream.WithExpectLastSequencePerSubject(l.Rev))
 	}
-	timer := time.NewTimer(wait)
+	timer := clk.NewTimer(wait)
 	defer timer.Stop()
 	expired := false
 	for i := range ls {
@@ -783,7 +789,7 @@ func renewLeases(js jetstream.JetStream, kv jetstream.KeyValue, stage, member st
 		case pa := <-p.ack.Ok():
 			rs[i].Out, rs[i].Rev = ownership.OK, pa.Sequence
 		case p.err = <-p.ack.Err():
-		case <-timer.C:
+		case <-timer.C():
 			expired = true
 		}
 	}
@@ -842,11 +848,11 @@ func (o *owner) open(p ownership.Partition, floor bool) {
 
 // stop stops a consumption and waits (a few seconds at most) until its
 // subscription is gone: the server then delivers it nothing more.
-func stop(cc jetstream.ConsumeContext) {
+func (o *owner) stop(cc jetstream.ConsumeContext) {
 	cc.Stop()
 	select {
 	case <-cc.Closed():
-	case <-time.After(apiTimeout):
+	case <-after(o.clk, apiTimeout):
 	}
 }
 
@@ -899,7 +905,7 @@ func (o *owner) consume(dp *dpart, epoch uint64) {
 		return
 	}
 	o.mu.Unlock()
-	stop(cc) // stopped meanwhile
+	o.stop(cc) // stopped meanwhile
 }
 
 func (o *owner) receive(dp *dpart, epoch uint64, m jetstream.Msg) {
@@ -925,14 +931,14 @@ func (o *owner) receive(dp *dpart, epoch uint64, m jetstream.Msg) {
 	// parentUID is the whole parent token: a keyed item's <uid>~<key>
 	// (MapKeySep) makes its unit of serialization (parent, key), so keys
 	// of one parent in one partition run side by side, each in order.
-	hm := &held{Msg: m, o: o, id: o.nextID, part: dp, lease: dp.cur, group: ctrlID, key: ctrlID + "." + parentUID, seq: md.Sequence.Stream, lastBeat: time.Now()}
+	hm := &held{Msg: m, o: o, id: o.nextID, part: dp, lease: dp.cur, group: ctrlID, key: ctrlID + "." + parentUID, seq: md.Sequence.Stream, lastBeat: o.clk.Now()}
 	o.msgs[hm.id] = hm
 	select {
 	case o.heldWake <- struct{}{}:
 	default: // already signalled
 	}
 	o.core.Deliver(ownership.Msg{ID: hm.id, Part: dp.id, Epoch: epoch, Group: hm.group, Key: hm.key,
-		Seq: md.Sequence.Stream, DSeq: md.Sequence.Consumer}, time.Now())
+		Seq: md.Sequence.Stream, DSeq: md.Sequence.Consumer}, o.clk.Now())
 	o.flushLocked()
 }
 
@@ -941,7 +947,7 @@ func (o *owner) receive(dp *dpart, epoch uint64, m jetstream.Msg) {
 func (o *owner) reset(dp *dpart) {
 	dp.busy.Wait()
 	var err error
-	if time.Now().UnixNano() >= dp.until.Load() {
+	if o.clk.Now().UnixNano() >= dp.until.Load() {
 		err = errLeaseExpired
 	} else {
 		name := o.c.Prefix + dp.name
@@ -985,7 +991,7 @@ func (o *owner) cannotResetOnce(err error) {
 	if !o.cannotReset.CompareAndSwap(false, true) {
 		return
 	}
-	version := o.js.Conn().ConnectedServerVersion()
+	version := o.js.ServerVersion()
 	why := fmt.Sprintf("NATS server %s is older than %s, the first to reset consumers", version, natsx.MinResetVersion)
 	if ok, _ := natsx.ConsumerResetSupported(version); ok {
 		why = fmt.Sprintf("NATS server %s can reset consumers, so this replica's NATS user lacks the permission ($JS.API.CONSUMER.RESET.%s.*)", version, o.c.Stream)
@@ -1020,14 +1026,14 @@ func (o *owner) start(j job) {
 }
 
 func (o *owner) worker(j job) {
-	idle := time.NewTimer(workerIdle)
+	idle := o.clk.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
 		o.handle(j)
 		idle.Reset(workerIdle)
 		select {
 		case j = <-o.jobs:
-		case <-idle.C:
+		case <-idle.C():
 			return
 		case <-o.quit:
 			return
@@ -1047,7 +1053,7 @@ func (o *owner) handle(j job) {
 	for ctx.Err() == nil {
 		var out outcome.Outcome
 		if check {
-			run, err := oldest(ctx, o.js, o.c.Stream, hm.Subject(), hm.seq, o.c.KeepOlder)
+			run, err := oldest(ctx, o.store, o.c.Stream, hm.Subject(), hm.seq, o.c.KeepOlder)
 			switch {
 			case err != nil:
 				if ctx.Err() == nil {
@@ -1072,9 +1078,9 @@ func (o *owner) handle(j job) {
 		}
 		// In place, keeping the parent's turn; a Retry's wait grows while
 		// it keeps failing (an unreachable dependency).
-		t := time.NewTimer(retries.Wait(out, time.Now()))
+		t := o.clk.NewTimer(retries.Wait(out, o.clk.Now()))
 		select {
-		case <-t.C:
+		case <-t.C():
 		case <-ctx.Done():
 			t.Stop()
 		}
@@ -1138,15 +1144,15 @@ func (o *owner) heartbeat(ctx context.Context) {
 		if period == 0 {
 			period = o.c.AckWait
 		}
-		t := time.NewTimer(drivecore.BeatWait(time.Now(), next, period))
+		t := o.clk.NewTimer(drivecore.BeatWait(o.clk.Now(), next, period))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		o.beatScans.Add(1)
-		scan := drivecore.Scan{Now: time.Now()}
+		scan := drivecore.Scan{Now: o.clk.Now()}
 		var due []*held
 		o.mu.Lock()
 		o.core.Held(scan.Now, func(id uint64) {
