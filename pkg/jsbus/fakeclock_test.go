@@ -1,6 +1,7 @@
 package jsbus
 
 import (
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -13,6 +14,8 @@ type fakeClock struct {
 	mu     sync.Mutex
 	now    time.Time
 	timers []*fakeTimer
+	// asked is every duration a timer was set for, in order.
+	asked []time.Duration
 }
 
 func newFakeClock(now time.Time) *fakeClock { return &fakeClock{now: now} }
@@ -36,7 +39,34 @@ func (c *fakeClock) add(d time.Duration, f func()) *fakeTimer {
 	defer c.mu.Unlock()
 	t := &fakeTimer{c: c, at: c.now.Add(d), ch: make(chan time.Time, 1), f: f, active: true}
 	c.timers = append(c.timers, t)
+	c.asked = append(c.asked, d)
 	return t
+}
+
+// waitTimers waits (in real time, at most 5 s) until n timers are set and
+// not fired: the code under test is then blocked on the clock.
+func (c *fakeClock) waitTimers(n int) bool {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		active := 0
+		for _, t := range c.timers {
+			if t.active {
+				active++
+			}
+		}
+		c.mu.Unlock()
+		if active >= n {
+			return true
+		}
+	}
+	return false
+}
+
+// Asked returns the durations asked for so far.
+func (c *fakeClock) Asked() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.asked)
 }
 
 func (c *fakeClock) AfterFunc(d time.Duration, f func()) timer { return c.add(d, f) }
