@@ -138,7 +138,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Han
 	}
 	api := ownerAPI{js}
 	o := &owner{
-		js: api, kv: kv, store: api, clk: realClock{}, c: c, h: h,
+		js: api, kv: leaseBucket{kv}, store: api, clk: realClock{}, c: c, h: h,
 		parts:    map[ownership.Partition]*dpart{},
 		msgs:     map[uint64]*held{},
 		weights:  map[string]int{},
@@ -672,7 +672,7 @@ func (o *owner) renewMember() {
 func (o *owner) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = o.kv.Delete(ctx, bus.MemberKey(o.c.Stage, o.c.Member))
+	_ = o.kv.DeleteAt(ctx, bus.MemberKey(o.c.Stage, o.c.Member), 0)
 }
 
 func (o *owner) readLayout(read uint64) {
@@ -740,7 +740,7 @@ func (o *owner) recover(p ownership.Partition, rev uint64) {
 func (o *owner) deleteLease(p ownership.Partition, rev uint64) {
 	ctx, cancel := o.apiCtx()
 	defer cancel()
-	if err := o.kv.Delete(ctx, o.leaseKey(p), jetstream.LastRevision(rev)); err != nil {
+	if err := o.kv.DeleteAt(ctx, o.leaseKey(p), rev); err != nil {
 		o.c.OnError(fmt.Errorf("hand back %s partition %s: %w", o.c.Stream, p, err))
 	}
 	o.update(func(c *ownership.Core, now time.Time) { c.ReleaseDone(p, now) })
@@ -774,8 +774,7 @@ func renewLeases(js ownerJS, kv leaseKV, clk clock, stage, member string, ls []o
 	rs := make([]ownership.Renewal, len(ls))
 	for i, l := range ls {
 		rs[i] = ownership.Renewal{Part: l.Part, Out: ownership.Failed}
-		ps[i].ack, ps[i].err = js.PublishMsgAsync(&nats.Msg{Subject: kvPutSubject(bus.LeaseKeyOf(stage, bus.PartitionConsumerName("", l.Part.N, l.Part.P))), Data: []byte(member)},
-			jetstream.WithExpectLastSequencePerSubject(l.Rev))
+		ps[i].ack, ps[i].err = js.RenewAsync(bus.LeaseKeyOf(stage, bus.PartitionConsumerName("", l.Part.N, l.Part.P)), []byte(member), l.Rev)
 	}
 	timer := clk.NewTimer(wait)
 	defer timer.Stop()
@@ -802,10 +801,6 @@ func renewLeases(js ownerJS, kv leaseKV, clk clock, stage, member string, ls []o
 	}
 	return rs
 }
-
-// kvPutSubject is where a write of key in the lease bucket is published
-// (KeyValue.Put and Update publish there; metabus uses no JetStream domain).
-func kvPutSubject(key string) string { return "$KV." + bus.OwnersBucket + "." + key }
 
 // open reads a partition's consumer state (for Open, or for the ack
 // floor of a tainted partition).

@@ -6,6 +6,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/metabus/metabus/pkg/bus"
 )
 
 // The driver's seams (issue 33): Consume's owner reads time through a
@@ -57,7 +59,10 @@ type ownerJS interface {
 	streamLookup
 	Consumer(ctx context.Context, stream, name string) (partConsumer, error)
 	ResetConsumer(ctx context.Context, stream, name string) (*jetstream.ConsumerResetResponse, error)
-	PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error)
+	// RenewAsync sends a write of key in the lease bucket conditional
+	// on its revision rev, without waiting for the answer (pipelined
+	// renewals).
+	RenewAsync(key string, value []byte, rev uint64) (jetstream.PubAckFuture, error)
 	// ServerVersion is the connected server's version (a reset that
 	// proved impossible names it).
 	ServerVersion() string
@@ -76,14 +81,27 @@ type partConsumer interface {
 }
 
 // leaseKV is what the driver uses of the lease bucket: the member keys
-// and their watch, and the leases' conditional writes.
+// and their watch, and the leases' conditional writes. Every condition is
+// an argument (JetStream's options are opaque to a fake); the driver
+// passes Create and Watch no options.
 type leaseKV interface {
 	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
 	Put(ctx context.Context, key string, value []byte) (uint64, error)
 	Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error)
 	Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error)
-	Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error
+	// DeleteAt deletes key if its revision is rev (0: whatever it is).
+	DeleteAt(ctx context.Context, key string, rev uint64) error
 	Watch(ctx context.Context, keys string, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error)
+}
+
+// leaseBucket is the real lease bucket behind leaseKV.
+type leaseBucket struct{ jetstream.KeyValue }
+
+func (b leaseBucket) DeleteAt(ctx context.Context, key string, rev uint64) error {
+	if rev == 0 {
+		return b.Delete(ctx, key)
+	}
+	return b.Delete(ctx, key, jetstream.LastRevision(rev))
 }
 
 // msgStore is what the oldest-message check of an ordered stage (order.go)
@@ -113,8 +131,10 @@ func (a ownerAPI) ResetConsumer(ctx context.Context, stream, name string) (*jets
 	return a.js.ResetConsumer(ctx, stream, name)
 }
 
-func (a ownerAPI) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
-	return a.js.PublishMsgAsync(m, opts...)
+// RenewAsync publishes where KeyValue.Update does, with the same
+// condition.
+func (a ownerAPI) RenewAsync(key string, value []byte, rev uint64) (jetstream.PubAckFuture, error) {
+	return a.js.PublishMsgAsync(&nats.Msg{Subject: kvPutSubject(key), Data: value}, jetstream.WithExpectLastSequencePerSubject(rev))
 }
 
 func (a ownerAPI) ServerVersion() string { return a.js.Conn().ConnectedServerVersion() }
@@ -126,3 +146,7 @@ func (a ownerAPI) FirstFrom(ctx context.Context, stream, subj string, from uint6
 func (a ownerAPI) DeleteMsg(ctx context.Context, stream string, seq uint64) error {
 	return deleteMsg(ctx, a.js, stream, seq)
 }
+
+// kvPutSubject is where a write of key in the lease bucket is published
+// (KeyValue.Put and Update publish there; metabus uses no JetStream domain).
+func kvPutSubject(key string) string { return "$KV." + bus.OwnersBucket + "." + key }
