@@ -137,8 +137,20 @@ func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Han
 		return err
 	}
 	api := ownerAPI{js}
+	o := newOwner(api, leaseBucket{kv}, api, realClock{}, c, h, n)
+	defer close(o.quit)
+	if testOwner != nil {
+		testOwner(o)
+	}
+	return o.run(ctx)
+}
+
+// newOwner is the driver of c (defaulted) over its seams, for a stream of
+// n partitions: Consume's, or a simulation's over a fake JetStream and
+// clock. Run it with run, then close its quit.
+func newOwner(js ownerJS, kv leaseKV, store msgStore, clk clock, c ConsumeConfig, h Handler, n int) *owner {
 	o := &owner{
-		js: api, kv: leaseBucket{kv}, store: api, clk: realClock{}, c: c, h: h,
+		js: js, kv: kv, store: store, clk: clk, c: c, h: h,
 		parts:    map[ownership.Partition]*dpart{},
 		msgs:     map[uint64]*held{},
 		weights:  map[string]int{},
@@ -155,12 +167,8 @@ func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Han
 	o.core = ownership.New(ownership.Config{
 		Member: c.Member, Lease: c.Lease, AckWait: c.AckWait, Ordered: c.Ordered,
 		Limits: fairq.Limits{PerGroup: c.PerController, Total: c.Total}, Weight: weight,
-	}, n, o.clk.Now())
-	defer close(o.quit)
-	if testOwner != nil {
-		testOwner(o)
-	}
-	return o.run(ctx)
+	}, n, clk.Now())
+	return o
 }
 
 // The partition consumers' pull expiry and idle heartbeat (see consume).
