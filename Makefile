@@ -78,12 +78,22 @@ unit:
 
 # sim runs the partition-ownership simulation (pkg/ownership, issue 24) over
 # SIM_SCHEDULES randomized schedules (make test runs 100,000; about 10
-# minutes for the default 2,000,000 on 2 idle cores). A failing seed
+# minutes for the default 2,000,000 on 2 idle cores), then the order
+# simulation of the driver's oldest-message check and lease guard
+# (pkg/jsbus, issue 33) over ORDER_SCHEDULES (make test runs 20,000; about
+# 2 minutes for the default 1,000,000), then the real driver's simulation
+# over OWNER_SCHEDULES (make test runs 4; about 3 s each). A failing seed
 # replays with a trace: go test ./pkg/ownership -run 'TestSimulation$$'
-# -sim.seed N -v
+# -sim.seed N -v (or ./pkg/jsbus -run 'TestOrderSimulation$$'
+# -ordersim.seed N -v; -run 'TestOwnerSimulation$$' -ownersim.first N
+# -ownersim.schedules 1 -v)
 SIM_SCHEDULES ?= 2000000
+ORDER_SCHEDULES ?= 1000000
+OWNER_SCHEDULES ?= 200
 sim:
 	$(GO) test -count=1 -timeout 0 -run 'TestSimulation$$' ./pkg/ownership/ -sim.schedules $(SIM_SCHEDULES) -v
+	$(GO) test -count=1 -timeout 0 -run 'TestOrderSimulation$$' ./pkg/jsbus/ -ordersim.schedules $(ORDER_SCHEDULES) -v
+	$(GO) test -count=1 -timeout 0 -run 'TestOwnerSimulation$$' ./pkg/jsbus/ -ownersim.schedules $(OWNER_SCHEDULES) -v
 
 e2e:
 	@KUBE_BIN_DIR=$$(hack/kubeenv/build.sh | tail -1); export KUBE_BIN_DIR; \

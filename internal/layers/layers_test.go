@@ -17,7 +17,7 @@ import (
 // Kubernetes client, not even client-go's helpers.
 var pureCores = []string{
 	"pkg/bus", "pkg/ownership", "pkg/fairq", "pkg/revstore", "pkg/rollout", "pkg/apply",
-	"pkg/children", "pkg/revision", "pkg/hookwire", "pkg/hookapi", "pkg/outcome",
+	"pkg/children", "pkg/revision", "pkg/hookwire", "pkg/hookapi", "pkg/outcome", "pkg/jsbus/drivecore",
 }
 
 // Kind cores plan what a controller kind means; they link no bus client

@@ -45,7 +45,7 @@ func (r *room) admit(o *owner, dp *dpart, id uint64, ctrlID string, m jetstream.
 		return true
 	}
 	slot := headroom.Slot{Part: dp.name, Group: ctrlID}
-	d := r.book.Offer(slot, id, time.Now())
+	d := r.book.Offer(slot, id, o.clk.Now())
 	if d.Take {
 		return true
 	}
@@ -73,7 +73,7 @@ func (r *room) admit(o *owner, dp *dpart, id uint64, ctrlID string, m jetstream.
 		}
 		o.mu.Lock()
 		defer o.mu.Unlock()
-		r.book.Take(slot, id, time.Now())
+		r.book.Take(slot, id, o.clk.Now())
 		take()
 	}()
 	return false
@@ -85,5 +85,5 @@ func (r *room) release(hm *held) {
 	if r == nil {
 		return
 	}
-	r.book.Release(headroom.Slot{Part: hm.part.name, Group: hm.group}, hm.id, time.Now())
+	r.book.Release(headroom.Slot{Part: hm.part.name, Group: hm.group}, hm.id, hm.o.clk.Now())
 }

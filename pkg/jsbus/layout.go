@@ -12,7 +12,7 @@ import (
 
 // StreamPartitions reads a stream's current partition count (one stream
 // info request, answered by the stream leader).
-func StreamPartitions(ctx context.Context, js jetstream.JetStream, stream string) (int, error) {
+func StreamPartitions(ctx context.Context, js streamLookup, stream string) (int, error) {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return 0, fmt.Errorf("read partitions of %s: %w", stream, err)

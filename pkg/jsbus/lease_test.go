@@ -35,7 +35,7 @@ func TestRenewalAppliedButTimedOut(t *testing.T) {
 	if _, err := kv.Update(ctx, key, []byte("me"), rev); err != nil {
 		t.Fatal(err)
 	}
-	got := renewLeases(js, kv, bus.WorkStage, "me", []ownership.Lease{{Part: p, Rev: rev}}, 2*time.Second) // the next renewal
+	got := renewLeases(ownerAPI{js}, leaseBucket{kv}, realClock{}, bus.WorkStage, "me", []ownership.Lease{{Part: p, Rev: rev}}, 2*time.Second) // the next renewal
 	e, err := kv.Get(ctx, key)
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +48,7 @@ func TestRenewalAppliedButTimedOut(t *testing.T) {
 	if _, err := kv.Put(ctx, key, []byte("other")); err != nil {
 		t.Fatal(err)
 	}
-	got = renewLeases(js, kv, bus.WorkStage, "me", []ownership.Lease{{Part: p, Rev: e.Revision()}}, 2*time.Second)
+	got = renewLeases(ownerAPI{js}, leaseBucket{kv}, realClock{}, bus.WorkStage, "me", []ownership.Lease{{Part: p, Rev: e.Revision()}}, 2*time.Second)
 	if diff := cmp.Diff([]ownership.Renewal{{Part: p, Out: ownership.Taken}}, got); diff != "" {
 		t.Errorf("renewal of a lease another replica holds (-want +got):\n%s", diff)
 	}

@@ -13,14 +13,16 @@ import (
 // TestLeaseGuard: a handler's writes go out while its lease holds and are
 // refused, unsent, once its deadline has passed, even from a context
 // derived before (no fence has run: a process resumed after a pause);
-// reads pass, and so does everything outside a handler.
+// reads pass, and so does everything outside a handler. The lease reads a
+// fake clock, standing still: only the deadline moves.
 func TestLeaseGuard(t *testing.T) {
 	var got atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { got.Add(1) }))
 	defer srv.Close()
 	client := &http.Client{Transport: LeaseGuard(http.DefaultTransport)}
 	var until atomic.Int64
-	l := newLease(&until)
+	clk := newFakeClock(time.Date(2026, 11, 28, 23, 0, 0, 0, time.UTC))
+	l := newLease(&until, clk)
 	handler := leaseCtx{Context: l.ctx, l: l}
 	derived, cancel := context.WithTimeout(handler, time.Minute)
 	defer cancel()
@@ -38,7 +40,7 @@ func TestLeaseGuard(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.reason, func(t *testing.T) {
-			until.Store(time.Now().Add(c.until).UnixNano())
+			until.Store(clk.Now().Add(c.until).UnixNano())
 			before := got.Load()
 			req, err := http.NewRequestWithContext(c.ctx, c.method, srv.URL, strings.NewReader("{}"))
 			if err != nil {

@@ -42,10 +42,10 @@ import (
 // oldest message of its item in the stream: older ones are deleted unless
 // keep says they must run anyway. run is false when m is no longer in the
 // stream.
-func oldest(ctx context.Context, js jetstream.JetStream, stream, subj string, seq uint64, keep func(nats.Header, []byte) bool) (run bool, err error) {
+func oldest(ctx context.Context, store msgStore, stream, subj string, seq uint64, keep func(nats.Header, []byte) bool) (run bool, err error) {
 	from := uint64(1)
 	for {
-		first, err := firstFrom(ctx, js, stream, subj, from)
+		first, err := store.FirstFrom(ctx, stream, subj, from)
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 			return false, nil
@@ -60,7 +60,7 @@ func oldest(ctx context.Context, js jetstream.JetStream, stream, subj string, se
 		if keep != nil && keep(first.Header, first.Data) {
 			continue
 		}
-		if err := deleteMsg(ctx, js, stream, first.Sequence); err != nil {
+		if err := store.DeleteMsg(ctx, stream, first.Sequence); err != nil {
 			return false, err
 		}
 	}

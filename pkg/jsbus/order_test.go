@@ -76,7 +76,7 @@ func TestOldestDeletesSuperseded(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.reason, func(t *testing.T) {
-			run, err := oldest(ctx, js, bus.DesiredStream, subj, c.seq, keep)
+			run, err := oldest(ctx, ownerAPI{js}, bus.DesiredStream, subj, c.seq, keep)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/fairq"
+	"github.com/metabus/metabus/pkg/jsbus/drivecore"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/outcome"
 	"github.com/metabus/metabus/pkg/ownership"
@@ -143,8 +144,21 @@ func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Han
 	if err != nil {
 		return err
 	}
+	api := ownerAPI{js}
+	o := newOwner(api, leaseBucket{kv}, api, realClock{}, c, h, n)
+	defer close(o.quit)
+	if testOwner != nil {
+		testOwner(o)
+	}
+	return o.run(ctx)
+}
+
+// newOwner is the driver of c (defaulted) over its seams, for a stream of
+// n partitions: Consume's, or a simulation's over a fake JetStream and
+// clock. Run it with run, then close its quit.
+func newOwner(js ownerJS, kv leaseKV, store msgStore, clk clock, c ConsumeConfig, h Handler, n int) *owner {
 	o := &owner{
-		js: js, kv: kv, c: c, h: h, room: newRoom(c),
+		js: js, kv: kv, store: store, clk: clk, c: c, h: h, room: newRoom(c),
 		parts:    map[ownership.Partition]*dpart{},
 		msgs:     map[uint64]*held{},
 		weights:  map[string]int{},
@@ -161,12 +175,8 @@ func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Han
 	o.core = ownership.New(ownership.Config{
 		Member: c.Member, Lease: c.Lease, AckWait: c.AckWait, Ordered: c.Ordered,
 		Limits: fairq.Limits{PerGroup: c.PerController, Total: c.Total}, Weight: weight,
-	}, n, time.Now())
-	defer close(o.quit)
-	if testOwner != nil {
-		testOwner(o)
-	}
-	return o.run(ctx)
+	}, n, clk.Now())
+	return o
 }
 
 // The partition consumers' pull expiry and idle heartbeat (see consume).
@@ -195,10 +205,14 @@ func NewMemberID() string {
 
 // owner drives one replica's ownership.Core for a stage.
 type owner struct {
-	js jetstream.JetStream
-	kv jetstream.KeyValue
-	c  ConsumeConfig
-	h  Handler
+	// The seams (seams.go): JetStream, the lease bucket, the stream's
+	// messages for the oldest-message check, and the clock.
+	js    ownerJS
+	kv    leaseKV
+	store msgStore
+	clk   clock
+	c     ConsumeConfig
+	h     Handler
 
 	// mu serializes the core and the driver state below. It is never
 	// held across a network call.
@@ -209,7 +223,7 @@ type owner struct {
 	msgs    map[uint64]*held // every message in hand, by id
 	nextID  uint64
 	weights map[string]int // per controller, from the messages' weight extension
-	timer   *time.Timer
+	timer   timer
 	wake    time.Time // when timer fires
 	watchOK bool      // the member watch is running
 	wctx    context.Context
@@ -259,10 +273,11 @@ type lease struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	until  *atomic.Int64
+	clk    clock
 }
 
-func newLease(until *atomic.Int64) *lease {
-	l := &lease{until: until}
+func newLease(until *atomic.Int64, clk clock) *lease {
+	l := &lease{until: until, clk: clk}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	return l
 }
@@ -278,7 +293,7 @@ func (l *lease) valid() error {
 	if l.ctx.Err() != nil {
 		return errFenced
 	}
-	if time.Now().UnixNano() >= l.until.Load() {
+	if l.clk.Now().UnixNano() >= l.until.Load() {
 		l.cancel(errLeaseExpired)
 		return errFenced
 	}
@@ -371,20 +386,19 @@ func (m *held) ack() error {
 	if !m.o.c.Ordered {
 		return m.settleWith(m.Msg.Ack)
 	}
-	wait := 50 * time.Millisecond
+	var b drivecore.AckBackoff
 	for {
 		if err := m.lease.valid(); err != nil {
 			return err
 		}
-		actx, cancel := context.WithTimeout(context.Background(), min(apiTimeout, m.o.c.Lease/5))
+		actx, cancel := context.WithTimeout(context.Background(), drivecore.AckTimeout(apiTimeout, m.o.c.Lease))
 		err := m.Msg.DoubleAck(actx)
 		cancel()
-		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+		if drivecore.Acked(errKind(err)) {
 			m.settled = true
 			return nil
 		}
-		time.Sleep(wait)
-		wait = min(2*wait, time.Second)
+		sleep(m.o.clk, b.Next())
 	}
 }
 
@@ -412,7 +426,7 @@ func NewerQueued(ctx context.Context) bool {
 // update runs f on the core under the lock, then performs its effects.
 func (o *owner) update(f func(c *ownership.Core, now time.Time)) {
 	o.mu.Lock()
-	f(o.core, time.Now())
+	f(o.core, o.clk.Now())
 	o.flushLocked()
 	o.mu.Unlock()
 }
@@ -445,12 +459,12 @@ func (o *owner) flushLocked() {
 	w := o.core.Wake()
 	if o.timer == nil {
 		o.wake = w
-		o.timer = time.AfterFunc(time.Until(w), o.tick)
+		o.timer = o.clk.AfterFunc(w.Sub(o.clk.Now()), o.tick)
 		return
 	}
 	if !w.Equal(o.wake) {
 		o.wake = w
-		o.timer.Reset(time.Until(w))
+		o.timer.Reset(w.Sub(o.clk.Now()))
 	}
 }
 
@@ -459,7 +473,7 @@ func (o *owner) flushLocked() {
 func (o *owner) tick() {
 	o.mu.Lock()
 	o.wake = time.Time{}
-	o.core.Tick(time.Now())
+	o.core.Tick(o.clk.Now())
 	if !o.watchOK && !o.stopped && o.wctx != nil {
 		o.watchOK = true
 		go o.watchMembers(o.wctx, nil)
@@ -473,14 +487,36 @@ func (o *owner) part(p ownership.Partition) *dpart {
 	dp := o.parts[p]
 	if dp == nil {
 		dp = &dpart{id: p, name: bus.PartitionConsumerName("", p.N, p.P)}
-		dp.cur = newLease(&dp.until)
+		dp.cur = newLease(&dp.until, o.clk)
 		dp.cur.cancel(errFenced) // not consuming yet
 		o.parts[p] = dp
 	}
 	return dp
 }
 
+// effect performs one of the core's effects, under o.mu: its local part
+// at once, its network call (drivecore.ModeOf says which it has) on a
+// goroutine of its own, which feeds the answer back through update.
 func (o *owner) effect(e ownership.Effect) {
+	mode, ok := drivecore.ModeOf(e.Kind)
+	if !ok {
+		o.c.OnError(fmt.Errorf("%s: the ownership core asked for effect %d, unknown to its driver", o.c.Stage, e.Kind))
+		return
+	}
+	var call func()
+	if mode == drivecore.Async {
+		call = o.call(e)
+	} else {
+		call = o.local(e)
+	}
+	if call != nil {
+		go call()
+	}
+}
+
+// local performs an Inline or Start effect; it returns a Start effect's
+// network call.
+func (o *owner) local(e ownership.Effect) func() {
 	switch e.Kind {
 	case ownership.Deadline:
 		dp := o.part(e.Part)
@@ -509,41 +545,51 @@ func (o *owner) effect(e ownership.Effect) {
 	case ownership.Consume:
 		dp := o.part(e.Part)
 		dp.epoch = e.Epoch
-		dp.cur = newLease(&dp.until)
+		dp.cur = newLease(&dp.until, o.clk)
 		dp.busy.Add(1)
-		go o.consume(dp, e.Epoch)
+		return func() { o.consume(dp, e.Epoch) }
 	case ownership.StopConsume:
 		dp := o.part(e.Part)
 		if cc := dp.cc; cc != nil && dp.epoch == e.Epoch {
 			dp.cc = nil
 			dp.busy.Add(1)
-			go func() { defer dp.busy.Done(); stop(cc) }()
+			return func() { defer dp.busy.Done(); o.stop(cc) }
 		}
-	case ownership.ReadLayout:
-		go o.readLayout(e.Read)
-	case ownership.RenewMember:
-		go o.renewMember()
-	case ownership.Leave:
-		go o.leave()
-	case ownership.Claim:
-		go o.claim(e.Part)
-	case ownership.Renew:
-		go o.renew(e.Leases)
-	case ownership.Open:
-		go o.open(e.Part, false)
-	case ownership.ReadFloor:
-		go o.open(e.Part, true)
-	case ownership.Reset:
-		go o.reset(o.part(e.Part))
-	case ownership.DeleteLease:
-		go o.deleteLease(e.Part, e.Rev)
-	case ownership.Recover:
-		go o.recover(e.Part, e.Rev)
 	case ownership.Owned:
 		o.c.claimed()
 	case ownership.Disowned:
 		o.c.released(e.Lost)
 	}
+	return nil
+}
+
+// call returns an Async effect's network call, its arguments bound under
+// o.mu.
+func (o *owner) call(e ownership.Effect) func() {
+	switch e.Kind {
+	case ownership.ReadLayout:
+		return func() { o.readLayout(e.Read) }
+	case ownership.RenewMember:
+		return o.renewMember
+	case ownership.Leave:
+		return o.leave
+	case ownership.Claim:
+		return func() { o.claim(e.Part) }
+	case ownership.Renew:
+		return func() { o.renew(e.Leases) }
+	case ownership.Open:
+		return func() { o.open(e.Part, false) }
+	case ownership.ReadFloor:
+		return func() { o.open(e.Part, true) }
+	case ownership.Reset:
+		dp := o.part(e.Part)
+		return func() { o.reset(dp) }
+	case ownership.DeleteLease:
+		return func() { o.deleteLease(e.Part, e.Rev) }
+	case ownership.Recover:
+		return func() { o.recover(e.Part, e.Rev) }
+	}
+	return nil
 }
 
 func (o *owner) run(ctx context.Context) error {
@@ -559,7 +605,7 @@ func (o *owner) run(ctx context.Context) error {
 	o.update(func(*ownership.Core, time.Time) {}) // the first member renewal
 	select {
 	case <-initial:
-	case <-time.After(2 * time.Second):
+	case <-after(o.clk, 2*time.Second):
 	case <-ctx.Done():
 		o.mu.Lock()
 		o.stopped = true
@@ -644,7 +690,7 @@ func (o *owner) renewMember() {
 func (o *owner) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = o.kv.Delete(ctx, bus.MemberKey(o.c.Stage, o.c.Member))
+	_ = o.kv.DeleteAt(ctx, bus.MemberKey(o.c.Stage, o.c.Member), 0)
 }
 
 func (o *owner) readLayout(read uint64) {
@@ -664,42 +710,32 @@ func (o *owner) leaseKey(p ownership.Partition) string {
 // ours rewrites key if it still names member: a refused conditional write
 // may have been member's own earlier write, applied by the server after
 // its reply was lost.
-func ours(ctx context.Context, kv jetstream.KeyValue, member, key string) (uint64, ownership.Outcome) {
+func ours(ctx context.Context, kv leaseKV, member, key string) (uint64, ownership.Outcome) {
 	cur, err := kv.Get(ctx, key)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
-		return 0, ownership.Taken
-	case err != nil:
-		return 0, ownership.Failed
-	case string(cur.Value()) != member:
-		return 0, ownership.Taken
+	rewrite, out := drivecore.OursRead(errKind(err), err == nil && string(cur.Value()) == member)
+	if !rewrite {
+		return 0, out
 	}
 	rev, err := kv.Update(ctx, key, []byte(member), cur.Revision())
-	switch {
-	case err == nil:
-		return rev, ownership.OK
-	case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyNotFound):
-		return 0, ownership.Taken
-	default:
-		return 0, ownership.Failed
+	if out = drivecore.OursWrite(errKind(err)); out != ownership.OK {
+		rev = 0
 	}
+	return rev, out
 }
 
 func (o *owner) claim(p ownership.Partition) {
 	ctx, cancel := o.apiCtx()
 	defer cancel()
 	key := o.leaseKey(p)
-	sent := time.Now()
+	sent := o.clk.Now()
 	rev, err := o.kv.Create(ctx, key, []byte(o.c.Member))
-	out := ownership.OK
-	switch {
-	case err == nil:
-	case errors.Is(err, jetstream.ErrKeyExists):
-		if rev, out = ours(ctx, o.kv, o.c.Member, key); out == ownership.OK {
-			out = ownership.Regained
-		}
-	default:
-		out = ownership.Failed
+	a := drivecore.Claim(errKind(err))
+	out := a.Out
+	if a.Ours {
+		rev, out = ours(ctx, o.kv, o.c.Member, key)
+		out = drivecore.Regained(out)
+	}
+	if a.Report {
 		o.c.OnError(fmt.Errorf("claim %s partition %s: %w", o.c.Stage, p, err))
 	}
 	o.update(func(c *ownership.Core, now time.Time) { c.ClaimDone(p, rev, out, sent, now) })
@@ -709,17 +745,12 @@ func (o *owner) recover(p ownership.Partition, rev uint64) {
 	ctx, cancel := o.apiCtx()
 	defer cancel()
 	key := o.leaseKey(p)
-	sent := time.Now()
+	sent := o.clk.Now()
 	nrev, err := o.kv.Update(ctx, key, []byte(o.c.Member), rev)
-	out := ownership.OK
-	switch {
-	case err == nil:
-	case errors.Is(err, jetstream.ErrKeyExists):
+	a := drivecore.Recover(errKind(err))
+	out := a.Out
+	if a.Ours {
 		nrev, out = ours(ctx, o.kv, o.c.Member, key)
-	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
-		out = ownership.Taken
-	default:
-		out = ownership.Failed
 	}
 	o.update(func(c *ownership.Core, now time.Time) { c.RecoverDone(p, nrev, out, sent, now) })
 }
@@ -727,7 +758,7 @@ func (o *owner) recover(p ownership.Partition, rev uint64) {
 func (o *owner) deleteLease(p ownership.Partition, rev uint64) {
 	ctx, cancel := o.apiCtx()
 	defer cancel()
-	if err := o.kv.Delete(ctx, o.leaseKey(p), jetstream.LastRevision(rev)); err != nil {
+	if err := o.kv.DeleteAt(ctx, o.leaseKey(p), rev); err != nil {
 		o.c.OnError(fmt.Errorf("hand back %s partition %s: %w", o.c.Stream, p, err))
 	}
 	o.update(func(c *ownership.Core, now time.Time) { c.ReleaseDone(p, now) })
@@ -740,8 +771,8 @@ func (o *owner) deleteLease(p ownership.Partition, rev uint64) {
 // for each made an idle all-in-one spend several times the CPU of the
 // writes themselves.
 func (o *owner) renew(ls []ownership.Lease) {
-	sent := time.Now()
-	rs := renewLeases(o.js, o.kv, o.c.Stage, o.c.Member, ls, o.c.Lease/5)
+	sent := o.clk.Now()
+	rs := renewLeases(o.js, o.kv, o.clk, o.c.Stage, o.c.Member, ls, o.c.Lease/5)
 	for i, r := range rs {
 		if r.Out == ownership.Taken {
 			o.c.OnError(fmt.Errorf("lease of %s partition %s lost", o.c.Stage, ls[i].Part))
@@ -752,7 +783,7 @@ func (o *owner) renew(ls []ownership.Lease) {
 
 // renewLeases renews leases of member in stage, waiting at most wait for
 // the answers.
-func renewLeases(js jetstream.JetStream, kv jetstream.KeyValue, stage, member string, ls []ownership.Lease, wait time.Duration) []ownership.Renewal {
+func renewLeases(js ownerJS, kv leaseKV, clk clock, stage, member string, ls []ownership.Lease, wait time.Duration) []ownership.Renewal {
 	type pending struct {
 		ack jetstream.PubAckFuture
 		err error
@@ -761,10 +792,9 @@ func renewLeases(js jetstream.JetStream, kv jetstream.KeyValue, stage, member st
 	rs := make([]ownership.Renewal, len(ls))
 	for i, l := range ls {
 		rs[i] = ownership.Renewal{Part: l.Part, Out: ownership.Failed}
-		ps[i].ack, ps[i].err = js.PublishMsgAsync(&nats.Msg{Subject: kvPutSubject(bus.LeaseKeyOf(stage, bus.PartitionConsumerName("", l.Part.N, l.Part.P))), Data: []byte(member)},
-			jetstream.WithExpectLastSequencePerSubject(l.Rev))
+		ps[i].ack, ps[i].err = js.RenewAsync(bus.LeaseKeyOf(stage, bus.PartitionConsumerName("", l.Part.N, l.Part.P)), []byte(member), l.Rev)
 	}
-	timer := time.NewTimer(wait)
+	timer := clk.NewTimer(wait)
 	defer timer.Stop()
 	expired := false
 	for i := range ls {
@@ -776,12 +806,12 @@ func renewLeases(js jetstream.JetStream, kv jetstream.KeyValue, stage, member st
 		case pa := <-p.ack.Ok():
 			rs[i].Out, rs[i].Rev = ownership.OK, pa.Sequence
 		case p.err = <-p.ack.Err():
-		case <-timer.C:
+		case <-timer.C():
 			expired = true
 		}
 	}
 	for i := range ls {
-		if err := ps[i].err; errors.Is(err, jetstream.ErrKeyExists) || isWrongSeq(err) {
+		if drivecore.Renewed(errKind(ps[i].err)) {
 			ctx, cancel := context.WithTimeout(context.Background(), wait)
 			rs[i].Rev, rs[i].Out = ours(ctx, kv, member, bus.LeaseKeyOf(stage, bus.PartitionConsumerName("", ls[i].Part.N, ls[i].Part.P)))
 			cancel()
@@ -789,18 +819,6 @@ func renewLeases(js jetstream.JetStream, kv jetstream.KeyValue, stage, member st
 	}
 	return rs
 }
-
-// isWrongSeq recognizes the refusal of a write conditional on the
-// subject's last sequence (a lease renewed by someone else, or by this
-// replica with its reply lost).
-func isWrongSeq(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
-}
-
-// kvPutSubject is where a write of key in the lease bucket is published
-// (KeyValue.Put and Update publish there; metabus uses no JetStream domain).
-func kvPutSubject(key string) string { return "$KV." + bus.OwnersBucket + "." + key }
 
 // open reads a partition's consumer state (for Open, or for the ack
 // floor of a tainted partition).
@@ -834,13 +852,8 @@ func (o *owner) open(p ownership.Partition, floor bool) {
 			// Heartbeats follow the consumer's real AckWait: streams
 			// created by another process may use a shorter one.
 			dp := o.part(p)
-			dp.beat = o.c.AckWait
-			if aw := info.Config.AckWait; aw > 0 && aw < dp.beat {
-				dp.beat = aw
-			}
-			if cur := time.Duration(o.minBeat.Load()); cur == 0 || dp.beat < cur {
-				o.minBeat.Store(int64(dp.beat))
-			}
+			dp.beat = drivecore.BeatPeriod(o.c.AckWait, info.Config.AckWait)
+			o.minBeat.Store(int64(drivecore.MinBeat(time.Duration(o.minBeat.Load()), dp.beat)))
 		}
 		c.OpenDone(p, st, err, now)
 	})
@@ -848,11 +861,11 @@ func (o *owner) open(p ownership.Partition, floor bool) {
 
 // stop stops a consumption and waits (a few seconds at most) until its
 // subscription is gone: the server then delivers it nothing more.
-func stop(cc jetstream.ConsumeContext) {
+func (o *owner) stop(cc jetstream.ConsumeContext) {
 	cc.Stop()
 	select {
 	case <-cc.Closed():
-	case <-time.After(apiTimeout):
+	case <-after(o.clk, apiTimeout):
 	}
 }
 
@@ -863,7 +876,7 @@ func (o *owner) consume(dp *dpart, epoch uint64) {
 	defer cancel()
 	name := o.c.Prefix + dp.name
 	failed := func(err error) {
-		if !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrConsumerDeleted) {
+		if drivecore.StartFailure(errKind(err)) {
 			o.c.OnError(fmt.Errorf("consume %s partition %s: %w", o.c.Stream, dp.name, err))
 		}
 		o.update(func(c *ownership.Core, now time.Time) { c.ConsumeFailed(dp.id, epoch, now) })
@@ -886,12 +899,12 @@ func (o *owner) consume(dp *dpart, epoch uint64) {
 		jetstream.PullExpiry(pullExpiry),
 		jetstream.PullHeartbeat(pullHeartbeat),
 		jetstream.ConsumeErrHandler(func(cc jetstream.ConsumeContext, err error) {
-			switch {
-			case errors.Is(err, jetstream.ErrNoHeartbeat):
-			case errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound):
-				once.Do(func() { cc.Stop(); go failed(err) })
-			default:
+			ends, report := drivecore.ConsumeFailure(errKind(err))
+			if report {
 				o.c.OnError(fmt.Errorf("consume %s partition %s: %w", o.c.Stream, dp.name, err))
+			}
+			if ends {
+				once.Do(func() { cc.Stop(); go failed(err) })
 			}
 		}))
 	if err != nil {
@@ -905,7 +918,7 @@ func (o *owner) consume(dp *dpart, epoch uint64) {
 		return
 	}
 	o.mu.Unlock()
-	stop(cc) // stopped meanwhile
+	o.stop(cc) // stopped meanwhile
 }
 
 func (o *owner) receive(dp *dpart, epoch uint64, m jetstream.Msg) {
@@ -933,14 +946,14 @@ func (o *owner) receive(dp *dpart, epoch uint64, m jetstream.Msg) {
 		// parentUID is the whole parent token: a keyed item's <uid>~<key>
 		// (MapKeySep) makes its unit of serialization (parent, key), so keys
 		// of one parent in one partition run side by side, each in order.
-		hm := &held{Msg: m, o: o, id: id, part: dp, lease: dp.cur, group: ctrlID, key: ctrlID + "." + parentUID, seq: md.Sequence.Stream, lastBeat: time.Now()}
+		hm := &held{Msg: m, o: o, id: id, part: dp, lease: dp.cur, group: ctrlID, key: ctrlID + "." + parentUID, seq: md.Sequence.Stream, lastBeat: o.clk.Now()}
 		o.msgs[hm.id] = hm
 		select {
 		case o.heldWake <- struct{}{}:
 		default: // already signalled
 		}
 		o.core.Deliver(ownership.Msg{ID: hm.id, Part: dp.id, Epoch: epoch, Group: hm.group, Key: hm.key,
-			Seq: md.Sequence.Stream, DSeq: md.Sequence.Consumer}, time.Now())
+			Seq: md.Sequence.Stream, DSeq: md.Sequence.Consumer}, o.clk.Now())
 		o.flushLocked()
 	}
 	// Beyond its controller's headroom in this partition, the message is
@@ -955,44 +968,35 @@ func (o *owner) receive(dp *dpart, epoch uint64, m jetstream.Msg) {
 func (o *owner) reset(dp *dpart) {
 	dp.busy.Wait()
 	var err error
-	if time.Now().UnixNano() >= dp.until.Load() {
+	if o.clk.Now().UnixNano() >= dp.until.Load() {
 		err = errLeaseExpired
 	} else {
 		name := o.c.Prefix + dp.name
 		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 		_, err = o.js.ResetConsumer(ctx, o.c.Stream, name)
 		cancel()
-		var apiErr *jetstream.APIError
-		switch {
-		case err == nil, errors.Is(err, jetstream.ErrConsumerNotFound):
-			err = nil // nothing left to give back
-		case errors.As(err, &apiErr) && apiErr.Code < 500, errors.Is(err, nats.ErrNoResponders):
-			// A server that cannot reset (before 2.14): hand the
-			// partition back anyway; what waited comes back after
-			// AckWait, as it did before. (A 5xx, such as no consumer
-			// leader yet, passes: tried again.)
-			err = fmt.Errorf("reset consumer %s/%s: %w (%w)", o.c.Stream, name, ownership.ErrCannotReset, err)
-			o.cannotResetOnce(err)
-		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
-			// No answer. A user without the permission gets none (the
-			// server drops the request), nor does a server before 2.14:
-			// if the consumer's info answers at once, the API is up, so
-			// take it as that. Otherwise the core tries again while the
-			// lease holds.
+		how, probed := drivecore.ResetAnswer(errKind(err)), ""
+		if how == drivecore.ResetProbe {
 			ictx, icancel := context.WithTimeout(context.Background(), apiTimeout)
 			_, ierr := o.js.Consumer(ictx, o.c.Stream, name)
 			icancel()
-			if ierr == nil {
-				err = fmt.Errorf("reset consumer %s/%s: %w (%w; its info answers)", o.c.Stream, name, ownership.ErrCannotReset, err)
-				o.cannotResetOnce(err)
-			} else {
-				err = fmt.Errorf("reset consumer %s/%s: %w", o.c.Stream, name, err)
-				o.c.resetFailed(ResetNoAnswer)
-				o.c.OnError(err)
-			}
-		default:
+			how, probed = drivecore.ResetProbed(errKind(ierr)), "; its info answers"
+		}
+		switch how {
+		case drivecore.ResetDone:
+			err = nil // nothing left to give back
+		case drivecore.ResetUnsupported:
+			// Hand the partition back anyway; what waited comes back
+			// after AckWait, as it did before resets.
+			err = fmt.Errorf("reset consumer %s/%s: %w (%w%s)", o.c.Stream, name, ownership.ErrCannotReset, err, probed)
+			o.cannotResetOnce(err)
+		default: // the core tries again while the lease holds
 			err = fmt.Errorf("reset consumer %s/%s: %w", o.c.Stream, name, err)
-			o.c.resetFailed(ResetError)
+			reason := ResetError
+			if how == drivecore.ResetNoAnswer {
+				reason = ResetNoAnswer
+			}
+			o.c.resetFailed(reason)
 			o.c.OnError(err)
 		}
 	}
@@ -1008,7 +1012,7 @@ func (o *owner) cannotResetOnce(err error) {
 	if !o.cannotReset.CompareAndSwap(false, true) {
 		return
 	}
-	version := o.js.Conn().ConnectedServerVersion()
+	version := o.js.ServerVersion()
 	why := fmt.Sprintf("NATS server %s is older than %s, the first to reset consumers", version, natsx.MinResetVersion)
 	if ok, _ := natsx.ConsumerResetSupported(version); ok {
 		why = fmt.Sprintf("NATS server %s can reset consumers, so this replica's NATS user lacks the permission ($JS.API.CONSUMER.RESET.%s.*)", version, o.c.Stream)
@@ -1043,14 +1047,14 @@ func (o *owner) start(j job) {
 }
 
 func (o *owner) worker(j job) {
-	idle := time.NewTimer(workerIdle)
+	idle := o.clk.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
 		o.handle(j)
 		idle.Reset(workerIdle)
 		select {
 		case j = <-o.jobs:
-		case <-idle.C:
+		case <-idle.C():
 			return
 		case <-o.quit:
 			return
@@ -1066,17 +1070,17 @@ func (o *owner) handle(j job) {
 	hm := j.hm
 	ctx := context.WithValue(leaseCtx{Context: hm.lease.ctx, l: hm.lease}, newerKey{}, j.newer)
 	check := j.check && o.c.Ordered
-	retries := 0 // in place so far, this one included when waiting
+	var retries drivecore.Retries // in place so far
 	for ctx.Err() == nil {
 		var out outcome.Outcome
 		if check {
-			run, err := oldest(ctx, o.js, o.c.Stream, hm.Subject(), hm.seq, o.c.KeepOlder)
+			run, err := oldest(ctx, o.store, o.c.Stream, hm.Subject(), hm.seq, o.c.KeepOlder)
 			switch {
 			case err != nil:
 				if ctx.Err() == nil {
 					o.c.OnError(err)
 				}
-				out = outcome.Retry(time.Second, 0)
+				out = drivecore.CheckFailed()
 			case !run:
 				hm.settled = true // gone from the stream: superseded
 			default:
@@ -1095,12 +1099,9 @@ func (o *owner) handle(j job) {
 		}
 		// In place, keeping the parent's turn; a Retry's wait grows while
 		// it keeps failing (an unreachable dependency).
-		if out.Kind == outcome.KindRetry {
-			retries++
-		}
-		t := time.NewTimer(out.Wait(time.Now(), retries))
+		t := o.clk.NewTimer(retries.Wait(out, o.clk.Now()))
 		select {
-		case <-t.C:
+		case <-t.C():
 		case <-ctx.Done():
 			t.Stop()
 		}
@@ -1116,17 +1117,18 @@ func (o *owner) handle(j job) {
 // retry), while the lease holds: after it, the new owner has the message.
 func (o *owner) settle(hm *held, out outcome.Outcome) {
 	var err error
-	switch out.Kind {
-	case outcome.KindDone:
+	how, unknown := drivecore.SettleOf(out.Kind)
+	switch how {
+	case drivecore.SettleAck:
 		err = hm.ack()
-	case outcome.KindTerminal:
+	case drivecore.SettleTerm:
 		err = hm.settleWith(func() error { return hm.Msg.TermWithReason(out.Reason) })
 	default:
 		// No outcome (the handler's context ended first), or one this
 		// runtime does not know: the server redelivers the message, as
 		// after a crash, counting the delivery (the core checks what
 		// follows in an ordered stage).
-		if out.Kind != 0 {
+		if unknown {
 			o.c.OnError(fmt.Errorf("%s seq %d: handler returned %s; redelivered", o.c.Stream, hm.seq, out))
 		}
 		if hm.lease.valid() == nil {
@@ -1145,7 +1147,7 @@ func (o *owner) settle(hm *held, out outcome.Outcome) {
 // ticking: a message's first keep-alive is due a third of its AckWait
 // after it arrived, so starting the ticks then misses nothing. Each scan
 // finds the earliest keep-alive due next, and the next scan waits for it
-// (beatWait): held messages that are all young cost no scans.
+// (drivecore.BeatWait): held messages that are all young cost no scans.
 func (o *owner) heartbeat(ctx context.Context) {
 	var next time.Time // the earliest keep-alive due, as of the last scan
 	for {
@@ -1164,50 +1166,31 @@ func (o *owner) heartbeat(ctx context.Context) {
 		if period == 0 {
 			period = o.c.AckWait
 		}
-		t := time.NewTimer(beatWait(time.Now(), next, period))
+		t := o.clk.NewTimer(drivecore.BeatWait(o.clk.Now(), next, period))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		o.beatScans.Add(1)
-		now := time.Now()
+		scan := drivecore.Scan{Now: o.clk.Now()}
 		var due []*held
-		next = time.Time{}
 		o.mu.Lock()
-		o.core.Held(now, func(id uint64) {
+		o.core.Held(scan.Now, func(id uint64) {
 			hm := o.msgs[id]
 			if hm == nil {
 				return
 			}
-			if now.Sub(hm.lastBeat) >= hm.part.beat/3 {
-				hm.lastBeat = now
+			var ok bool
+			if ok, hm.lastBeat = scan.Visit(hm.lastBeat, hm.part.beat); ok {
 				due = append(due, hm)
-			}
-			if at := hm.lastBeat.Add(hm.part.beat / 3); next.IsZero() || at.Before(next) {
-				next = at
 			}
 		})
 		o.mu.Unlock()
+		next = scan.Next
 		for _, hm := range due {
 			_ = hm.InProgress()
 		}
 	}
-}
-
-// beatWait is how long the heartbeat sleeps before its next scan, given
-// the earliest keep-alive due among the messages held at the last scan
-// (zero: none known yet, as right after the first message arrives) and
-// period, the shortest keep-alive period of the owner's partitions. It
-// never scans more often than every period/12 (at least 20 ms, at most
-// 250 ms: how late a keep-alive may be), and never waits longer than
-// period/3, so a message that arrives meanwhile, due period/3 after it
-// arrives at the earliest, is seen by then.
-func beatWait(now, next time.Time, period time.Duration) time.Duration {
-	floor := min(max(period/12, 20*time.Millisecond), 250*time.Millisecond)
-	if next.IsZero() {
-		return floor
-	}
-	return min(max(next.Sub(now), floor), max(period/3, floor))
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -558,41 +557,9 @@ func TestHeartbeatSleepsWhileNothingHeld(t *testing.T) {
 	}
 }
 
-func TestBeatWait(t *testing.T) {
-	now := time.Date(2026, 11, 28, 21, 0, 0, 0, time.UTC)
-	for _, c := range []struct {
-		reason string
-		next   time.Duration // after now; -1: none known
-		period time.Duration
-		want   time.Duration
-	}{
-		{"no keep-alive known yet: the short first wait", -1, 15 * time.Second, 250 * time.Millisecond},
-		{"a short AckWait scans sooner at first", -1, 600 * time.Millisecond, 50 * time.Millisecond},
-		{"the first wait is never under 20 ms", -1, 60 * time.Millisecond, 20 * time.Millisecond},
-		{"young messages: sleep until the earliest keep-alive", 3 * time.Second, 15 * time.Second, 3 * time.Second},
-		{"a keep-alive due at once still waits the floor", 0, 15 * time.Second, 250 * time.Millisecond},
-		{"a keep-alive overdue still waits the floor", -2, 15 * time.Second, 250 * time.Millisecond},
-		{"never longer than a third of the period: a new arrival is due by then", 20 * time.Second, 15 * time.Second, 5 * time.Second},
-	} {
-		t.Run(c.reason, func(t *testing.T) {
-			var next time.Time
-			switch c.next {
-			case -1:
-			case -2:
-				next = now.Add(-time.Second)
-			default:
-				next = now.Add(c.next)
-			}
-			if diff := cmp.Diff(c.want, beatWait(now, next, c.period)); diff != "" {
-				t.Errorf("beatWait (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
 // TestHeartbeatScansOnlyWhenDue (issue 31): while the messages held are
 // younger than their first keep-alive, the heartbeat does not rescan them
-// every tick: it sleeps until the earliest keep-alive is due (beatWait).
+// every tick: it sleeps until the earliest keep-alive is due (drivecore.BeatWait).
 func TestHeartbeatScansOnlyWhenDue(t *testing.T) {
 	// AckWait 15 s: the first keep-alive is due 5 s after arrival; the
 	// old heartbeat scanned every 250 ms meanwhile.

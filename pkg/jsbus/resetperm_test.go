@@ -132,7 +132,7 @@ func TestCannotResetReportedOnce(t *testing.T) {
 	_, js := replicas(t, bus.Options{Partitions: 1})()
 	obs := newOwnership()
 	var reported []error
-	o := &owner{js: js, c: ConsumeConfig{Stage: bus.WorkStage, Ownership: obs, OnError: func(err error) { reported = append(reported, err) }}}
+	o := &owner{js: ownerAPI{js}, c: ConsumeConfig{Stage: bus.WorkStage, Ownership: obs, OnError: func(err error) { reported = append(reported, err) }}}
 	for i := range 3 {
 		o.cannotResetOnce(fmt.Errorf("reset consumer MC_WORK/p%d: %w", i, ownership.ErrCannotReset))
 	}
