@@ -123,6 +123,9 @@ func embeddedWatcher(wcfg watcher.Config) watcher.Config {
 	if wcfg.KeepConsumersEvery == 0 {
 		wcfg.KeepConsumersEvery = EmbeddedKeepConsumersEvery
 	}
+	// For the same reason the stages, which share these options, need not
+	// read the partition count on every lease tick.
+	wcfg.Bus.FixedLayout = true
 	return wcfg
 }
 

@@ -65,6 +65,12 @@ type ConsumeConfig struct {
 	// Ownership (optional) is told of every partition claimed and
 	// released (metrics).
 	Ownership OwnershipObserver
+	// FixedLayout (bus.Options.FixedLayout): Stream's partition count
+	// cannot change while this replica runs. It is read once, when Consume
+	// starts, and the protocol's layout reads (every Lease/5, and after
+	// each claim) are answered with it instead of a stream info request
+	// each.
+	FixedLayout bool
 }
 
 // Consume runs h for the messages of the partitions this replica owns until
@@ -136,7 +142,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Han
 		return err
 	}
 	o := &owner{
-		js: js, kv: kv, c: c, h: h,
+		js: js, kv: kv, c: c, h: h, n: n,
 		parts:    map[ownership.Partition]*dpart{},
 		msgs:     map[uint64]*held{},
 		weights:  map[string]int{},
@@ -196,6 +202,7 @@ type owner struct {
 	// held across a network call.
 	mu      sync.Mutex
 	core    *ownership.Core
+	n       int // the partition count read when Consume started
 	parts   map[ownership.Partition]*dpart
 	msgs    map[uint64]*held // every message in hand, by id
 	nextID  uint64
@@ -219,6 +226,9 @@ type owner struct {
 	heldWake chan struct{}
 	// beatScans counts the heartbeat's scans (tests).
 	beatScans atomic.Int64
+	// layoutAnswered counts layout reads answered without a request
+	// (FixedLayout; tests).
+	layoutAnswered atomic.Int64
 	// cannotReset remembers that a consumer reset proved impossible (a
 	// server before 2.14, a user without the permission): that is
 	// reported to OnError once, the later ones are only counted.
@@ -510,6 +520,14 @@ func (o *owner) effect(e ownership.Effect) {
 			go func() { defer dp.busy.Done(); stop(cc) }()
 		}
 	case ownership.ReadLayout:
+		if o.c.FixedLayout {
+			// Answered at once with the count read at start: nothing can
+			// change it (ConsumeConfig.FixedLayout). The core's effects
+			// of the answer are performed by the loop that called this.
+			o.core.LayoutRead(e.Read, o.n, nil, time.Now())
+			o.layoutAnswered.Add(1)
+			break
+		}
 		go o.readLayout(e.Read)
 	case ownership.RenewMember:
 		go o.renewMember()
