@@ -85,8 +85,8 @@ func run(streams int, settle, window time.Duration, noClock bool) error {
 		return err
 	}
 	secs := window.Seconds()
-	fmt.Printf("streams=%d access-clock=%v: %.2f ms CPU per second, %.1f voluntary context switches per second over %s\n",
-		streams, !(noClock && streams > 0), float64(cpu1-cpu0)/float64(time.Millisecond)/secs, float64(sw1-sw0)/secs, window)
+	fmt.Printf("streams=%d access-clock-running=%v: %.2f ms CPU per second, %.1f voluntary context switches per second over %s\n",
+		streams, streams > 0 && !noClock, float64(cpu1-cpu0)/float64(time.Millisecond)/secs, float64(sw1-sw0)/secs, window)
 	return nil
 }
 
