@@ -102,6 +102,33 @@ const (
 // stage is built (each then reports its own).
 const ReadyCheck = "metabus"
 
+// EmbeddedKeepConsumersEvery is how often the watcher of an all-in-one
+// with an embedded server checks its streams and partition consumers.
+const EmbeddedKeepConsumersEvery = time.Minute
+
+// embeddedWatcher is the watcher's configuration when the bus is the
+// process's embedded server; what the command line set is kept.
+func embeddedWatcher(wcfg watcher.Config) watcher.Config {
+	// The embedded server lives and dies with this process, whose watcher
+	// resyncs every parent when it starts: the work queues need no disk.
+	wcfg.Bus.MemoryQueues = true
+	// Its memory streams are new at every start, so this is their layout
+	// (bus.EmbeddedPartitions says why it is smaller).
+	if wcfg.Bus.Partitions == 0 {
+		wcfg.Bus.Partitions = bus.EmbeddedPartitions
+	}
+	// Nor can they be lost while it runs, or change their layout: the
+	// periodic check (a stream and a consumer info per stream) only guards
+	// against a client deleting them, which a minute bounds well enough.
+	if wcfg.KeepConsumersEvery == 0 {
+		wcfg.KeepConsumersEvery = EmbeddedKeepConsumersEvery
+	}
+	// For the same reason the stages, which share these options, need not
+	// read the partition count on every lease tick.
+	wcfg.Bus.FixedLayout = true
+	return wcfg
+}
+
 // restFor is the API configuration of service.
 func (d Deps) restFor(service string) *rest.Config {
 	if rc := d.ServiceREST[service]; rc != nil {
@@ -176,13 +203,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	conns = append(conns, nc)
 	wcfg := cfg.Watcher
 	wcfg.EnsureStreams = true
-	// The embedded server lives and dies with this process, whose watcher
-	// resyncs every parent when it starts: the work queues need no disk.
-	wcfg.Bus.MemoryQueues = wcfg.Bus.MemoryQueues || srv != nil
-	// Its memory streams are new at every start, so this is their layout
-	// (bus.EmbeddedPartitions says why it is smaller).
-	if srv != nil && wcfg.Bus.Partitions == 0 {
-		wcfg.Bus.Partitions = bus.EmbeddedPartitions
+	if srv != nil {
+		wcfg = embeddedWatcher(wcfg)
 	}
 	// Separate-process replicas (and the tests) reach it over NATS.
 	wcfg.ServeSnapshots = true

@@ -149,6 +149,11 @@ type Options struct {
 	// layout.go); 0 keeps the streams' current count, DefaultPartitions
 	// for new streams.
 	Partitions int
+	// FixedLayout says the partition count cannot change while this
+	// process runs (the all-in-one's embedded server, whose memory streams
+	// are made anew at every start by its own watcher): its stages read it
+	// once when they start consuming, not on every lease tick.
+	FixedLayout bool
 }
 
 func (o Options) replicas() int {

@@ -74,6 +74,12 @@ type ConsumeConfig struct {
 	// PutOff to come back later (package headroom says when), then acked.
 	Headroom int
 	PutOff   PutOff
+	// FixedLayout (bus.Options.FixedLayout): Stream's partition count
+	// cannot change while this replica runs. It is read once, when Consume
+	// starts, and the protocol's layout reads (every Lease/5, and after
+	// each claim) are answered with it instead of a stream info request
+	// each.
+	FixedLayout bool
 }
 
 // Consume runs h for the messages of the partitions this replica owns until
@@ -158,7 +164,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, c ConsumeConfig, h Han
 // clock. Run it with run, then close its quit.
 func newOwner(js ownerJS, kv leaseKV, store msgStore, clk clock, c ConsumeConfig, h Handler, n int) *owner {
 	o := &owner{
-		js: js, kv: kv, store: store, clk: clk, c: c, h: h, room: newRoom(c),
+		js: js, kv: kv, store: store, clk: clk, c: c, h: h, n: n, room: newRoom(c),
 		parts:    map[ownership.Partition]*dpart{},
 		msgs:     map[uint64]*held{},
 		weights:  map[string]int{},
@@ -219,6 +225,7 @@ type owner struct {
 	mu      sync.Mutex
 	core    *ownership.Core
 	room    *room // the controllers' headroom (nil: unbounded)
+	n       int // the partition count read when Consume started
 	parts   map[ownership.Partition]*dpart
 	msgs    map[uint64]*held // every message in hand, by id
 	nextID  uint64
@@ -242,6 +249,9 @@ type owner struct {
 	heldWake chan struct{}
 	// beatScans counts the heartbeat's scans (tests).
 	beatScans atomic.Int64
+	// layoutAnswered counts layout reads answered without a request
+	// (FixedLayout; tests).
+	layoutAnswered atomic.Int64
 	// cannotReset remembers that a consumer reset proved impossible (a
 	// server before 2.14, a user without the permission): that is
 	// reported to OnError once, the later ones are only counted.
@@ -498,6 +508,14 @@ func (o *owner) part(p ownership.Partition) *dpart {
 // at once, its network call (drivecore.ModeOf says which it has) on a
 // goroutine of its own, which feeds the answer back through update.
 func (o *owner) effect(e ownership.Effect) {
+	if e.Kind == ownership.ReadLayout && o.c.FixedLayout {
+		// Answered at once with the count read at start: nothing can
+		// change it (ConsumeConfig.FixedLayout). The core's effects of
+		// the answer are performed by flushLocked, which called this.
+		o.core.LayoutRead(e.Read, o.n, nil, o.clk.Now())
+		o.layoutAnswered.Add(1)
+		return
+	}
 	mode, ok := drivecore.ModeOf(e.Kind)
 	if !ok {
 		o.c.OnError(fmt.Errorf("%s: the ownership core asked for effect %d, unknown to its driver", o.c.Stage, e.Kind))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 )
 
 // QueueName is the workqueue_* name of a controller's work queue, as
@@ -143,6 +144,30 @@ func (m *WorkQueueMetrics) Provider() workqueue.MetricsProvider {
 }
 
 type queueProvider struct{ m *WorkQueueMetrics }
+
+// QueueGaugePeriod is how often a client-go queue made with QueueClock
+// refreshes its unfinished-work and longest-running gauges.
+const QueueGaugePeriod = 10 * time.Second
+
+// QueueClock is the clock for a client-go queue that reports to Provider.
+// Such a queue refreshes those two gauges from a ticker of its own (500 ms)
+// that runs whether or not anything is queued: the watcher's three queues
+// of controller objects, which see a change now and then, woke an idle
+// process six times a second for it. With this clock the ticker runs every
+// QueueGaugePeriod instead, still well within a scrape interval; nothing
+// else of the queue changes (its delays use timers, and the delaying
+// queue's own 10 s heartbeat is not shortened or lengthened).
+func QueueClock() clock.WithTicker { return slowTickers{} }
+
+// slowTickers is the real clock with tickers of at least QueueGaugePeriod.
+type slowTickers struct{ clock.RealClock }
+
+func (c slowTickers) NewTicker(d time.Duration) clock.Ticker {
+	return c.RealClock.NewTicker(gaugePeriod(d))
+}
+
+// gaugePeriod is the period of a ticker asked for with period d.
+func gaugePeriod(d time.Duration) time.Duration { return max(d, QueueGaugePeriod) }
 
 // noDepth: see Provider.
 type noDepth struct{}

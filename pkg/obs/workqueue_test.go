@@ -127,3 +127,32 @@ func TestWorkQueueProvider(t *testing.T) {
 		t.Errorf("nil metrics provide %v, want nil (client-go's global provider)", p)
 	}
 }
+
+// A queue made with QueueClock asks for its 500 ms gauge ticker and gets
+// one of QueueGaugePeriod; longer periods (the delaying queue's 10 s
+// heartbeat) are kept.
+func TestQueueClockTickers(t *testing.T) {
+	cases := []struct {
+		reason string
+		asked  time.Duration
+		want   time.Duration
+	}{
+		{reason: "client-go's unfinished-work ticker is stretched", asked: 500 * time.Millisecond, want: QueueGaugePeriod},
+		{reason: "the delaying queue's heartbeat is kept", asked: 10 * time.Second, want: 10 * time.Second},
+		{reason: "a longer ticker is kept", asked: time.Minute, want: time.Minute},
+	}
+	for _, c := range cases {
+		t.Run(c.reason, func(t *testing.T) {
+			if diff := cmp.Diff(c.want, gaugePeriod(c.asked)); diff != "" {
+				t.Errorf("gaugePeriod(%s) (-want +got):\n%s", c.asked, diff)
+			}
+		})
+	}
+	tk := QueueClock().NewTicker(time.Millisecond)
+	defer tk.Stop()
+	select {
+	case <-tk.C():
+		t.Errorf("a ticker asked for 1ms fired within 50ms: QueueClock does not stretch it to %s", QueueGaugePeriod)
+	case <-time.After(50 * time.Millisecond):
+	}
+}

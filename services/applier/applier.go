@@ -279,7 +279,7 @@ func (a *Applier) Run(ctx context.Context) error {
 	jsbus.Supervise(ctx, jsbus.SuperviseOptions{}, func(ctx context.Context) error {
 		return jsbus.Consume(ctx, a.js, jsbus.ConsumeConfig{
 			Stream: bus.DesiredStream, Prefix: bus.DesiredConsumerPrefix, Stage: bus.DesiredStage,
-			PerController: a.cfg.Workers, Total: a.cfg.MaxInFlight, AckWait: ackWait, Ordered: true, Member: a.member,
+			PerController: a.cfg.Workers, Total: a.cfg.MaxInFlight, AckWait: ackWait, Ordered: true, Member: a.member, FixedLayout: a.cfg.Bus.FixedLayout,
 			KeepOlder: isRelease,
 			OnError:   obs.ConsumerErrors(a.log, "desired-state consumer"),
 			Ownership: a.metrics.partitions,

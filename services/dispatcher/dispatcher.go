@@ -380,7 +380,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	background("work consumer", func(ctx context.Context) error {
 		return jsbus.Consume(ctx, d.js, jsbus.ConsumeConfig{
 			Stream: bus.WorkStream, Prefix: bus.WorkConsumerPrefix, Stage: bus.WorkStage,
-			PerController: d.cfg.Workers, Total: d.cfg.MaxInFlight, AckWait: ackWait, Member: d.member,
+			PerController: d.cfg.Workers, Total: d.cfg.MaxInFlight, AckWait: ackWait, Member: d.member, FixedLayout: d.cfg.Bus.FixedLayout,
 			OnError:   obs.ConsumerErrors(d.log, "work consumer"),
 			Ownership: d.metrics.partitions,
 			Headroom:  d.cfg.Headroom, PutOff: d.putOff,

@@ -78,7 +78,8 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) *metrics {
 	for _, k := range kindtable.Kinds {
 		w.ctrlQueues[k.Name] = workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: obs.ReconcilerName(k.Name), MetricsProvider: m.queues.Provider()})
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: obs.ReconcilerName(k.Name), MetricsProvider: m.queues.Provider(),
+				Clock: obs.QueueClock()})
 	}
 	m.leader, errs[1] = obs.NewLeaderMetrics(reg)
 	errs[2] = obs.RegisterRESTClientMetrics(reg)

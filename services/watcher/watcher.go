@@ -96,6 +96,12 @@ type Config struct {
 	Bus bus.Options
 	// EnsureStreams creates/updates the streams and consumers at start.
 	EnsureStreams bool
+	// KeepConsumersEvery is how often the streams and partition consumers
+	// are checked and recreated if lost, which also finishes a cut-over
+	// (jsbus.KeepConsumers; zero: every 5 s). The all-in-one's embedded
+	// server, whose memory streams and layout are made anew at every start
+	// and lost only with the process, checks less often.
+	KeepConsumersEvery time.Duration
 	// ControllerResources says which resources controllers may make the
 	// watcher watch and send to their hooks: parents, children, decorator
 	// targets and attachments, and customize hooks' related rules
@@ -310,7 +316,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 		// Partition consumers keep their state in memory: a restarted
 		// NATS server has lost them until they are recreated.
 		// It also finishes a partition-count cut-over (--partitions).
-		go jsbus.KeepConsumers(ctx, w.js, w.cfg.Bus, 5*time.Second, func(err error) {
+		every := w.cfg.KeepConsumersEvery
+		if every <= 0 {
+			every = 5 * time.Second
+		}
+		go jsbus.KeepConsumers(ctx, w.js, w.cfg.Bus, every, func(err error) {
 			if errors.Is(err, bus.ErrCutOverPending) {
 				w.log.Info("partition cut-over waits for the stages to hand back the old partitions", zap.Error(err))
 				return
