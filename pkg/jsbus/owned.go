@@ -225,7 +225,7 @@ type owner struct {
 	mu      sync.Mutex
 	core    *ownership.Core
 	room    *room // the controllers' headroom (nil: unbounded)
-	n       int // the partition count read when Consume started
+	n       int   // the partition count read when Consume started
 	parts   map[ownership.Partition]*dpart
 	msgs    map[uint64]*held // every message in hand, by id
 	nextID  uint64
