@@ -18,6 +18,15 @@
 // message is then delivered again, and stored again); and never counted as
 // a failed delivery.
 //
+// Only under pressure. A controller beyond Limit is put off only while
+// the owner holds at least Busy messages of the partition (all
+// controllers together): below that the window has room for everyone, and
+// putting off one controller's burst would only delay it (a well-behaved
+// burst of new parents holds hundreds of messages in hand, mostly waiting
+// their turn for the replica's in-flight limit). So a controller holds at
+// most max(Limit, Busy) of a partition, and every other controller finds
+// the rest of the window open.
+//
 // When it comes back. Put-off messages of a (partition, controller) come
 // back in waves of at most Limit, one wave per spacing: the age of the
 // oldest message the controller holds there, between MinDelay and
@@ -46,6 +55,9 @@ type Config struct {
 	// may hold in hand from one partition; ≤ 0: no limit (every message
 	// is taken).
 	Limit int
+	// Busy is how many messages of one partition (every group together)
+	// the owner holds before Limit applies; ≤ 0: Limit always applies.
+	Busy int
 	// MinDelay and MaxDelay bound how far off a message is put (zero:
 	// DefaultMinDelay, DefaultMaxDelay).
 	MinDelay, MaxDelay time.Duration
@@ -69,6 +81,8 @@ type Decision struct {
 type Book struct {
 	cfg   Config
 	slots map[Slot]*slot
+	// parts counts what is held per partition, every group together.
+	parts map[string]int
 }
 
 type slot struct {
@@ -95,16 +109,16 @@ func New(cfg Config) *Book {
 	if cfg.MaxDelay < cfg.MinDelay {
 		cfg.MaxDelay = cfg.MinDelay
 	}
-	return &Book{cfg: cfg, slots: map[Slot]*slot{}}
+	return &Book{cfg: cfg, slots: map[Slot]*slot{}, parts: map[string]int{}}
 }
 
 // Offer decides about message id of s arriving at now: taken (and
-// counted) while s holds fewer than Limit, else put off to the wave it
-// joins.
+// counted) while s holds fewer than Limit or its partition fewer than
+// Busy, else put off to the wave it joins.
 func (b *Book) Offer(s Slot, id uint64, now time.Time) Decision {
 	st := b.slot(s)
-	if b.cfg.Limit <= 0 || len(st.held) < b.cfg.Limit {
-		st.take(id, now)
+	if b.cfg.Limit <= 0 || len(st.held) < b.cfg.Limit || b.parts[s.Part] < b.cfg.Busy {
+		b.take(s, st, id, now)
 		return Decision{Take: true}
 	}
 	return Decision{At: b.putOff(st, now)}
@@ -114,7 +128,13 @@ func (b *Book) Offer(s Slot, id uint64, now time.Time) Decision {
 // not be put off (storing it again failed) is held rather than lost or
 // given back to the server.
 func (b *Book) Take(s Slot, id uint64, now time.Time) {
-	b.slot(s).take(id, now)
+	b.take(s, b.slot(s), id, now)
+}
+
+func (b *Book) take(s Slot, st *slot, id uint64, now time.Time) {
+	if st.take(id, now) {
+		b.parts[s.Part]++
+	}
 }
 
 // Release ends the count of message id of s (settled, given back, or
@@ -125,7 +145,13 @@ func (b *Book) Release(s Slot, id uint64, now time.Time) {
 	if st == nil {
 		return
 	}
+	if _, ok := st.held[id]; !ok {
+		return
+	}
 	delete(st.held, id)
+	if b.parts[s.Part]--; b.parts[s.Part] <= 0 {
+		delete(b.parts, s.Part)
+	}
 	if len(st.held) == 0 {
 		st.order = st.order[:0]
 		if !st.due.After(now) {
@@ -153,6 +179,10 @@ func (b *Book) Held(s Slot) int {
 	return 0
 }
 
+// PartHeld is how many messages of partition part are counted, every
+// group together.
+func (b *Book) PartHeld(part string) int { return b.parts[part] }
+
 // Slots is how many slots the book remembers (tests: forgotten ones do
 // not accumulate).
 func (b *Book) Slots() int { return len(b.slots) }
@@ -166,12 +196,14 @@ func (b *Book) slot(s Slot) *slot {
 	return st
 }
 
-func (st *slot) take(id uint64, now time.Time) {
+// take counts id as held from now; false if it already was.
+func (st *slot) take(id uint64, now time.Time) bool {
 	if _, ok := st.held[id]; ok {
-		return
+		return false
 	}
 	st.held[id] = now
 	st.order = append(st.order, id)
+	return true
 }
 
 // trim drops released ids from the front of order.

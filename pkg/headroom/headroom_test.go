@@ -60,6 +60,8 @@ func play(t *testing.T, cfg Config, ops []op) []string {
 			got = append(got, fmt.Sprintf("held %d", b.Held(Slot{f[1], f[2]})))
 		case "slots":
 			got = append(got, fmt.Sprintf("slots %d", b.Slots()))
+		case "part":
+			got = append(got, fmt.Sprintf("part %d", b.PartHeld(f[1])))
 		default:
 			t.Fatalf("bad op %q", o)
 		}
@@ -169,6 +171,31 @@ func TestBook(t *testing.T) {
 			cfg:    two,
 			ops:    []op{"offer p a 1 0", "offer p b 2 0", "release p a 1 1", "slots", "release p b 2 1", "slots"},
 			want:   []string{"take", "take", "slots 1", "slots 0"},
+		},
+		{
+			reason: "below Busy the partition has room: a controller over its limit is taken",
+			cfg:    Config{Limit: 1, Busy: 3, MinDelay: time.Second, MaxDelay: time.Minute},
+			ops:    []op{"offer p a 1 0", "offer p a 2 0", "offer p a 3 0", "offer p a 4 0", "part p"},
+			want:   []string{"take", "take", "take", "off +1s", "part 3"},
+		},
+		{
+			reason: "Busy counts every controller of the partition: once it is reached, one over its limit is put off and one under it taken",
+			cfg:    Config{Limit: 1, Busy: 3, MinDelay: time.Second, MaxDelay: time.Minute},
+			ops:    []op{"offer p a 1 0", "offer p a 2 0", "offer p b 3 0", "offer p a 4 0", "offer p c 5 0", "part p"},
+			want:   []string{"take", "take", "take", "off +1s", "take", "part 4"},
+		},
+		{
+			reason: "Busy is per partition: another partition's messages do not count",
+			cfg:    Config{Limit: 1, Busy: 2, MinDelay: time.Second, MaxDelay: time.Minute},
+			ops:    []op{"offer q b 1 0", "offer q b 2 0", "offer p a 3 0", "offer p a 4 0", "offer p a 5 0", "part q"},
+			want:   []string{"take", "take", "take", "take", "off +1s", "part 2"},
+		},
+		{
+			reason: "releases lower the partition's count below Busy again, and a message counted twice or a release never counted leave it alone",
+			cfg:    Config{Limit: 1, Busy: 2, MinDelay: time.Second, MaxDelay: time.Minute},
+			ops: []op{"offer p a 1 0", "offer p a 2 0", "take p a 2 0", "release p a 9 0", "part p", "offer p a 3 0",
+				"release p a 1 1", "part p", "offer p a 4 1", "part p"},
+			want: []string{"take", "take", "part 2", "off +1s", "part 1", "take", "part 2"},
 		},
 		{
 			reason: "a slot whose wave is still to come is remembered once empty, so the wave is joined",

@@ -31,7 +31,7 @@ func newRoom(c ConsumeConfig) *room {
 	if c.Headroom <= 0 || c.PutOff == nil || c.Ordered {
 		return nil
 	}
-	return &room{book: headroom.New(headroom.Config{Limit: c.Headroom}), put: c.PutOff}
+	return &room{book: headroom.New(headroom.Config{Limit: c.Headroom, Busy: c.HeadroomBusy}), put: c.PutOff}
 }
 
 // admit is receive's question, under o.mu: true when the message is to be

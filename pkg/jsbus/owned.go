@@ -73,7 +73,12 @@ type ConsumeConfig struct {
 	// to it shares. A message beyond it is put off: stored again by
 	// PutOff to come back later (package headroom says when), then acked.
 	Headroom int
-	PutOff   PutOff
+	// HeadroomBusy is how many messages of a partition (every controller
+	// together) this replica holds before Headroom applies (headroom.Config
+	// Busy; ≤ 0: always): below it the window has room for every
+	// controller, and a burst is not put off for nothing.
+	HeadroomBusy int
+	PutOff       PutOff
 	// FixedLayout (bus.Options.FixedLayout): Stream's partition count
 	// cannot change while this replica runs. It is read once, when Consume
 	// starts, and the protocol's layout reads (every Lease/5, and after

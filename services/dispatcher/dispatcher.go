@@ -136,6 +136,15 @@ const DefaultMergeWait = 2 * time.Second
 // 16,000 changes at once).
 const DefaultHeadroom = bus.WorkMaxAckPending / 4
 
+// HeadroomBusy is how many work items of one MC_WORK partition (every
+// controller together) a replica holds before Config.Headroom applies:
+// half the partition's window. Below it there is room for every
+// controller, and putting off a burst of one (a well-behaved controller's
+// new parents, mostly waiting their turn for --max-in-flight) would only
+// slow it down; above it, the other half stays open to the controllers
+// that hold fewer than Headroom.
+const HeadroomBusy = bus.WorkMaxAckPending / 2
+
 // Defaults fills unset fields.
 func (c *Config) Defaults() {
 	if c.Workers <= 0 {
@@ -383,7 +392,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			PerController: d.cfg.Workers, Total: d.cfg.MaxInFlight, AckWait: ackWait, Member: d.member, FixedLayout: d.cfg.Bus.FixedLayout,
 			OnError:   obs.ConsumerErrors(d.log, "work consumer"),
 			Ownership: d.metrics.partitions,
-			Headroom:  d.cfg.Headroom, PutOff: d.putOff,
+			Headroom:  d.cfg.Headroom, HeadroomBusy: HeadroomBusy, PutOff: d.putOff,
 		}, d.handle)
 	})
 	if d.cfg.RunRelay {

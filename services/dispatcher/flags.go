@@ -18,7 +18,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"only while its controller has fewer than this many items there, and waits otherwise, so one controller's requests cannot fill "+
 		"the partitions every controller shares (0: unpaced, as upstream)")
 	fs.IntVar(&c.Headroom, "max-held-per-controller", DefaultHeadroom, "how many work items of one controller a replica holds in hand "+
-		"from one MC_WORK partition, running or waiting their turn; one beyond it is put off (scheduled again in MC_SCHED, then acked), "+
+		"from one MC_WORK partition, running or waiting their turn, once it holds half that partition's window (every controller together); one beyond it is put off (scheduled again in MC_SCHED, then acked), "+
 		"so that one controller whose hook hangs or whose parents flood cannot fill the partition's MaxAckPending, which every controller "+
 		"hashed to it shares (negative: no bound)")
 	fs.BoolVar(&c.RunDLQ, "run-dead-letter", true, "move poison messages to MC_DLQ from this replica")
