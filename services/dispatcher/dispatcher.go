@@ -59,8 +59,8 @@ type Config struct {
 	// unpaced, as upstream). See resyncGate.
 	ResyncAfterBacklog int
 	// Headroom bounds the work items of one controller this replica holds
-	// in hand from one MC_WORK partition (--max-held-per-controller); one
-	// beyond it is put off: scheduled again in MC_SCHED, then acked
+	// in hand from one MC_WORK partition (--max-held-per-controller) once
+	// it holds HeadroomBusy of that partition; one beyond it is put off: scheduled again in MC_SCHED, then acked
 	// (jsbus.ConsumeConfig.Headroom). 0 means DefaultHeadroom; negative,
 	// no bound.
 	Headroom int
@@ -130,10 +130,11 @@ type Config struct {
 const DefaultMergeWait = 2 * time.Second
 
 // DefaultHeadroom is Config.Headroom's default: a quarter of an MC_WORK
-// partition's MaxAckPending, so that it takes four controllers at their
-// bound to fill one, and a controller is put off only when it has more
-// than that many items waiting in one partition (with 64 partitions, some
-// 16,000 changes at once).
+// partition's MaxAckPending. It applies only above HeadroomBusy, so a
+// controller alone in a partition holds up to half its window before
+// anything of it is put off (with 64 partitions, some 32,000 changes at
+// once), and while the partition is that busy every controller holding
+// fewer than this many items is still taken.
 const DefaultHeadroom = bus.WorkMaxAckPending / 4
 
 // HeadroomBusy is how many work items of one MC_WORK partition (every
