@@ -32,8 +32,12 @@ DOCKER ?= docker
 
 all: build
 
+# build makes the binaries the way the image does (hack/image: static,
+# -trimpath, no symbol table), so what `make bench` and the suites measure
+# is what ships: a cgo build maps libc and a symbol-table build is a
+# different binary.
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o bin/ ./cmd/...
 
 # image builds the one image holding every binary, stamped and tagged
 # $(IMAGE):$(VERSION), the image deploy/ names, with no container engine
