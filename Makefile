@@ -121,7 +121,7 @@ bench: build
 	@$(MAKE) --no-print-directory bench-bus
 	@KUBE_BIN_DIR=$$(hack/kubeenv/build.sh | tail -1); export KUBE_BIN_DIR; \
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 20m ./e2e/ && \
-	$(GO) run ./hack/benchcmp -only raw,metabus,metabus-ssa,metabus-echo $(BENCH_ARGS)
+	$(GO) run ./hack/benchcmp -only raw,raw-contract,metabus,metabus-ssa,metabus-echo $(BENCH_ARGS)
 
 # bench-bus: the partition consumers against a real nats-server process,
 # no Kubernetes: cost per item and idle cost against controllers and

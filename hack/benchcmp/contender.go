@@ -64,26 +64,38 @@ func startUpstream(ctx context.Context, bin, kubeconfig, logPath string, extra [
 	return childproc.StartUpstream(ctx, bin, kubeconfig, logPath, append(slices.Clone(upstreamTuned), extra...))
 }
 
-// rawWorkers is how many concurrent writers the raw contender runs.
+// rawWorkers is how many concurrent writers the raw contender runs; the
+// contract's writer, with three round trips per parent against two, runs
+// half as many again, so that the API server, not the writer's
+// concurrency, stays the bound.
 const rawWorkers = 64
 
 // rawController is the physical limit: the harness itself does only the
 // writes the workload needs, on each parent's add event: create the
-// ConfigMap (owned by the parent), then PUT the parent's status.
+// ConfigMap (owned by the parent), then PUT the parent's status. With
+// contract set ("raw-contract") it does the writes upstream's calling
+// contract needs and no more: the first sync sees no child, so its status
+// ({childCount: 0}) is written with the ConfigMap's create, and the sync
+// that sees the ConfigMap writes {childCount: 1}: three writes, what
+// metabus and upstream make, with no controller CPU, no cache and no hook.
 type rawController struct {
-	dyn    dynamic.Interface
-	ns     string
-	queue  chan *unstructured.Unstructured
-	wg     sync.WaitGroup
-	cancel context.CancelFunc
+	dyn      dynamic.Interface
+	ns       string
+	contract bool
+	queue    chan *unstructured.Unstructured
+	wg       sync.WaitGroup
+	cancel   context.CancelFunc
 
 	mu   sync.Mutex
 	errs []error
 }
 
-func newRawController(dyn dynamic.Interface, ns string) *rawController {
-	return &rawController{dyn: dyn, ns: ns, queue: make(chan *unstructured.Unstructured, 1<<16)}
+func newRawController(dyn dynamic.Interface, ns string, contract bool) *rawController {
+	return &rawController{dyn: dyn, ns: ns, contract: contract, queue: make(chan *unstructured.Unstructured, 1<<16)}
 }
+
+// isRaw tells the harness's own writers (no controller process) apart.
+func isRaw(contender string) bool { return contender == "raw" || contender == "raw-contract" }
 
 // enqueue is the tracker's onAdd.
 func (r *rawController) enqueue(u *unstructured.Unstructured) { r.queue <- u.DeepCopy() }
@@ -91,7 +103,11 @@ func (r *rawController) enqueue(u *unstructured.Unstructured) { r.queue <- u.Dee
 func (r *rawController) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	for range rawWorkers {
+	workers := rawWorkers
+	if r.contract {
+		workers = rawWorkers * 3 / 2
+	}
+	for range workers {
 		r.wg.Go(func() {
 			for {
 				select {
@@ -127,17 +143,32 @@ func (r *rawController) sync(ctx context.Context, parent *unstructured.Unstructu
 		},
 		"data": map[string]any{"gen": strconv.FormatInt(gen, 10)},
 	}}
+	obj := parent
+	if r.contract {
+		var err error
+		if obj, err = r.putStatus(ctx, obj, 0, gen); err != nil {
+			return err
+		}
+	}
 	if _, err := r.dyn.Resource(configMapGVR).Namespace(r.ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create ConfigMap %s: %w", parent.GetName(), err)
 	}
-	obj := parent
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := unstructured.SetNestedField(obj.Object, map[string]any{"childCount": int64(1), "observedGen": gen}, "status"); err != nil {
+	_, err := r.putStatus(ctx, obj, 1, gen)
+	return err
+}
+
+// putStatus writes {childCount, observedGen} into obj's status, reading the
+// parent again on a conflict, and returns the parent as written.
+func (r *rawController) putStatus(ctx context.Context, obj *unstructured.Unstructured, count, gen int64) (*unstructured.Unstructured, error) {
+	var out *unstructured.Unstructured
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := unstructured.SetNestedField(obj.Object, map[string]any{"childCount": count, "observedGen": gen}, "status"); err != nil {
 			return err
 		}
-		_, err := r.dyn.Resource(benchGVR).Namespace(r.ns).UpdateStatus(ctx, obj, metav1.UpdateOptions{})
+		var err error
+		out, err = r.dyn.Resource(benchGVR).Namespace(r.ns).UpdateStatus(ctx, obj, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
-			fresh, gerr := r.dyn.Resource(benchGVR).Namespace(r.ns).Get(ctx, parent.GetName(), metav1.GetOptions{})
+			fresh, gerr := r.dyn.Resource(benchGVR).Namespace(r.ns).Get(ctx, obj.GetName(), metav1.GetOptions{})
 			if gerr != nil {
 				return gerr
 			}
@@ -145,6 +176,10 @@ func (r *rawController) sync(ctx context.Context, parent *unstructured.Unstructu
 		}
 		return err
 	})
+	if err != nil {
+		return nil, fmt.Errorf("status of %s: %w", obj.GetName(), err)
+	}
+	return out, nil
 }
 
 func (r *rawController) PID() int { return 0 }

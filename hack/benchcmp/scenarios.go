@@ -111,8 +111,8 @@ func (r *run) do(ctx context.Context) error {
 		return err
 	}
 	var onAdd func(*unstructured.Unstructured)
-	if r.name == "raw" {
-		r.raw = newRawController(r.cl.ctrl, ns)
+	if isRaw(r.name) {
+		r.raw = newRawController(r.cl.ctrl, ns, r.name == "raw-contract")
 		onAdd = r.raw.enqueue
 	}
 	if r.track, err = startTracker(ctx, r.cl.harness, ns, onAdd); err != nil {
@@ -154,13 +154,13 @@ func (r *run) do(ctx context.Context) error {
 		if err := r.idleCPU(ctx, "b1.idle", 5*time.Second, 15*time.Second); err != nil {
 			return err
 		}
-		if sc["B10"] && r.name != "raw" {
+		if sc["B10"] && !isRaw(r.name) {
 			if err := r.b10(ctx); err != nil {
 				return fmt.Errorf("B10: %w", err)
 			}
 		}
 	}
-	if r.name == "raw" {
+	if isRaw(r.name) {
 		return nil
 	}
 	if sc["B2"] {
@@ -214,7 +214,7 @@ func (r *run) do(ctx context.Context) error {
 func (r *run) startController(ctx context.Context) error {
 	logPath := filepath.Join(r.dir, r.name+".log")
 	switch r.name {
-	case "raw":
+	case "raw", "raw-contract":
 		r.raw.start()
 		r.ctrl = r.raw
 		return nil
@@ -473,7 +473,7 @@ func (r *run) b1(ctx context.Context) error {
 	}
 	n := float64(len(ps))
 	r.fig["b1.rate"] = n / secs
-	if r.name != "raw" {
+	if !isRaw(r.name) {
 		r.fig["b1.hooks"] = float64(r.hook.callsOf(ps...)-hooks0) / n
 	}
 	reqs := controllerRequests(before, after)
