@@ -46,10 +46,20 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateStream(rq(), jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Replicas: 3}); err != nil {
+	// Creating the replicated stream and consumer right after the cluster
+	// formed can outlast one request's deadline on a loaded machine (the
+	// new meta leader still catching its followers up: seen in CI as
+	// "context deadline exceeded"), so each is asked again until long ends.
+	if err := untilDone(long, func() error {
+		_, err := js.CreateStream(rq(), jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Replicas: 3})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateOrUpdateConsumer(rq(), "T", jetstream.ConsumerConfig{Durable: "C", AckPolicy: jetstream.AckExplicitPolicy, Replicas: 3}); err != nil {
+	if err := untilDone(long, func() error {
+		_, err := js.CreateOrUpdateConsumer(rq(), "T", jetstream.ConsumerConfig{Durable: "C", AckPolicy: jetstream.AckExplicitPolicy, Replicas: 3})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	publish := func(js jetstream.JetStream, n int) error {
@@ -308,5 +318,21 @@ func TestClusterStartsAgainOnTakenPort(t *testing.T) {
 	}
 	if err := c.Healthy(context.Background()); err != nil {
 		t.Errorf("the cluster started again is not healthy: %v", err)
+	}
+}
+
+// untilDone calls f until it succeeds or ctx ends, a second apart, and
+// returns f's last error with ctx's.
+func untilDone(ctx context.Context, f func() error) error {
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (gave up: %w)", err, ctx.Err())
+		case <-time.After(time.Second):
+		}
 	}
 }
