@@ -365,7 +365,7 @@ func formatYesNo(xs []float64) string {
 // duplicates while keeping the canonical order raw, metabus, baseline,
 // upstream.
 func parseContenders(list string) ([]string, error) {
-	known := []string{"raw", "metabus", "metabus-ssa", "metabus-echo", "metabus-identity", "baseline", "upstream"}
+	known := []string{"raw", "metabus", "metabus-ssa", "metabus-echo", "metabus-identity", "metabus-split", "baseline", "upstream"}
 	want := map[string]bool{}
 	for f := range strings.SplitSeq(list, ",") {
 		f = strings.TrimSpace(f)
