@@ -36,7 +36,10 @@
 //
 //	B1  -parents parents created by 50 clients: parents/s, hook calls and API
 //	    requests (by verb, no watches, not the harness's) per parent, CPU ms
-//	    per parent of the controller, kube-apiserver and etcd
+//	    per parent of the controller, kube-apiserver and etcd; then the
+//	    controller's idle CPU with the parents present, 5 s and -late-idle
+//	    (60 s) after B1 has settled (the first still holds the burst's
+//	    garbage collection)
 //	B2  idle latency of 100 sequential updates: p50/p99 to the ConfigMap
 //	    and to the status watch event
 //	B3  100 back-to-back updates of one parent: hook calls, and whether the
@@ -94,8 +97,11 @@
 // warm-up); B5's first figure and B10 need B1, and the raw contender runs
 // only with B1. make bench-scale runs B7, B9 and B11 beside upstream.
 //
-// Controllers run as separate processes; CPU and RSS come from /proc. It
-// prints one table and asserts nothing about speed. Run from the repository
+// Controllers run as separate processes; CPU and RSS come from /proc (the
+// counter ticks every 10 ms: an idle figure over 15-20 s resolves 0.5-0.67
+// ms/s). A contender of several processes (metabus-split) reports their
+// sum where the others report their one process, and each process in a
+// row of its own. It prints one table and asserts nothing about speed. Run from the repository
 // root, with KUBE_BIN_DIR set as by `make bench`:
 //
 //	go build -o bin/ ./cmd/... &&
@@ -116,6 +122,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -155,6 +162,10 @@ type config struct {
 	// splitPprof serves /debug/pprof from each of metabus-split's
 	// processes on a loopback port (logged), for profiling a run.
 	splitPprof bool
+	// splitPartitions, if set, is the split watcher's --partitions: the
+	// partition count of MC_WORK and MC_DESIRED, so of each stage
+	// replica's consumers and leases (0: the default, 64).
+	splitPartitions int
 	// lateIdle is how long after B1 has settled the late idle figure
 	// starts (0: not measured).
 	lateIdle time.Duration
@@ -181,6 +192,7 @@ func main() {
 	flag.StringVar(&cfg.baselineBin, "baseline", "", "another all-in-one metabus build to run as contender \"baseline\" (B1-B6), e.g. the build before a change")
 	flag.StringVar(&metabusArgs, "metabus-args", "", "extra flags for the all-in-one metabus, e.g. \"--client-go-qps=1000\" (not for metabus-split's stages)")
 	flag.StringVar(&cfg.binDir, "bin-dir", "", "metabus-split: the directory of bin/watcher, bin/dispatcher, bin/applier, bin/revisions (default: -metabus's directory)")
+	flag.IntVar(&cfg.splitPartitions, "split-partitions", 0, "metabus-split: the watcher's --partitions (0: its default, 64 on a new install)")
 	flag.BoolVar(&cfg.splitPprof, "split-pprof", false, "metabus-split: serve /debug/pprof from each process on a loopback port named in the log")
 	flag.DurationVar(&cfg.lateIdle, "late-idle", time.Minute, "B1: measure idle CPU again (20s) this long after B1 has settled, with its parents present (0: skip)")
 	flag.StringVar(&cfg.upstreamBin, "upstream", os.Getenv("MC_BIN"), "upstream metacontroller binary (default $MC_BIN)")
@@ -236,6 +248,11 @@ func setup(cfg *config, only, scenarios string, onlyGiven bool) error {
 			}
 			if _, err := os.Stat(natsDevConf); err != nil {
 				return fmt.Errorf("%s: %w (run from the repository root)", c, err)
+			}
+			if cfg.splitPartitions != 0 {
+				if err := bus.ValidPartitions(cfg.splitPartitions); err != nil {
+					return fmt.Errorf("-split-partitions: %w", err)
+				}
 			}
 		case "baseline":
 			if cfg.baselineBin == "" {
@@ -330,7 +347,11 @@ func benchmark(ctx context.Context, cfg *config) error {
 		case "metabus-identity":
 			logf("metabus-identity: %s %s (controller annotated %s=%s)", cfg.metabusBin, strings.Join(cfg.metabusArgs, " "), identity.ServiceAccountAnnotation, benchIdentity)
 		case "metabus-split":
-			logf("metabus-split: %s and %s, stages from %s", cfg.natsServerBin, natsDevConf, cfg.binDir)
+			parts := "the watcher's default"
+			if cfg.splitPartitions > 0 {
+				parts = strconv.Itoa(cfg.splitPartitions)
+			}
+			logf("metabus-split: %s and %s, stages from %s (partitions: %s)", cfg.natsServerBin, natsDevConf, cfg.binDir, parts)
 		case "baseline":
 			logf("baseline: %s %s", cfg.baselineBin, strings.Join(cfg.metabusArgs, " "))
 		case "upstream":

@@ -165,6 +165,9 @@ func (r *run) startSplit(ctx context.Context) (*splitController, error) {
 		args := []string{"--zap-log-level=info"}
 		if stage == "watcher" {
 			args = append(args, r.cfg.flushArgs()...)
+			if r.cfg.splitPartitions > 0 {
+				args = append(args, fmt.Sprintf("--partitions=%d", r.cfg.splitPartitions))
+			}
 		}
 		if r.cfg.splitPprof {
 			addr, err := childproc.FreeAddr()
