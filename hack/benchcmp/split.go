@@ -123,14 +123,11 @@ func buildNATSServer(ctx context.Context, dir string) (string, error) {
 func (r *run) startSplit(ctx context.Context) (*splitController, error) {
 	s := &splitController{}
 	fail := func(err error) (*splitController, error) { return nil, errors.Join(err, s.Stop()) }
-	listen, err := childproc.FreeAddr()
+	addrs, err := freeAddrs(2)
 	if err != nil {
 		return nil, err
 	}
-	monitor, err := childproc.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
+	listen, monitor := addrs[0], addrs[1]
 	base, err := os.ReadFile(natsDevConf)
 	if err != nil {
 		return nil, fmt.Errorf("nats-server configuration: %w", err)
@@ -192,7 +189,7 @@ func stageBinaries(binDir string) []string {
 	for _, s := range splitStages[1:] {
 		out = append(out, filepath.Join(binDir, s))
 	}
-	return slices.Clip(out)
+	return out
 }
 
 // stageFigures are one figure of a contender from its processes' values
