@@ -97,9 +97,9 @@
 // warm-up); B5's first figure and B10 need B1, and the raw contender runs
 // only with B1. make bench-scale runs B7, B9 and B11 beside upstream.
 //
-// Controllers run as separate processes; CPU and RSS come from /proc (the
-// counter ticks every 10 ms: an idle figure over 15-20 s resolves 0.5-0.67
-// ms/s). A contender of several processes (metabus-split) reports their
+// Controllers run as separate processes; CPU and RSS come from /proc (idle
+// CPU to the nanosecond from the threads' schedstat, the rest from
+// /proc/<pid>/stat, which ticks every 10 ms). A contender of several processes (metabus-split) reports their
 // sum where the others report their one process, and each process in a
 // row of its own. It prints one table and asserts nothing about speed. Run from the repository
 // root, with KUBE_BIN_DIR set as by `make bench`:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -185,5 +186,64 @@ func TestSplitAndLateIdleRows(t *testing.T) {
 				t.Errorf("rows (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestParseSchedstat(t *testing.T) {
+	for _, tc := range []struct {
+		reason, in string
+		want       uint64
+		err        bool
+	}{
+		{"run time, wait time, timeslices: the first", "123456789 2000 17\n", 123456789, false},
+		{"too few fields", "1 2\n", 0, true},
+		{"not a number", "x 2 3\n", 0, true},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			got, err := parseSchedstat(tc.in)
+			if (err != nil) != tc.err {
+				t.Fatalf("error %v, want error: %v", err, tc.err)
+			}
+			if got != tc.want {
+				t.Errorf("got %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestCPUReadingSince: an idle window counts the nanosecond figure, and
+// the ticks' when that is missing or fell (a thread exited with its time).
+func TestCPUReadingSince(t *testing.T) {
+	for _, tc := range []struct {
+		reason string
+		a, b   cpuReading
+		want   float64
+	}{
+		{"both exact: the exact difference", cpuReading{ticks: 2, exact: 1.25, exactOK: true}, cpuReading{ticks: 1, exact: 1, exactOK: true}, 0.25},
+		{"the earlier reading not exact: ticks", cpuReading{ticks: 2, exact: 1.25, exactOK: true}, cpuReading{ticks: 1.5}, 0.5},
+		{"exact fell (a thread exited): ticks", cpuReading{ticks: 2, exact: 0.5, exactOK: true}, cpuReading{ticks: 1.9, exact: 1, exactOK: true}, 0.1},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			if got := tc.a.since(tc.b); math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestProcCPUExact: this process's own threads add up, and keep counting.
+func TestProcCPUExact(t *testing.T) {
+	a, err := procCPUExact(os.Getpid())
+	if err != nil {
+		t.Skipf("no schedstat here: %v", err)
+	}
+	for end := time.Now().Add(20 * time.Millisecond); time.Now().Before(end); {
+	}
+	b, err := procCPUExact(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b-a < 0.015 {
+		t.Errorf("20 ms of spinning counted as %.6f s", b-a)
 	}
 }
