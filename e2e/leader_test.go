@@ -18,6 +18,7 @@ import (
 	"github.com/metabus/metabus/examples/helloworld"
 	"github.com/metabus/metabus/internal/allinone"
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/embeddednats"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/services/applier"
 	"github.com/metabus/metabus/services/dispatcher"
@@ -30,7 +31,7 @@ import (
 func TestWatcherLeaderElection(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
-	srv, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "-"})
+	srv, err := embeddednats.Start(embeddednats.Options{StoreDir: t.TempDir(), Listen: "-"})
 	if err != nil {
 		t.Fatal(err)
 	}

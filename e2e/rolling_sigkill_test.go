@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/embeddednats"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx"
 )
@@ -111,7 +112,7 @@ func TestRollingSurvivesSIGKILL(t *testing.T) {
 	}
 	t.Logf("built the service binaries in %s", time.Since(start).Round(time.Millisecond))
 
-	srv, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: t.TempDir()})
+	srv, err := embeddednats.Start(embeddednats.Options{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

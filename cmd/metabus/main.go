@@ -57,7 +57,7 @@ func allInOne() *cobra.Command {
 			if external {
 				cfg.NATS = env.Flags.NATS.Options("metabus")
 			}
-			stageconfig.AllInOne(env.Flags, &cfg)
+			stageconfig.AllInOne(env.Flags, &cfg.Watcher, &cfg.Dispatcher, &cfg.Applier)
 			return allinone.Run(ctx, cfg, allinone.Deps{REST: env.REST, Log: env.Log, Metrics: env.Registry, Health: env.Health})
 		},
 	}.Command()

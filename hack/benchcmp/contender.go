@@ -32,14 +32,11 @@ type proc = childproc.Proc
 // startMetabus runs the all-in-one binary at its defaults, with an
 // in-process-only embedded JetStream and loopback metrics/health ports.
 func startMetabus(ctx context.Context, bin, kubeconfig, dir, logPath string, extra []string) (*proc, error) {
-	metrics, err := childproc.FreeAddr()
+	addrs, err := freeAddrs(2)
 	if err != nil {
 		return nil, err
 	}
-	health, err := childproc.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
+	metrics, health := addrs[0], addrs[1]
 	args := []string{
 		"--kubeconfig", kubeconfig,
 		"--nats-store-dir", filepath.Join(dir, "nats"),
@@ -195,6 +192,20 @@ func (r *rawController) Stop() error {
 		return fmt.Errorf("raw controller: %d errors, first: %w", len(r.errs), r.errs[0])
 	}
 	return nil
+}
+
+// freeAddrs returns n free loopback addresses (host:port) for a child's
+// listeners.
+func freeAddrs(n int) ([]string, error) {
+	out := make([]string, n)
+	for i := range out {
+		a, err := childproc.FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		out[i] = a
+	}
+	return out, nil
 }
 
 // splitArgs splits a -metabus-args value on white space.

@@ -19,6 +19,12 @@
 //     workload's controller acting as a ServiceAccount granted only the
 //     workload's namespace (metabus.dev/service-account): what
 //     impersonated writes and reviewed reads cost; B1-B5);
+//   - metabus-split: the split deployment (issue 31), five processes: a
+//     nats-server built at go.mod's version with docker-compose.yaml's
+//     configuration (deploy/nats/nats-dev.conf), and one bin/watcher,
+//     bin/dispatcher, bin/applier and bin/revisions each (-bin-dir) at
+//     docker-compose.yaml's flags; its CPU and RSS rows are the sum,
+//     each followed by one row per process ("of which watcher"); B1-B5;
 //   - baseline: another metabus build (-baseline), e.g. the one before a
 //     change, with the same flags: its effect measured in the same run;
 //   - upstream: upstream Metacontroller, tuned (--workers=50
@@ -34,7 +40,10 @@
 //
 //	B1  -parents parents created by 50 clients: parents/s, hook calls and API
 //	    requests (by verb, no watches, not the harness's) per parent, CPU ms
-//	    per parent of the controller, kube-apiserver and etcd
+//	    per parent of the controller, kube-apiserver and etcd; then the
+//	    controller's idle CPU with the parents present, 5 s and -late-idle
+//	    (60 s) after B1 has settled (the first still holds the burst's
+//	    garbage collection)
 //	B2  idle latency of 100 sequential updates: p50/p99 to the ConfigMap
 //	    and to the status watch event
 //	B3  100 back-to-back updates of one parent: hook calls, and whether the
@@ -92,8 +101,11 @@
 // warm-up); B5's first figure and B10 need B1, and the raw contender runs
 // only with B1. make bench-scale runs B7, B9 and B11 beside upstream.
 //
-// Controllers run as separate processes; CPU and RSS come from /proc. It
-// prints one table and asserts nothing about speed. Run from the repository
+// Controllers run as separate processes; CPU and RSS come from /proc (idle
+// CPU to the nanosecond from the threads' schedstat, the rest from
+// /proc/<pid>/stat, which ticks every 10 ms). A contender of several processes (metabus-split) reports their
+// sum where the others report their one process, and each process in a
+// row of its own. It prints one table and asserts nothing about speed. Run from the repository
 // root, with KUBE_BIN_DIR set as by `make bench`:
 //
 //	go build -o bin/ ./cmd/... &&
@@ -112,7 +124,9 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -145,6 +159,20 @@ type config struct {
 	b7Appliers bool
 	// flushInterval is both contenders' --cache-flush-interval in B10.
 	flushInterval time.Duration
+	// binDir holds the split contender's stage binaries (-bin-dir, by
+	// default -metabus's directory); natsServerBin is the nats-server
+	// setup builds for it.
+	binDir, natsServerBin string
+	// splitPprof serves /debug/pprof from each of metabus-split's
+	// processes on a loopback port (logged), for profiling a run.
+	splitPprof bool
+	// splitPartitions, if set, is the split watcher's --partitions: the
+	// partition count of MC_WORK and MC_DESIRED, so of each stage
+	// replica's consumers and leases (0: the default, 64).
+	splitPartitions int
+	// lateIdle is how long after B1 has settled the late idle figure
+	// starts (0: not measured).
+	lateIdle time.Duration
 }
 
 func main() {
@@ -157,7 +185,7 @@ func main() {
 	flag.IntVar(&cfg.parents, "parents", 2000, "B1: parents created by 50 concurrent clients")
 	flag.IntVar(&cfg.rssParents, "rss-parents", 0, "B5: this many more parents before reading RSS again (0: skip)")
 	flag.IntVar(&cfg.rounds, "rounds", 1, "rounds; contenders are interleaved and the table shows median [min–max]")
-	flag.StringVar(&only, "only", "raw,raw-contract,metabus,metabus-ssa,metabus-echo,baseline,upstream", "contenders to run (metabus-identity only when named; baseline only with -baseline, upstream only with -upstream or $MC_BIN)")
+	flag.StringVar(&only, "only", "raw,raw-contract,metabus,metabus-ssa,metabus-echo,baseline,upstream", "contenders to run (metabus-identity and metabus-split only when named; baseline only with -baseline, upstream only with -upstream or $MC_BIN)")
 	flag.StringVar(&scenarios, "scenarios", "default", "scenarios to run, e.g. \"B6\" or \"B1,B2\" (default: B1-B8; all: B1-B11)")
 	flag.IntVar(&cfg.b7Parents, "b7-parents", 500, "B7: new parents per dispatcher count")
 	flag.IntVar(&cfg.b8Controllers, "b8-controllers", 1000, "B8: DecoratorControllers")
@@ -166,7 +194,11 @@ func main() {
 	flag.DurationVar(&cfg.flushInterval, "flush-interval", 10*time.Minute, "B10: the contenders' --cache-flush-interval; longer than B1 takes")
 	flag.StringVar(&cfg.metabusBin, "metabus", "bin/metabus", "the all-in-one metabus binary (go build -o bin/ ./cmd/...)")
 	flag.StringVar(&cfg.baselineBin, "baseline", "", "another all-in-one metabus build to run as contender \"baseline\" (B1-B6), e.g. the build before a change")
-	flag.StringVar(&metabusArgs, "metabus-args", "", "extra flags for metabus, e.g. \"--client-go-qps=1000\"")
+	flag.StringVar(&metabusArgs, "metabus-args", "", "extra flags for the all-in-one metabus, e.g. \"--client-go-qps=1000\" (not for metabus-split's stages)")
+	flag.StringVar(&cfg.binDir, "bin-dir", "", "metabus-split: the directory of bin/watcher, bin/dispatcher, bin/applier, bin/revisions (default: -metabus's directory)")
+	flag.IntVar(&cfg.splitPartitions, "split-partitions", 0, "metabus-split: the watcher's --partitions (0: its default, 64 on a new install)")
+	flag.BoolVar(&cfg.splitPprof, "split-pprof", false, "metabus-split: serve /debug/pprof from each process on a loopback port named in the log")
+	flag.DurationVar(&cfg.lateIdle, "late-idle", time.Minute, "B1: measure idle CPU again (20s) this long after B1 has settled, with its parents present (0: skip)")
 	flag.StringVar(&cfg.upstreamBin, "upstream", os.Getenv("MC_BIN"), "upstream metacontroller binary (default $MC_BIN)")
 	flag.StringVar(&cfg.crdDir, "crds", "deploy/crds", "metacontroller CRDs to install")
 	flag.StringVar(&cfg.logDir, "logs", "", "directory for the contenders' logs (default: a new temporary directory)")
@@ -209,6 +241,23 @@ func setup(cfg *config, only, scenarios string, onlyGiven bool) error {
 			if err := checkExecutable(cfg.metabusBin); err != nil {
 				return fmt.Errorf("%s: %w (build it with: go build -o bin/ ./cmd/...)", c, err)
 			}
+		case "metabus-split":
+			if cfg.binDir == "" {
+				cfg.binDir = filepath.Dir(cfg.metabusBin)
+			}
+			for _, bin := range stageBinaries(cfg.binDir) {
+				if err := checkExecutable(bin); err != nil {
+					return fmt.Errorf("%s: %w (build them with: go build -o bin/ ./cmd/...)", c, err)
+				}
+			}
+			if _, err := os.Stat(natsDevConf); err != nil {
+				return fmt.Errorf("%s: %w (run from the repository root)", c, err)
+			}
+			if cfg.splitPartitions != 0 {
+				if err := bus.ValidPartitions(cfg.splitPartitions); err != nil {
+					return fmt.Errorf("-split-partitions: %w", err)
+				}
+			}
 		case "baseline":
 			if cfg.baselineBin == "" {
 				if onlyGiven {
@@ -247,6 +296,11 @@ func setup(cfg *config, only, scenarios string, onlyGiven bool) error {
 		}
 	} else if err := os.MkdirAll(cfg.logDir, 0o755); err != nil {
 		return err
+	}
+	if slices.Contains(cfg.contenders, "metabus-split") {
+		if cfg.natsServerBin, err = buildNATSServer(context.Background(), cfg.logDir); err != nil {
+			return fmt.Errorf("metabus-split: %w", err)
+		}
 	}
 	return nil
 }
@@ -296,6 +350,12 @@ func benchmark(ctx context.Context, cfg *config) error {
 			logf("metabus-echo: %s %s (controller annotated %s=true)", cfg.metabusBin, strings.Join(cfg.metabusArgs, " "), bus.SuppressEchoesAnnotation)
 		case "metabus-identity":
 			logf("metabus-identity: %s %s (controller annotated %s=%s)", cfg.metabusBin, strings.Join(cfg.metabusArgs, " "), identity.ServiceAccountAnnotation, benchIdentity)
+		case "metabus-split":
+			parts := "the watcher's default"
+			if cfg.splitPartitions > 0 {
+				parts = strconv.Itoa(cfg.splitPartitions)
+			}
+			logf("metabus-split: %s and %s, stages from %s (partitions: %s)", cfg.natsServerBin, natsDevConf, cfg.binDir, parts)
 		case "baseline":
 			logf("baseline: %s %s", cfg.baselineBin, strings.Join(cfg.metabusArgs, " "))
 		case "upstream":
@@ -351,7 +411,7 @@ func tableRows(cfg *config) []row {
 	var out []row
 	for _, r := range allRows(cfg) {
 		scenario, _, _ := strings.Cut(r.key, ".")
-		if r.key == "idle.cpu" || cfg.scenarios[strings.ToUpper(scenario)] { // idle: measured in every run
+		if scenario == "idle" || cfg.scenarios[strings.ToUpper(scenario)] { // idle: measured in every run
 			out = append(out, r)
 		}
 	}
@@ -382,6 +442,11 @@ func allRows(cfg *config) []row {
 		row{key: "b4.hooks", label: "B4 hook calls in 25s (resync 10s)", prec: 0},
 		row{key: "b5.rss", label: "B5 controller RSS MiB after B1", prec: 0},
 		row{key: "b1.idle", label: fmt.Sprintf("idle controller CPU ms/s (%d parents, after B1)", cfg.parents), prec: 1},
+	)
+	if cfg.lateIdle > 0 {
+		rows = append(rows, row{key: "b1.idlelate", label: fmt.Sprintf("idle controller CPU ms/s (%d parents, %.0f s after B1)", cfg.parents, cfg.lateIdle.Seconds()), prec: 1})
+	}
+	rows = append(rows,
 		row{key: "idle.cpu", label: "idle controller CPU ms/s (1 parent)", prec: 1},
 	)
 	if cfg.rssParents > 0 {
@@ -400,6 +465,9 @@ func allRows(cfg *config) []row {
 	rows = append(rows, b9Rows()...)
 	rows = append(rows, b10Rows(cfg)...)
 	rows = append(rows, b11Rows()...)
+	if slices.Contains(cfg.contenders, "metabus-split") {
+		rows = stageRows(rows, splitStages)
+	}
 	return rows
 }
 
@@ -422,7 +490,7 @@ func printTable(w io.Writer, cfg *config, results map[string][]figures) {
 		head = fmt.Sprintf("figure (median [min–max] of %d rounds)", cfg.rounds)
 	}
 	names := map[string]string{"raw": "raw client", "raw-contract": "raw client (contract's writes)", "metabus": "metabus (defaults)", "metabus-ssa": "metabus (server-side apply)",
-		"metabus-echo": "metabus (echo opt-in)", "metabus-identity": "metabus (controller identity)",
+		"metabus-echo": "metabus (echo opt-in)", "metabus-identity": "metabus (controller identity)", "metabus-split": "metabus (split, 5 processes)",
 		"baseline": "metabus baseline", "upstream": "upstream (tuned)"}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprint(tw, head)
@@ -490,6 +558,9 @@ func summaryLine(cfg *config, results map[string][]figures) string {
 	}
 	if m, i := rate["metabus"], rate["metabus-identity"]; !math.IsNaN(m) && !math.IsNaN(i) && i > 0 && m > 0 {
 		s += fmt.Sprintf("; controller identity/defaults %.2f×", i/m)
+	}
+	if m, sp := rate["metabus"], rate["metabus-split"]; !math.IsNaN(m) && !math.IsNaN(sp) && sp > 0 && m > 0 {
+		s += fmt.Sprintf("; split/all-in-one %.2f×", sp/m)
 	}
 	return s
 }

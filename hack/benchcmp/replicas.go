@@ -474,14 +474,11 @@ func cpuOf(pids []int) float64 {
 // the relay and DLQ workers, which the all-in-one runs; bin/applier)
 // against the all-in-one's server and cluster, with extra flags.
 func (r *run) startStage(ctx context.Context, bin, stage string, i int, extra ...string) (*proc, error) {
-	metrics, err := childproc.FreeAddr()
+	addrs, err := freeAddrs(2)
 	if err != nil {
 		return nil, err
 	}
-	health, err := childproc.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
+	metrics, health := addrs[0], addrs[1]
 	args := []string{
 		"--kubeconfig", r.cl.env.Kubeconfig,
 		"--nats-url", r.natsURL,

@@ -266,6 +266,22 @@ func parseStatCPU(stat string) (uint64, error) {
 	return u + s, nil
 }
 
+// parseSchedstat returns the CPU time in nanoseconds from the contents of
+// /proc/<pid>/task/<tid>/schedstat: its first field, the time the thread
+// has run, kept by the scheduler to the nanosecond (utime and stime tick
+// every 10 ms).
+func parseSchedstat(s string) (uint64, error) {
+	f := strings.Fields(s)
+	if len(f) != 3 {
+		return 0, fmt.Errorf("schedstat %q: want 3 fields", s)
+	}
+	ns, err := strconv.ParseUint(f[0], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("schedstat run time: %w", err)
+	}
+	return ns, nil
+}
+
 // parseVmRSS returns VmRSS in bytes from the contents of /proc/<pid>/status.
 func parseVmRSS(status string) (int64, error) {
 	for line := range strings.SplitSeq(status, "\n") {
@@ -365,7 +381,7 @@ func formatYesNo(xs []float64) string {
 // duplicates while keeping the canonical order raw, metabus, baseline,
 // upstream.
 func parseContenders(list string) ([]string, error) {
-	known := []string{"raw", "raw-contract", "metabus", "metabus-ssa", "metabus-echo", "metabus-identity", "baseline", "upstream"}
+	known := []string{"raw", "raw-contract", "metabus", "metabus-ssa", "metabus-echo", "metabus-identity", "metabus-split", "baseline", "upstream"}
 	want := map[string]bool{}
 	for f := range strings.SplitSeq(list, ",") {
 		f = strings.TrimSpace(f)

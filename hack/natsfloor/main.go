@@ -1,7 +1,7 @@
 // Command natsfloor prints the idle CPU of an embedded JetStream server
 // with nothing to do: the floor under every idle figure of an all-in-one
 // metabus process (issue 31). It starts the server as the all-in-one does
-// (natsx.StartEmbedded, in-process connection only), creates -streams
+// (embeddednats.Start, in-process connection only), creates -streams
 // memory streams, waits -settle, then reads its own CPU time (getrusage)
 // and its voluntary context switches over -window. With -no-access-clock
 // it stops nats-server's access-time clock (package ats, a 100 ms ticker
@@ -23,7 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/metabus/metabus/pkg/natsx"
+	"github.com/metabus/metabus/pkg/embeddednats"
 )
 
 func main() {
@@ -47,7 +47,7 @@ func run(streams int, settle, window time.Duration, noClock bool) error {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	s, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: dir, Listen: "-"})
+	s, err := embeddednats.Start(embeddednats.Options{StoreDir: dir, Listen: "-"})
 	if err != nil {
 		return err
 	}

@@ -76,6 +76,7 @@ import (
 
 	"github.com/metabus/metabus/internal/testing/kubeenv"
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/embeddednats"
 	"github.com/metabus/metabus/pkg/natsx"
 )
 
@@ -273,7 +274,7 @@ func run(ctx context.Context, cfg config) error {
 		}
 	}
 
-	srv, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: filepath.Join(b.dir, "nats")})
+	srv, err := embeddednats.Start(embeddednats.Options{StoreDir: filepath.Join(b.dir, "nats")})
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/metabus/metabus/pkg/apply"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/echo"
+	"github.com/metabus/metabus/pkg/embeddednats"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
@@ -161,7 +162,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 			defer os.RemoveAll(tmp)
 			dir = tmp
 		}
-		s, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: filepath.Clean(dir), Listen: cfg.Listen})
+		s, err := embeddednats.Start(embeddednats.Options{StoreDir: filepath.Clean(dir), Listen: cfg.Listen})
 		if err != nil {
 			return err
 		}

@@ -8,7 +8,6 @@
 package stageconfig
 
 import (
-	"github.com/metabus/metabus/internal/allinone"
 	"github.com/metabus/metabus/pkg/apply"
 	"github.com/metabus/metabus/pkg/cli"
 	"github.com/metabus/metabus/services/applier"
@@ -39,9 +38,12 @@ func Applier(f *cli.CommonFlags, c *applier.Config) {
 	c.EventsQPS, c.EventsBurst = float32(f.EventsQPS), f.EventsBurst
 }
 
-// AllInOne sets the common flags of every stage of the all-in-one process.
-func AllInOne(f *cli.CommonFlags, c *allinone.Config) {
-	Watcher(f, &c.Watcher)
-	Dispatcher(f, &c.Dispatcher)
-	Applier(f, &c.Applier)
+// AllInOne sets the common flags of every stage of the all-in-one process
+// (allinone.Config's Watcher, Dispatcher and Applier). It takes the three
+// rather than allinone.Config so that the stage binaries, which import
+// this package, do not link the all-in-one and its embedded nats-server.
+func AllInOne(f *cli.CommonFlags, w *watcher.Config, d *dispatcher.Config, a *applier.Config) {
+	Watcher(f, w)
+	Dispatcher(f, d)
+	Applier(f, a)
 }

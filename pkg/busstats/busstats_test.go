@@ -14,6 +14,7 @@ import (
 
 	"github.com/metabus/metabus/internal/testing/obstest"
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/embeddednats"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/outcome"
@@ -27,7 +28,7 @@ func TestCollectorReadsTheBus(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an embedded nats-server")
 	}
-	s, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "-"})
+	s, err := embeddednats.Start(embeddednats.Options{StoreDir: t.TempDir(), Listen: "-"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +217,7 @@ func BenchmarkRead(b *testing.B) {
 }
 
 func benchmarkRead(b *testing.B, items int) {
-	s, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: b.TempDir(), Listen: "-"})
+	s, err := embeddednats.Start(embeddednats.Options{StoreDir: b.TempDir(), Listen: "-"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/embeddednats"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/outcome"
@@ -44,7 +45,7 @@ func benchBusWith(b *testing.B, memoryQueues bool) jetstream.JetStream {
 	b.Helper()
 	b.StopTimer()
 	defer b.StartTimer()
-	s, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: b.TempDir(), Listen: "-"})
+	s, err := embeddednats.Start(embeddednats.Options{StoreDir: b.TempDir(), Listen: "-"})
 	if err != nil {
 		b.Fatal(err)
 	}

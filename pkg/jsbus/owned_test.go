@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/embeddednats"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/outcome"
 )
@@ -20,7 +21,7 @@ import (
 // new connection to it (one per simulated replica), after ensuring the bus.
 func replicas(t *testing.T, o bus.Options) func() (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	s, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "-"})
+	s, err := embeddednats.Start(embeddednats.Options{StoreDir: t.TempDir(), Listen: "-"})
 	if err != nil {
 		t.Fatal(err)
 	}

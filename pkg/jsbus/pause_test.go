@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/embeddednats"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/outcome"
 )
@@ -41,7 +42,7 @@ func TestPauseBeyondLease(t *testing.T) {
 	}
 	const lease = time.Second
 	o := bus.Options{OwnerLease: lease, WorkAckWait: 2 * time.Second, Partitions: 1}
-	s, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: t.TempDir()})
+	s, err := embeddednats.Start(embeddednats.Options{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/metabus/metabus/internal/testing/natstest"
 	"github.com/metabus/metabus/internal/testing/testnats"
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/embeddednats"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/outcome"
 )
@@ -32,7 +33,7 @@ func TestConsumersSurviveServerRestart(t *testing.T) {
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	start := func() func() {
-		s, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: dir, Listen: addr})
+		s, err := embeddednats.Start(embeddednats.Options{StoreDir: dir, Listen: addr})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,77 +1,20 @@
-// Package natsx connects services to NATS and runs the embedded nats-server
-// used by the all-in-one process, `make run` and the tests.
+// Package natsx connects services to NATS. The embedded nats-server (the
+// all-in-one process, `make run`, the tests) is started by package
+// embeddednats, so that the stage binaries, which import this package,
+// do not link nats-server.
 package natsx
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
-
-	"github.com/metabus/metabus/pkg/bus"
 )
-
-// EmbeddedOptions configure an embedded server.
-type EmbeddedOptions struct {
-	// StoreDir is the JetStream file store directory.
-	StoreDir string
-	// Listen is host:port for clients ("" → 127.0.0.1 on a random port;
-	// "-" → no listener, in-process connections only).
-	Listen string
-	// SyncAlways fsyncs every write (measured ~15x slower than the default on a
-	// file store).
-	SyncAlways bool
-}
-
-// StartEmbedded starts a JetStream-enabled nats-server in this process.
-func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
-	if o.StoreDir == "" {
-		return nil, errors.New("embedded nats: StoreDir is required")
-	}
-	opts := &server.Options{
-		ServerName: "metabus-embedded",
-		JetStream:  true,
-		StoreDir:   o.StoreDir,
-		MaxPayload: bus.MaxPayload,
-		NoSigs:     true,
-		NoLog:      true,
-		SyncAlways: o.SyncAlways,
-	}
-	switch o.Listen {
-	case "":
-		opts.Host, opts.Port = "127.0.0.1", -1
-	case "-":
-		opts.DontListen = true
-	default:
-		host, port, err := net.SplitHostPort(o.Listen)
-		if err != nil {
-			return nil, fmt.Errorf("embedded nats listen address %q: %w", o.Listen, err)
-		}
-		p, err := strconv.Atoi(port)
-		if err != nil {
-			return nil, fmt.Errorf("embedded nats port %q: %w", port, err)
-		}
-		opts.Host, opts.Port = host, p
-	}
-	s, err := server.NewServer(opts)
-	if err != nil {
-		return nil, fmt.Errorf("create embedded nats: %w", err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		return nil, errors.New("embedded nats did not become ready in 10s")
-	}
-	return s, nil
-}
 
 // ConnOptions configure a client connection.
 type ConnOptions struct {
@@ -82,8 +25,9 @@ type ConnOptions struct {
 	NKeySeed string
 	// TLS
 	CAFile, CertFile, KeyFile string
-	// InProcess connects to an embedded server without TCP.
-	InProcess *server.Server
+	// InProcess connects to an embedded server (*server.Server, see
+	// embeddednats) without TCP.
+	InProcess nats.InProcessConnProvider
 	Logger    *zap.Logger
 	// InboxPrefix replaces _INBOX as the prefix of the connection's reply
 	// subjects (request/reply, JetStream API calls and pulls): each service

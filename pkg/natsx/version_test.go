@@ -12,7 +12,20 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/metabus/metabus/pkg/embeddednats"
 )
+
+// TestBuiltServerVersion: the version written out in BuiltServerVersion
+// is the nats-server go.mod requires, which the embedded mode and every
+// test run (and deploy/natsversion_test.go holds the images to).
+func TestBuiltServerVersion(t *testing.T) {
+	if BuiltServerVersion != server.VERSION {
+		t.Errorf("BuiltServerVersion is %s, go.mod's nats-server is %s: update it", BuiltServerVersion, server.VERSION)
+	}
+}
 
 func TestConsumerResetSupported(t *testing.T) {
 	for _, tc := range []struct {
@@ -112,7 +125,7 @@ func errorLines(logs *observer.ObservedLogs) []string {
 // The start-up check against the embedded server, the release go.mod
 // builds: connecting logs no error.
 func TestConnectChecksEmbeddedServer(t *testing.T) {
-	s, err := StartEmbedded(EmbeddedOptions{StoreDir: t.TempDir()})
+	s, err := embeddednats.Start(embeddednats.Options{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

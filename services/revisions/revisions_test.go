@@ -33,6 +33,7 @@ import (
 	"github.com/metabus/metabus/internal/testing/kubeenv"
 	"github.com/metabus/metabus/pkg/api/v1alpha1"
 	"github.com/metabus/metabus/pkg/bus"
+	"github.com/metabus/metabus/pkg/embeddednats"
 	"github.com/metabus/metabus/pkg/jsbus"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
@@ -701,7 +702,7 @@ func withParent(p revstore.Parent, f func(*revstore.Parent)) revstore.Parent {
 // returns how to connect to it (connections are closed before it stops).
 func startNATS(t *testing.T) func(name string) *nats.Conn {
 	t.Helper()
-	srv, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: t.TempDir()})
+	srv, err := embeddednats.Start(embeddednats.Options{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

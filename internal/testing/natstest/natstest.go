@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/metabus/metabus/pkg/embeddednats"
 	"github.com/metabus/metabus/pkg/natsx"
 )
 
@@ -15,7 +16,7 @@ import (
 // temporary directory and connects to it.
 func Start(tb testing.TB) (*nats.Conn, jetstream.JetStream) {
 	tb.Helper()
-	s, err := natsx.StartEmbedded(natsx.EmbeddedOptions{StoreDir: tb.TempDir(), Listen: "-"})
+	s, err := embeddednats.Start(embeddednats.Options{StoreDir: tb.TempDir(), Listen: "-"})
 	if err != nil {
 		tb.Fatal(err)
 	}
