@@ -77,7 +77,7 @@ const (
 // construction (UIDs, paths of DNS names, fixed types), which NATS headers
 // require.
 func NewEvent(subject, ceType, id string, ctrl ControllerRef, parent ObjectRef, body any, ext map[string]string) (*Event, error) {
-	data, err := json.Marshal(body)
+	data, err := marshalBody(body)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s body: %w", ceType, err)
 	}

@@ -45,6 +45,23 @@ func Marshal(v any) ([]byte, error) {
 	return out, nil
 }
 
+// Build returns what fn appends to an empty buffer, in a slice of its
+// own: the buffer is pooled, so a caller that keeps the bytes pays one
+// allocation of their exact size. ok false is fn's.
+func Build(fn func(b []byte) ([]byte, bool)) (data []byte, ok bool) {
+	bp := pool.Get().(*[]byte)
+	b, ok := fn((*bp)[:0])
+	if ok {
+		data = make([]byte, len(b))
+		copy(data, b)
+	}
+	if cap(b) <= maxPooled {
+		*bp = b[:0]
+		pool.Put(bp)
+	}
+	return data, ok
+}
+
 // Append appends the JSON encoding of v to b, as json.Marshal writes it.
 // On error b is returned unchanged.
 func Append(b []byte, v any) ([]byte, error) {
