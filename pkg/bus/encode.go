@@ -38,48 +38,22 @@ func marshalBody(body any) ([]byte, error) {
 }
 
 func (c ControllerRef) appendJSON(b []byte) []byte {
-	b = append(b, `{"kind":`...)
-	b = ujson.AppendString(b, c.Kind)
-	b = append(b, `,"name":`...)
-	b = ujson.AppendString(b, c.Name)
-	if c.UID != "" {
-		b = append(b, `,"uid":`...)
-		b = ujson.AppendString(b, c.UID)
-	}
-	if c.Weight != 0 {
-		b = append(b, `,"weight":`...)
-		b = strconv.AppendInt(b, int64(c.Weight), 10)
-	}
+	b = stringField(b, `{"kind":`, c.Kind)
+	b = stringField(b, `,"name":`, c.Name)
+	b = optString(b, `,"uid":`, c.UID)
+	b = optInt(b, `,"weight":`, int64(c.Weight))
 	return append(b, '}')
 }
 
 func (o ObjectRef) appendJSON(b []byte) []byte {
-	b = append(b, `{"apiVersion":`...)
-	b = ujson.AppendString(b, o.APIVersion)
-	if o.Kind != "" {
-		b = append(b, `,"kind":`...)
-		b = ujson.AppendString(b, o.Kind)
-	}
-	if o.Resource != "" {
-		b = append(b, `,"resource":`...)
-		b = ujson.AppendString(b, o.Resource)
-	}
-	if o.Namespace != "" {
-		b = append(b, `,"namespace":`...)
-		b = ujson.AppendString(b, o.Namespace)
-	}
-	b = append(b, `,"name":`...)
-	b = ujson.AppendString(b, o.Name)
-	b = append(b, `,"uid":`...)
-	b = ujson.AppendString(b, o.UID)
-	if o.ResourceVersion != "" {
-		b = append(b, `,"resourceVersion":`...)
-		b = ujson.AppendString(b, o.ResourceVersion)
-	}
-	if o.Generation != 0 {
-		b = append(b, `,"generation":`...)
-		b = strconv.AppendInt(b, o.Generation, 10)
-	}
+	b = stringField(b, `{"apiVersion":`, o.APIVersion)
+	b = optString(b, `,"kind":`, o.Kind)
+	b = optString(b, `,"resource":`, o.Resource)
+	b = optString(b, `,"namespace":`, o.Namespace)
+	b = stringField(b, `,"name":`, o.Name)
+	b = stringField(b, `,"uid":`, o.UID)
+	b = optString(b, `,"resourceVersion":`, o.ResourceVersion)
+	b = optInt(b, `,"generation":`, int64(o.Generation))
 	return append(b, '}')
 }
 
@@ -88,28 +62,15 @@ func (w WorkItem) appendJSON(b []byte) ([]byte, bool) {
 	b = w.Controller.appendJSON(b)
 	b = append(b, `,"parent":`...)
 	b = w.Parent.appendJSON(b)
-	b = append(b, `,"reason":`...)
-	b = ujson.AppendString(b, w.Reason)
-	if w.MapKey != "" {
-		b = append(b, `,"mapKey":`...)
-		b = ujson.AppendString(b, w.MapKey)
-	}
-	if w.Attempt != 0 {
-		b = append(b, `,"attempt":`...)
-		b = strconv.AppendInt(b, int64(w.Attempt), 10)
-	}
-	if w.Finalizer != "" {
-		b = append(b, `,"finalizer":`...)
-		b = ujson.AppendString(b, w.Finalizer)
-	}
+	b = stringField(b, `,"reason":`, w.Reason)
+	b = optString(b, `,"mapKey":`, w.MapKey)
+	b = optInt(b, `,"attempt":`, int64(w.Attempt))
+	b = optString(b, `,"finalizer":`, w.Finalizer)
 	if w.AfterSeq != 0 {
 		b = append(b, `,"afterSeq":`...)
 		b = strconv.AppendUint(b, w.AfterSeq, 10)
 	}
-	if len(w.MinResourceVersions) > 0 {
-		b = append(b, `,"minResourceVersions":`...)
-		b = appendStringMap(b, w.MinResourceVersions)
-	}
+	b = optStringMap(b, `,"minResourceVersions":`, w.MinResourceVersions)
 	b = append(b, `,"enqueuedAt":`...)
 	var ok bool
 	if b, ok = appendTime(b, w.EnqueuedAt); !ok {
@@ -124,18 +85,11 @@ func (d DesiredState) appendJSON(b []byte) ([]byte, bool) {
 	b = d.Controller.appendJSON(b)
 	b = append(b, `,"parent":`...)
 	b = d.Parent.appendJSON(b)
-	if d.MapKey != "" {
-		b = append(b, `,"mapKey":`...)
-		b = ujson.AppendString(b, d.MapKey)
-	}
-	if d.MapInput != "" {
-		b = append(b, `,"mapInput":`...)
-		b = ujson.AppendString(b, d.MapInput)
-	}
+	b = optString(b, `,"mapKey":`, d.MapKey)
+	b = optString(b, `,"mapInput":`, d.MapInput)
 	b = append(b, `,"workSeq":`...)
 	b = strconv.AppendUint(b, d.WorkSeq, 10)
-	b = append(b, `,"hook":`...)
-	b = ujson.AppendString(b, d.Hook)
+	b = stringField(b, `,"hook":`, d.Hook)
 	b = append(b, `,"children":`...)
 	if b, ok = appendObjects(b, d.Children); !ok {
 		return b, false
@@ -167,22 +121,10 @@ func (d DesiredState) appendJSON(b []byte) ([]byte, bool) {
 		}
 		b = append(b, ']')
 	}
-	if len(d.Inputs) > 0 {
-		b = append(b, `,"inputs":`...)
-		b = appendStringMap(b, d.Inputs)
-	}
-	if len(d.MinResourceVersions) > 0 {
-		b = append(b, `,"minResourceVersions":`...)
-		b = appendStringMap(b, d.MinResourceVersions)
-	}
-	if d.Attempt != 0 {
-		b = append(b, `,"attempt":`...)
-		b = strconv.AppendInt(b, int64(d.Attempt), 10)
-	}
-	if d.Finalizer != "" {
-		b = append(b, `,"finalizer":`...)
-		b = ujson.AppendString(b, d.Finalizer)
-	}
+	b = optStringMap(b, `,"inputs":`, d.Inputs)
+	b = optStringMap(b, `,"minResourceVersions":`, d.MinResourceVersions)
+	b = optInt(b, `,"attempt":`, int64(d.Attempt))
+	b = optString(b, `,"finalizer":`, d.Finalizer)
 	if len(d.Labels) > 0 {
 		b = append(b, `,"labels":`...)
 		b = appendStringPtrMap(b, d.Labels)
@@ -198,10 +140,7 @@ func (d DesiredState) appendJSON(b []byte) ([]byte, bool) {
 	if b, ok = appendTime(b, d.ProducedAt); !ok {
 		return b, false
 	}
-	if d.LatestRevision != "" {
-		b = append(b, `,"latestRevision":`...)
-		b = ujson.AppendString(b, d.LatestRevision)
-	}
+	b = optString(b, `,"latestRevision":`, d.LatestRevision)
 	if len(d.Revisions) > 0 {
 		b = append(b, `,"revisions":[`...)
 		for i, r := range d.Revisions {
@@ -256,32 +195,58 @@ func appendTime(b []byte, t time.Time) ([]byte, bool) {
 	return append(out, '"'), true
 }
 
-func appendStringMap(b []byte, m map[string]string) []byte {
-	b = append(b, '{')
-	for i, k := range slices.Sorted(maps.Keys(m)) {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = ujson.AppendString(b, k)
-		b = append(b, ':')
-		b = ujson.AppendString(b, m[k])
-	}
-	return append(b, '}')
+// stringField writes key (`,"name":`) and v.
+func stringField(b []byte, key, v string) []byte {
+	return ujson.AppendString(append(b, key...), v)
 }
 
+// optString is stringField unless v is empty (omitempty).
+func optString(b []byte, key, v string) []byte {
+	if v == "" {
+		return b
+	}
+	return stringField(b, key, v)
+}
+
+// optInt writes key and v unless v is 0 (omitempty).
+func optInt(b []byte, key string, v int64) []byte {
+	if v == 0 {
+		return b
+	}
+	return strconv.AppendInt(append(b, key...), v, 10)
+}
+
+// optStringMap writes key and m unless m is empty (omitempty).
+func optStringMap(b []byte, key string, m map[string]string) []byte {
+	if len(m) == 0 {
+		return b
+	}
+	return appendStringMap(append(b, key...), m)
+}
+
+func appendStringMap(b []byte, m map[string]string) []byte {
+	return appendSortedMap(b, m, ujson.AppendString)
+}
+
+// appendStringPtrMap writes a nil value as null.
 func appendStringPtrMap(b []byte, m map[string]*string) []byte {
+	return appendSortedMap(b, m, func(b []byte, v *string) []byte {
+		if v == nil {
+			return append(b, "null"...)
+		}
+		return ujson.AppendString(b, *v)
+	})
+}
+
+// appendSortedMap writes m as json.Marshal does: keys in byte order.
+func appendSortedMap[V any](b []byte, m map[string]V, value func([]byte, V) []byte) []byte {
 	b = append(b, '{')
 	for i, k := range slices.Sorted(maps.Keys(m)) {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = ujson.AppendString(b, k)
-		b = append(b, ':')
-		if v := m[k]; v == nil {
-			b = append(b, "null"...)
-		} else {
-			b = ujson.AppendString(b, *v)
-		}
+		b = value(append(b, ':'), m[k])
 	}
 	return append(b, '}')
 }
