@@ -1,13 +1,14 @@
 package apply
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/metabus/metabus/pkg/ujson"
 )
 
 // LastAppliedAnnotation stores the desired object as last applied by metabus.
@@ -64,7 +65,7 @@ func SetLastApplied(obj *unstructured.Unstructured, lastApplied map[string]any) 
 	if obj == nil {
 		return errors.New("apply: SetLastApplied on a nil object")
 	}
-	raw, err := json.Marshal(lastApplied)
+	raw, err := ujson.Marshal(lastApplied)
 	if err != nil {
 		return fmt.Errorf("apply: encoding last applied configuration: %w", err)
 	}
@@ -159,7 +160,7 @@ func strippedDesired(desired map[string]any) (map[string]any, string, error) {
 			}
 		}
 	}
-	raw, err := json.Marshal(want)
+	raw, err := ujson.Marshal(want)
 	if err != nil {
 		return nil, "", fmt.Errorf("apply: encoding last applied configuration: %w", err)
 	}

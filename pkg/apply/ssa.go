@@ -1,13 +1,14 @@
 package apply
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"maps"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/metabus/metabus/pkg/ujson"
 )
 
 // Strategy is how metabus writes children: upstream Metacontroller's
@@ -222,7 +223,7 @@ func comparable(obj map[string]any) map[string]any {
 // conflict and a new sync rather than an apply on top of a version the
 // hook never saw.
 func Encode(cfg *unstructured.Unstructured, uid, resourceVersion string) (body []byte, hash uint64, err error) {
-	raw, err := json.Marshal(cfg.Object)
+	raw, err := ujson.Marshal(cfg.Object)
 	if err != nil {
 		return nil, 0, fmt.Errorf("apply: encode the configuration of %s: %w", cfg.GetName(), err)
 	}
@@ -244,7 +245,7 @@ func Encode(cfg *unstructured.Unstructured, uid, resourceVersion string) (body [
 		meta["resourceVersion"] = resourceVersion
 	}
 	withPre["metadata"] = meta
-	if body, err = json.Marshal(withPre); err != nil {
+	if body, err = ujson.Marshal(withPre); err != nil {
 		return nil, 0, fmt.Errorf("apply: encode the configuration of %s: %w", cfg.GetName(), err)
 	}
 	return body, h.Sum64(), nil

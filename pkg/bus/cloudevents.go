@@ -77,7 +77,7 @@ const (
 // construction (UIDs, paths of DNS names, fixed types), which NATS headers
 // require.
 func NewEvent(subject, ceType, id string, ctrl ControllerRef, parent ObjectRef, body any, ext map[string]string) (*Event, error) {
-	data, err := json.Marshal(body)
+	data, err := marshalBody(body)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s body: %w", ceType, err)
 	}
@@ -88,26 +88,34 @@ func NewEvent(subject, ceType, id string, ctrl ControllerRef, parent ObjectRef, 
 		return nil, fmt.Errorf("invalid event on %s: no type", subject)
 	}
 	h := make(Header, 11+len(ext))
-	h["ce-specversion"] = []string{ceSpecVersion}
-	h["ce-id"] = []string{id}
-	h["ce-type"] = []string{ceType}
-	h["ce-source"] = []string{ControllerSource(ctrl)}
-	h["ce-subject"] = []string{ObjectPath(parent)}
-	h["ce-time"] = []string{time.Now().UTC().Format(time.RFC3339Nano)}
-	h["ce-datacontenttype"] = []string{ceJSON}
-	h["ce-"+ExtPartitionKey] = []string{ParentKey(ctrl.ID(), parent.UID)}
-	h["ce-"+ExtParentUID] = []string{parent.UID}
+	// Every header's value slice is cut from one array (capacity 1 each,
+	// so an Add elsewhere reallocates rather than overwrite a neighbour):
+	// one allocation where there were a dozen.
+	vals := make([]string, 0, 11+len(ext))
+	set := func(k, v string) {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	set("ce-specversion", ceSpecVersion)
+	set("ce-id", id)
+	set("ce-type", ceType)
+	set("ce-source", ControllerSource(ctrl))
+	set("ce-subject", ObjectPath(parent))
+	set("ce-time", time.Now().UTC().Format(time.RFC3339Nano))
+	set("ce-datacontenttype", ceJSON)
+	set("ce-"+ExtPartitionKey, refItemKey(ctrl, parent.UID, ""))
+	set("ce-"+ExtParentUID, parent.UID)
 	if parent.ResourceVersion != "" {
-		h["ce-"+ExtParentRV] = []string{parent.ResourceVersion}
+		set("ce-"+ExtParentRV, parent.ResourceVersion)
 	}
 	if ctrl.Weight > 1 {
-		h["ce-"+ExtWeight] = []string{strconv.Itoa(ctrl.Weight)}
+		set("ce-"+ExtWeight, strconv.Itoa(ctrl.Weight))
 	}
 	for k, v := range ext {
 		if !validExtensionName(k) {
 			return nil, fmt.Errorf("invalid %s event: extension name %q is not lower-case letters and digits", ceType, k)
 		}
-		h["ce-"+k] = []string{v}
+		set("ce-"+k, v)
 	}
 	return &Event{Subject: subject, Header: h, Data: data}, nil
 }

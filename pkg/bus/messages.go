@@ -90,19 +90,36 @@ func ParentKey(ctrlID, parentUID string) string { return ctrlID + "/" + parentUI
 // echo notes, read-your-writes, the outbox) must be keyed by it so that a
 // parent's keys, and its per-parent item, never share an entry.
 func ItemKey(ctrlID, parentUID, mapKey string) string {
-	return ParentKey(ctrlID, ParentToken(parentUID, mapKey))
+	if mapKey == "" {
+		return ctrlID + "/" + parentUID
+	}
+	return ctrlID + "/" + parentUID + MapKeySep + mapKey
+}
+
+// refItemKey is ItemKey(c.ID(), parentUID, mapKey) in one allocation.
+func refItemKey(c ControllerRef, parentUID, mapKey string) string {
+	var b strings.Builder
+	b.Grow(len(c.Kind) + len(c.Name) + len(parentUID) + len(MapKeySep) + len(mapKey) + 2)
+	writeControllerID(&b, c.Kind, c.Name)
+	b.WriteByte('/')
+	b.WriteString(parentUID)
+	if mapKey != "" {
+		b.WriteString(MapKeySep)
+		b.WriteString(mapKey)
+	}
+	return b.String()
 }
 
 // Key is the item's ItemKey: its parent's ParentKey unless it has a
 // MapKey.
-func (w WorkItem) Key() string { return ItemKey(w.Controller.ID(), w.Parent.UID, w.MapKey) }
+func (w WorkItem) Key() string { return refItemKey(w.Controller, w.Parent.UID, w.MapKey) }
 
 // Key is the desired state's ItemKey: its parent's ParentKey unless it has
 // a MapKey.
-func (d DesiredState) Key() string { return ItemKey(d.Controller.ID(), d.Parent.UID, d.MapKey) }
+func (d DesiredState) Key() string { return refItemKey(d.Controller, d.Parent.UID, d.MapKey) }
 
 // Key is the note's ItemKey.
-func (a Applied) Key() string { return ItemKey(a.Controller.ID(), a.ParentUID, a.MapKey) }
+func (a Applied) Key() string { return refItemKey(a.Controller, a.ParentUID, a.MapKey) }
 
 // RaiseResourceVersion sets m[key] to rv unless m already holds a higher
 // resourceVersion for it (when either does not parse, m is left as is).

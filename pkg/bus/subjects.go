@@ -74,7 +74,33 @@ const (
 // have distinct prefixes). Kubernetes names may contain ".", the NATS token
 // separator, but never "_", so "." is mapped to "_" reversibly.
 func ControllerID(kind, name string) string {
-	return KindIDPrefix(kind) + "-" + strings.ReplaceAll(name, ".", "_")
+	var b strings.Builder
+	b.Grow(len(kind) + 1 + len(name))
+	writeControllerID(&b, kind, name)
+	return b.String()
+}
+
+// writeControllerID writes ControllerID(kind, name) to b: keys built on it
+// (ItemKey) are then one allocation, where the concatenation of its parts
+// was four per call, and items' keys are taken many times per message.
+func writeControllerID(b *strings.Builder, kind, name string) {
+	n := b.Len()
+	for _, r := range kind {
+		if r >= 'A' && r <= 'Z' {
+			b.WriteByte(byte(r - 'A' + 'a'))
+		}
+	}
+	if b.Len() == n {
+		b.WriteByte('x')
+	}
+	b.WriteByte('-')
+	for i := range len(name) {
+		if c := name[i]; c == '.' {
+			b.WriteByte('_')
+		} else {
+			b.WriteByte(c)
+		}
+	}
 }
 
 // KindIDPrefix is the lower-case initials of a kind ("x" if it has none).

@@ -2,7 +2,6 @@ package composite
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/children"
 	"github.com/metabus/metabus/pkg/kinds"
+	"github.com/metabus/metabus/pkg/ujson"
 )
 
 // ApplyChildRules are spec.childResources.
@@ -128,11 +128,11 @@ func applyStatus(parent *unstructured.Unstructured, ds *bus.DesiredState) (map[s
 	current, _, _ := unstructured.NestedFieldNoCopy(parent.Object, "status")
 	// Compared by canonical JSON, so int64(1) from the API server equals
 	// float64(1) from a hook.
-	cur, err := json.Marshal(current)
+	cur, err := ujson.Marshal(current)
 	if err != nil {
 		return nil, fmt.Errorf("compare status: %w", err)
 	}
-	want, err := json.Marshal(status)
+	want, err := ujson.Marshal(status)
 	if err != nil {
 		return nil, fmt.Errorf("compare status: %w", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/metabus/metabus/pkg/ujson"
 )
 
 // Encoder writes hook request bodies: exactly the bytes json.Marshal gives
@@ -99,7 +101,7 @@ func (e *Encoder) appendController(b []byte, u *unstructured.Unstructured) ([]by
 	if c, ok := e.ctrls.Load(uid); ok && c.(encodedObject).rv == rv {
 		return append(b, c.(encodedObject).data...), nil
 	}
-	data, err := json.Marshal(u.Object)
+	data, err := ujson.Marshal(u.Object)
 	if err != nil {
 		return nil, err
 	}
@@ -112,17 +114,14 @@ func appendObject(b []byte, u *unstructured.Unstructured) ([]byte, error) {
 	if u == nil {
 		return append(b, "null"...), nil
 	}
-	var data []byte
-	var err error
 	if u.Object == nil {
-		data, err = json.Marshal(u) // whatever Unstructured makes of it
-	} else {
-		data, err = json.Marshal(u.Object)
+		data, err := json.Marshal(u) // whatever Unstructured makes of it
+		if err != nil {
+			return nil, err
+		}
+		return append(b, data...), nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	return append(b, data...), nil
+	return ujson.Append(b, u.Object)
 }
 
 // appendObjectMap writes what ObjectMap.MarshalJSON gives: {} for a nil
@@ -163,9 +162,7 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 
 // appendKey writes "key": with encoding/json's string escaping.
 func appendKey(b []byte, k string) []byte {
-	q, _ := json.Marshal(k) // a string always marshals
-	b = append(b, q...)
-	return append(b, ':')
+	return append(ujson.AppendString(b, k), ':')
 }
 
 // field is one field of a request struct, in declaration order (the order

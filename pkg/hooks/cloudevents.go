@@ -59,19 +59,45 @@ func newRequest(ctx context.Context, u *url.URL, call *Call, body []byte, now ti
 		h["Content-Type"] = []string{hookwire.ContentTypeStructured}
 		return req, nil
 	}
-	h["Ce-Specversion"] = []string{"1.0"}
-	h["Ce-Id"] = []string{percentEncode(id)}
-	h["Ce-Type"] = []string{percentEncode(hookwire.EventType(call.Kind))}
-	h["Ce-Source"] = []string{percentEncode(sourceOf(call))}
-	if call.Subject != "" {
-		h["Ce-Subject"] = []string{percentEncode(call.Subject)}
+	// The values share one array (each slice capped at one, so an Add
+	// reallocates rather than overwrite a neighbour): one allocation where
+	// there were eight or more per call.
+	vals := make([]string, 0, 7+len(call.Extensions))
+	set := func(k, v string) {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
-	h["Ce-Time"] = []string{now.UTC().Format(time.RFC3339Nano)}
-	h["Content-Type"] = []string{hookwire.ContentTypeJSON}
+	set("Ce-Specversion", "1.0")
+	set("Ce-Id", percentEncode(id))
+	set("Ce-Type", percentEncode(hookwire.EventType(call.Kind)))
+	set("Ce-Source", percentEncode(sourceOf(call)))
+	if call.Subject != "" {
+		set("Ce-Subject", percentEncode(call.Subject))
+	}
+	set("Ce-Time", now.UTC().Format(time.RFC3339Nano))
+	set("Content-Type", hookwire.ContentTypeJSON)
 	for name, value := range call.Extensions {
-		h[http.CanonicalHeaderKey(hookwire.HeaderPrefix+name)] = []string{percentEncode(value)}
+		set(extensionHeader(name), percentEncode(value))
 	}
 	return req, nil
+}
+
+// extensionHeaders are the canonical header names of the extensions
+// metabus sets on every call, computed once.
+var extensionHeaders = func() map[string]string {
+	m := map[string]string{}
+	for _, n := range []string{hookwire.ExtParentUID, hookwire.ExtWorkSeq, hookwire.ExtPartitionKey, hookwire.ExtRequestID} {
+		m[n] = http.CanonicalHeaderKey(hookwire.HeaderPrefix + n)
+	}
+	return m
+}()
+
+// extensionHeader is the binary-mode header of extension name.
+func extensionHeader(name string) string {
+	if k, ok := extensionHeaders[name]; ok {
+		return k
+	}
+	return http.CanonicalHeaderKey(hookwire.HeaderPrefix + name)
 }
 
 // structuredMode reports whether the hook's webhook asks for structured

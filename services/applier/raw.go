@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/pkg/kubeapi"
+	"github.com/metabus/metabus/pkg/ujson"
 )
 
 // rawClient makes the applier's hottest writes (child creates and updates,
@@ -49,7 +50,7 @@ func (r *rawClient) create(ctx context.Context, gvr schema.GroupVersionResource,
 // undecoded. A POST never writes an object that exists: the name taken
 // is an AlreadyExists error.
 func (r *rawClient) post(ctx context.Context, gvr schema.GroupVersionResource, namespace string, obj *unstructured.Unstructured, fieldManager string) ([]byte, error) {
-	body, err := json.Marshal(obj.Object)
+	body, err := ujson.Marshal(obj.Object)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", obj.GetName(), err)
 	}
@@ -98,7 +99,7 @@ func (r *rawClient) apply(ctx context.Context, gvr schema.GroupVersionResource, 
 // update PUTs obj (to subresource, if not "") and returns the
 // resourceVersion the write produced.
 func (r *rawClient) update(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, subresource string) (string, error) {
-	body, err := json.Marshal(obj.Object)
+	body, err := ujson.Marshal(obj.Object)
 	if err != nil {
 		return "", fmt.Errorf("encode %s: %w", obj.GetName(), err)
 	}
