@@ -26,7 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/examples/helloworld"
@@ -132,7 +131,7 @@ func (s *opsStack) operator(t *testing.T, user string) *opscli.Bus {
 		t.Fatal(err)
 	}
 	return &opscli.Bus{
-		NC: nc, JS: js, Dyn: dynamic.NewForConfigOrDie(rc), Kube: kubernetes.NewForConfigOrDie(rc),
+		NC: nc, JS: js, Dyn: dynamic.NewForConfigOrDie(rc),
 		Disc: discovery.New(discovery.APIServer{API: api}), Timeout: 2 * time.Second,
 	}
 }
@@ -704,7 +703,7 @@ func TestRenderCustomizeAndMapController(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	op := &opscli.Bus{Dyn: dyn, Kube: kube, Disc: discovery.New(discovery.APIServer{API: api}), Timeout: 2 * time.Second}
+	op := &opscli.Bus{Dyn: dyn, Disc: discovery.New(discovery.APIServer{API: api}), Timeout: 2 * time.Second}
 	nobody := &instance{selector: "render-only"}
 	hc := hooks.New(hooks.Options{})
 	type call struct {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/metabus/metabus/pkg/cli"
 	"github.com/metabus/metabus/pkg/discovery"
@@ -57,9 +56,6 @@ func (f *opsFlags) connect(ctx context.Context, n needs) (b *opscli.Bus, closeFn
 			return nil, nil, err
 		}
 		if b.Dyn, err = dynamic.NewForConfig(rc); err != nil {
-			return nil, nil, fmt.Errorf("kubernetes client: %w", err)
-		}
-		if b.Kube, err = kubernetes.NewForConfig(rc); err != nil {
 			return nil, nil, fmt.Errorf("kubernetes client: %w", err)
 		}
 		api, err := kubeapi.NewForConfig(rc)

@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/metabus/metabus/pkg/natsx"
@@ -32,7 +31,7 @@ type ClientFlags struct {
 //		cmd := &cobra.Command{Use: "status", ...}
 //		conn := cli.AddClientFlags(cmd)
 //		cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-//			kube, err := conn.Kubernetes()
+//			dyn, err := conn.Dynamic()
 //			...
 //			nc, js, err := conn.ConnectNATS(cmd.Context(), "metabus-status")
 //		}
@@ -54,19 +53,6 @@ func (f *ClientFlags) REST() (*rest.Config, error) {
 	k := f.Kube
 	k.QPS, k.Burst = -1, 0
 	return k.Config()
-}
-
-// Kubernetes is a typed client of the cluster.
-func (f *ClientFlags) Kubernetes() (kubernetes.Interface, error) {
-	cfg, err := f.REST()
-	if err != nil {
-		return nil, err
-	}
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	return c, nil
 }
 
 // Dynamic is a dynamic client of the cluster.

@@ -19,10 +19,10 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/metabus/metabus/pkg/kubeapi"
 	"github.com/metabus/metabus/pkg/natsx"
 	"github.com/metabus/metabus/pkg/obs"
 	"github.com/metabus/metabus/pkg/version"
@@ -155,14 +155,17 @@ func runService(ctx context.Context, s Service, common *CommonFlags, flags *pfla
 func apiServerProbe(cfg *rest.Config, log *zap.Logger) (func(context.Context) error, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.Timeout = apiProbeTimeout
-	kube, err := kubernetes.NewForConfig(cfg)
+	// A JSON REST client, not a typed clientset: that would link and
+	// register every built-in API group in each binary, its code pages
+	// and heap paid for a GET of /readyz.
+	rc, err := kubeapi.NewREST(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	var mu sync.Mutex
 	var was error = errors.New("not checked yet")
 	return func(ctx context.Context) error {
-		err := kube.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
+		err := rc.Get().AbsPath("/readyz").Do(ctx).Error()
 		if apierrors.IsForbidden(err) {
 			err = nil
 		}

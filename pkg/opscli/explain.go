@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/metabus/metabus/pkg/bus"
 )
@@ -305,15 +307,23 @@ func (b *Bus) pending(ctx context.Context, m *parentMatch) (Pending, error) {
 	return out, nil
 }
 
+// eventGVR is core v1 Events, listed through the dynamic client (see
+// leaseGVR).
+var eventGVR = schema.GroupVersionResource{Version: "v1", Resource: "events"}
+
 // events lists the parent's Events, newest last.
 func (b *Bus) events(ctx context.Context, p *unstructured.Unstructured) ([]EventInfo, error) {
 	sel := fields.Set{"involvedObject.uid": string(p.GetUID())}.AsSelector().String()
-	l, err := b.Kube.CoreV1().Events(p.GetNamespace()).List(ctx, metav1.ListOptions{FieldSelector: sel})
+	l, err := b.Dyn.Resource(eventGVR).Namespace(p.GetNamespace()).List(ctx, metav1.ListOptions{FieldSelector: sel})
 	if err != nil {
 		return nil, fmt.Errorf("list events of %s: %w", p.GetName(), err)
 	}
 	var out []EventInfo
-	for _, e := range l.Items {
+	for _, u := range l.Items {
+		var e corev1.Event
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &e); err != nil {
+			return nil, fmt.Errorf("read event %s of %s: %w", u.GetName(), p.GetName(), err)
+		}
 		out = append(out, eventInfo(e))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Last.Before(out[j].Last) })

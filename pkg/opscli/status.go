@@ -13,8 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/discovery"
@@ -25,10 +26,9 @@ import (
 // Bus is the operator's view of metabus: its NATS connection and the
 // cluster.
 type Bus struct {
-	NC   *nats.Conn
-	JS   jetstream.JetStream
-	Dyn  dynamic.Interface
-	Kube kubernetes.Interface
+	NC  *nats.Conn
+	JS  jetstream.JetStream
+	Dyn dynamic.Interface
 	// Disc resolves resources (the controllers' parents).
 	Disc *discovery.Map
 	// Timeout bounds how long replicas are waited for (inspect requests,
@@ -362,24 +362,27 @@ func (b *Bus) askReplicas(ctx context.Context, owners map[string]*ownership, req
 // leader reads the watcher's leader-election Lease ("" when there is none:
 // an all-in-one process or a single watcher without leader election).
 func (b *Bus) leader(ctx context.Context, ns, name string) (string, error) {
-	if b.Kube == nil || name == "" {
+	if b.Dyn == nil || name == "" {
 		return "", nil
 	}
 	if ns == "" {
 		ns = "metabus"
 	}
-	l, err := b.Kube.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+	l, err := b.Dyn.Resource(leaseGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
 		return "", nil
 	}
 	if err != nil {
 		return "", fmt.Errorf("read leader-election Lease %s/%s: %w", ns, name, err)
 	}
-	if l.Spec.HolderIdentity == nil {
-		return "", nil
-	}
-	return *l.Spec.HolderIdentity, nil
+	holder, _, _ := unstructured.NestedString(l.Object, "spec", "holderIdentity")
+	return holder, nil
 }
+
+// leaseGVR is coordination.k8s.io/v1 Leases, read through the dynamic
+// client: a typed clientset would link and register every built-in API
+// group in each binary (code pages and heap for nothing it uses).
+var leaseGVR = schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}
 
 // pingService counts the instances of a nats micro service that answer a
 // ping in time.
