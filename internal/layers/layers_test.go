@@ -171,23 +171,33 @@ func TestServicesStandAlone(t *testing.T) {
 // the development tools under hack/ and each other, never by what ships:
 // the services, the libraries, the SDK and the binaries under cmd/.
 func TestHarnessesOnlyInTests(t *testing.T) {
-	g := load(t)
-	harness := func(d string) bool { return strings.HasPrefix(d, module+"internal/testing/") }
-	checked := 0
-	for _, full := range g.inModule() {
-		p := short(full)
-		if strings.HasPrefix(p, "internal/testing/") || strings.HasPrefix(p, "hack/") || strings.HasPrefix(p, "e2e") ||
-			strings.HasPrefix(p, "internal/layers") {
-			continue
-		}
-		checked++
-		for _, ch := range chains(g.imports, full, harness) {
-			t.Errorf("%s links a test harness: %s; harnesses are for tests and hack/ only", p, render(ch))
-		}
+	shipping := func(p string) bool {
+		return !strings.HasPrefix(p, "internal/testing/") && !strings.HasPrefix(p, "hack/") && !strings.HasPrefix(p, "e2e") &&
+			!strings.HasPrefix(p, "internal/layers")
 	}
-	if checked == 0 {
+	harness := func(d string) bool { return strings.HasPrefix(d, module+"internal/testing/") }
+	if forbidLinks(t, load(t), shipping, harness, "a test harness", "harnesses are for tests and hack/ only") == 0 {
 		t.Error("no shipping package found: the graph is wrong")
 	}
+}
+
+// forbidLinks reports every chain of imports from a module package that
+// checked accepts (by its short path) to a package forbidden accepts, and
+// returns how many packages it checked.
+func forbidLinks(t *testing.T, g *graph, checked, forbidden func(string) bool, what, advice string) int {
+	t.Helper()
+	n := 0
+	for _, full := range g.inModule() {
+		p := short(full)
+		if !checked(p) {
+			continue
+		}
+		n++
+		for _, ch := range chains(g.imports, full, forbidden) {
+			t.Errorf("%s links %s: %s; %s", p, what, render(ch), advice)
+		}
+	}
+	return n
 }
 
 func isService(d string) bool { return strings.HasPrefix(d, module+"services/") }
@@ -242,22 +252,27 @@ func TestSDKStandsAlone(t *testing.T) {
 // clients (pkg/kubeapi) only. Measured when it was last cut: the
 // all-in-one's file-backed RSS 27 MiB against 35 with it.
 func TestBinariesLinkNoTypedClientset(t *testing.T) {
-	g := load(t)
 	typed := func(d string) bool {
 		return d == "k8s.io/client-go/kubernetes" || strings.HasPrefix(d, "k8s.io/client-go/kubernetes/")
 	}
-	checked := 0
-	for _, full := range g.inModule() {
-		p := short(full)
-		if !strings.HasPrefix(p, "cmd/") {
-			continue
-		}
-		checked++
-		for _, ch := range chains(g.imports, full, typed) {
-			t.Errorf("%s links client-go's typed clientset: %s; use the dynamic client or pkg/kubeapi", p, render(ch))
-		}
-	}
-	if checked == 0 {
+	if forbidLinks(t, load(t), isBinary, typed, "client-go's typed clientset", "use the dynamic client or pkg/kubeapi") == 0 {
 		t.Error("no binary under cmd/ found: the graph is wrong")
 	}
 }
+
+// TestStagesLinkNoNATSServer: the stage binaries connect to a server and
+// run none, so they must not link nats-server: its package init starts a
+// /proc sampler that wakes every process linking it once a second for its
+// life (issue 31's idle CPU per stage replica), and its code adds to the
+// resident set. Only the all-in-one (cmd/metabus) embeds a server, through
+// pkg/embeddednats.
+func TestStagesLinkNoNATSServer(t *testing.T) {
+	stage := func(p string) bool { return isBinary(p) && p != "cmd/metabus" }
+	server := func(d string) bool { return strings.HasPrefix(d, "github.com/nats-io/nats-server/") }
+	if forbidLinks(t, load(t), stage, server, "nats-server", "only the all-in-one embeds one (pkg/embeddednats)") == 0 {
+		t.Error("no stage binary under cmd/ found: the graph is wrong")
+	}
+}
+
+// isBinary tells the binaries that ship (cmd/...) by their short path.
+func isBinary(p string) bool { return strings.HasPrefix(p, "cmd/") }

@@ -1,8 +1,6 @@
 package stageconfig
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -47,30 +45,5 @@ func TestAllInOneMatchesStages(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("stage configs (-want +got):\n%s", diff)
-	}
-}
-
-// TestStagesDoNotLinkNATSServer: the stage binaries connect to a server and
-// run none, so they must not link nats-server: its package init starts a
-// /proc sampler that wakes every process linking it once a second for its
-// life (issue 31's idle CPU per stage replica), and its code adds to the
-// resident set. This package is where they once got it, through the
-// all-in-one's configuration.
-func TestStagesDoNotLinkNATSServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs go list")
-	}
-	for _, stage := range []string{"watcher", "dispatcher", "applier", "revisions"} {
-		t.Run(stage, func(t *testing.T) {
-			out, err := exec.Command("go", "list", "-deps", "../../cmd/"+stage).CombinedOutput()
-			if err != nil {
-				t.Fatalf("go list: %v\n%s", err, out)
-			}
-			for _, p := range strings.Fields(string(out)) {
-				if strings.HasPrefix(p, "github.com/nats-io/nats-server/") {
-					t.Errorf("cmd/%s links %s (see embeddednats)", stage, p)
-				}
-			}
-		})
 	}
 }
