@@ -133,6 +133,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/metabus/metabus/internal/testing/testnats"
 	"github.com/metabus/metabus/pkg/bus"
 	"github.com/metabus/metabus/pkg/identity"
 )
@@ -298,7 +299,7 @@ func setup(cfg *config, only, scenarios string, onlyGiven bool) error {
 		return err
 	}
 	if slices.Contains(cfg.contenders, "metabus-split") {
-		if cfg.natsServerBin, err = buildNATSServer(context.Background(), cfg.logDir); err != nil {
+		if cfg.natsServerBin, err = testnats.BuildServer(context.Background(), cfg.logDir); err != nil {
 			return fmt.Errorf("metabus-split: %w", err)
 		}
 	}

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -104,17 +103,6 @@ func natsConfig(base, listen, monitor, storeDir string) (string, error) {
 		base = re.ReplaceAllString(base, "${1}"+strings.ReplaceAll(s.replacement, "$", "$$"))
 	}
 	return base, nil
-}
-
-// buildNATSServer builds nats-server at the version go.mod pins into dir.
-func buildNATSServer(ctx context.Context, dir string) (string, error) {
-	out := filepath.Join(dir, "nats-server")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/nats-io/nats-server/v2")
-	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build nats-server: %w\n%s", err, b)
-	}
-	return out, nil
 }
 
 // startSplit starts the split deployment: nats-server, then the watcher
