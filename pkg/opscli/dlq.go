@@ -323,7 +323,7 @@ func (b *Bus) replayItem(ctx context.Context, e DLQEntry) (*bus.WorkItem, string
 		if string(m.parent.GetUID()) != e.Parent.UID {
 			return nil, "parent was recreated (new UID): its own syncs cover it", nil
 		}
-		item := m.item(bus.ReasonReplay, e.MapKey)
+		item := m.item(bus.ReasonReplay, e.MapKey, e.Controller.Weight)
 		return &item, "", nil
 	}
 	return nil, "parent is gone or no longer selected by the controller", nil

@@ -371,3 +371,24 @@ func TestNATSServerStatus(t *testing.T) {
 		})
 	}
 }
+
+func TestReplayWeight(t *testing.T) {
+	for _, tc := range []struct {
+		reason         string
+		asked, granted int
+		want           int
+	}{
+		{"no annotation, no grant: the wire's 1", 1, 0, 0},
+		{"an ask the watcher granted in full", 10, 10, 10},
+		{"an ask above the operator's bound keeps the grant", 100, 5, 5},
+		{"an ask the policy refused (weight 1 on the wire) stays 1", 50, 0, 0},
+		{"an annotation lowered since the item was parked lowers it", 3, 10, 3},
+		{"an annotation removed since: 1", 1, 10, 0},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			if got := replayWeight(tc.asked, tc.granted); got != tc.want {
+				t.Errorf("replayWeight(%d, %d) = %d, want %d", tc.asked, tc.granted, got, tc.want)
+			}
+		})
+	}
+}

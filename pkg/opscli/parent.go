@@ -26,20 +26,40 @@ type parentMatch struct {
 	parent *unstructured.Unstructured
 }
 
-// ref is the controller as work items name it (with its weight), as the
-// watcher sets it.
-func (m *parentMatch) ref() bus.ControllerRef {
+// ref is the controller as work items name it, with a weight of at most
+// granted (the weight the watcher gave an earlier item of it).
+func (m *parentMatch) ref(granted int) bus.ControllerRef {
 	ref := m.core.Ref()
-	ref.Weight, _ = bus.ParseWeight(m.ctrl.Obj.GetAnnotations()[bus.WeightAnnotation])
+	asked, _ := bus.ParseWeight(m.ctrl.Obj.GetAnnotations()[bus.WeightAnnotation])
+	ref.Weight = replayWeight(asked, granted)
 	return ref
 }
 
+// replayWeight is the weight of an item this tool publishes for a
+// controller whose annotation asks for asked, when the watcher granted an
+// earlier item of it granted (0 means 1, as on the wire). The annotation
+// is its author's ask; what it is granted is the operator's
+// (--max-controller-weight, --weighted-controllers), in the watcher's
+// flags, which this tool cannot see. A consumer schedules a controller by
+// the weight of its latest message, so an item carrying the bare ask
+// would lift the controller past the operator's bound until the watcher's
+// next item. The grant the parked item carried is the bound instead; an
+// annotation lowered since then lowers it. 0 (the wire's 1) when either is
+// at most 1.
+func replayWeight(asked, granted int) int {
+	if w := min(asked, granted); w > 1 {
+		return w
+	}
+	return 0
+}
+
 // item is a fresh work item for the parent (map key "" for the whole
-// parent), as the watcher publishes one.
-func (m *parentMatch) item(reason, mapKey string) bus.WorkItem {
+// parent), as the watcher publishes one, for a controller the watcher
+// granted weight granted.
+func (m *parentMatch) item(reason, mapKey string, granted int) bus.WorkItem {
 	p := m.parent
 	return bus.WorkItem{
-		Controller: m.ref(),
+		Controller: m.ref(granted),
 		Parent: bus.ObjectRef{
 			APIVersion: m.res.APIVersion(), Kind: m.res.Kind, Resource: m.res.GVR.Resource,
 			Namespace: p.GetNamespace(), Name: p.GetName(), UID: string(p.GetUID()),
