@@ -23,11 +23,13 @@ import (
 // floorctlPkg is floorctl's package, relative to the repository root.
 const floorctlPkg = "./hack/benchcmp/floorctl"
 
-// buildFloorctl builds floorctl into dir and returns the binary's path.
+// buildFloorctl builds floorctl into dir, as `make build` builds metabus
+// (static, -trimpath, no symbol table: the same kind of binary pages in
+// RSS), and returns the binary's path.
 func buildFloorctl(ctx context.Context, dir string) (string, error) {
 	bin := filepath.Join(dir, "floorctl")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, floorctlPkg)
-	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, floorctlPkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %w\n%s", floorctlPkg, err, out)
 	}

@@ -160,8 +160,12 @@ func TestChildDiffers(t *testing.T) {
 		},
 		{
 			name: "new top-level field", reason: "a field observed lacks is an update",
-			desired: func() map[string]any { d := cm(map[string]any{"name": "p"}, nil); d["binaryData"] = map[string]any{"b": "AA=="}; return d }(),
-			want:    true,
+			desired: func() map[string]any {
+				d := cm(map[string]any{"name": "p"}, nil)
+				d["binaryData"] = map[string]any{"b": "AA=="}
+				return d
+			}(),
+			want: true,
 		},
 		{
 			name: "integer against string", reason: "values compare by type as well",

@@ -61,9 +61,9 @@ var ccGVR = schema.GroupVersionResource{Group: "metacontroller.k8s.io", Version:
 func main() {
 	var (
 		kubeconfig, controller, parent, child, childKind, health string
-		workers                                                int
-		qps                                                    float64
-		burst                                                  int
+		workers                                                  int
+		qps                                                      float64
+		burst                                                    int
 	)
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster")
 	flag.StringVar(&controller, "controller", "bench", "the CompositeController whose hook is called and which is sent as the request's controller")
