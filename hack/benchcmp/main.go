@@ -9,6 +9,12 @@
 //     contract needs (status {childCount: 0} with the ConfigMap's create,
 //     then {childCount: 1}): three writes, the bound of any controller
 //     that keeps the contract;
+//   - contract-floor: floorctl (hack/benchcmp/floorctl, built at start),
+//     the least controller that keeps that contract, as a process of
+//     its own: informers on parents and children, a work queue, the
+//     hook called on every change and only the contract's writes; its
+//     controller CPU per parent is the bound of any controller's (B1
+//     only; only when named);
 //   - metabus: the all-in-one binary (bin/metabus) at its defaults;
 //   - metabus-ssa: the same binary with --apply-strategy=server-side-apply
 //     (upstream's option; B1-B5);
@@ -171,6 +177,9 @@ type config struct {
 	// partition count of MC_WORK and MC_DESIRED, so of each stage
 	// replica's consumers and leases (0: the default, 64).
 	splitPartitions int
+	// floorctlBin is the contract-floor contender's binary, built by
+	// setup.
+	floorctlBin string
 	// lateIdle is how long after B1 has settled the late idle figure
 	// starts (0: not measured).
 	lateIdle time.Duration
@@ -186,7 +195,7 @@ func main() {
 	flag.IntVar(&cfg.parents, "parents", 2000, "B1: parents created by 50 concurrent clients")
 	flag.IntVar(&cfg.rssParents, "rss-parents", 0, "B5: this many more parents before reading RSS again (0: skip)")
 	flag.IntVar(&cfg.rounds, "rounds", 1, "rounds; contenders are interleaved and the table shows median [min–max]")
-	flag.StringVar(&only, "only", "raw,raw-contract,metabus,metabus-ssa,metabus-echo,baseline,upstream", "contenders to run (metabus-identity and metabus-split only when named; baseline only with -baseline, upstream only with -upstream or $MC_BIN)")
+	flag.StringVar(&only, "only", "raw,raw-contract,metabus,metabus-ssa,metabus-echo,baseline,upstream", "contenders to run (contract-floor, metabus-identity and metabus-split only when named; baseline only with -baseline, upstream only with -upstream or $MC_BIN)")
 	flag.StringVar(&scenarios, "scenarios", "default", "scenarios to run, e.g. \"B6\" or \"B1,B2\" (default: B1-B8; all: B1-B11)")
 	flag.IntVar(&cfg.b7Parents, "b7-parents", 500, "B7: new parents per dispatcher count")
 	flag.IntVar(&cfg.b8Controllers, "b8-controllers", 1000, "B8: DecoratorControllers")
@@ -237,6 +246,12 @@ func setup(cfg *config, only, scenarios string, onlyGiven bool) error {
 					return fmt.Errorf("%s selected but it only runs B1, which -scenarios leaves out", c)
 				}
 				continue
+			}
+		case "contract-floor":
+			// floorctl is B1's bound: it has no resync, no second
+			// controller, nothing B2-B11 ask of a controller.
+			if !cfg.scenarios["B1"] {
+				return fmt.Errorf("%s selected but it only runs B1, which -scenarios leaves out", c)
 			}
 		case "metabus", "metabus-ssa", "metabus-echo", "metabus-identity":
 			if err := checkExecutable(cfg.metabusBin); err != nil {
@@ -298,6 +313,11 @@ func setup(cfg *config, only, scenarios string, onlyGiven bool) error {
 	} else if err := os.MkdirAll(cfg.logDir, 0o755); err != nil {
 		return err
 	}
+	if slices.Contains(cfg.contenders, "contract-floor") {
+		if cfg.floorctlBin, err = buildFloorctl(context.Background(), cfg.logDir); err != nil {
+			return fmt.Errorf("contract-floor: %w (run from the repository root)", err)
+		}
+	}
 	if slices.Contains(cfg.contenders, "metabus-split") {
 		if cfg.natsServerBin, err = testnats.BuildServer(context.Background(), cfg.logDir); err != nil {
 			return fmt.Errorf("metabus-split: %w", err)
@@ -357,6 +377,8 @@ func benchmark(ctx context.Context, cfg *config) error {
 				parts = strconv.Itoa(cfg.splitPartitions)
 			}
 			logf("metabus-split: %s and %s, stages from %s (partitions: %s)", cfg.natsServerBin, natsDevConf, cfg.binDir, parts)
+		case "contract-floor":
+			logf("contract-floor: %s (from %s)", cfg.floorctlBin, floorctlPkg)
 		case "baseline":
 			logf("baseline: %s %s", cfg.baselineBin, strings.Join(cfg.metabusArgs, " "))
 		case "upstream":
@@ -490,7 +512,7 @@ func printTable(w io.Writer, cfg *config, results map[string][]figures) {
 	if cfg.rounds > 1 {
 		head = fmt.Sprintf("figure (median [min–max] of %d rounds)", cfg.rounds)
 	}
-	names := map[string]string{"raw": "raw client", "raw-contract": "raw client (contract's writes)", "metabus": "metabus (defaults)", "metabus-ssa": "metabus (server-side apply)",
+	names := map[string]string{"raw": "raw client", "raw-contract": "raw client (contract's writes)", "contract-floor": "contract floor (floorctl)", "metabus": "metabus (defaults)", "metabus-ssa": "metabus (server-side apply)",
 		"metabus-echo": "metabus (echo opt-in)", "metabus-identity": "metabus (controller identity)", "metabus-split": "metabus (split, 5 processes)",
 		"baseline": "metabus baseline", "upstream": "upstream (tuned)"}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -518,6 +540,15 @@ func printTable(w io.Writer, cfg *config, results map[string][]figures) {
 	if cfg.scenarios["B1"] {
 		fmt.Fprintln(w, summaryLine(cfg, results))
 	}
+}
+
+// controllerCPU is each contender's median B1 controller CPU ms per parent.
+func controllerCPU(cfg *config, results map[string][]figures) map[string]float64 {
+	out := map[string]float64{}
+	for _, c := range cfg.contenders {
+		out[c] = summarize(column(results, c, "b1.cpu.controller")).Median
+	}
+	return out
 }
 
 // summaryLine puts the B1 rates side by side, as ratios.
@@ -548,6 +579,7 @@ func summaryLine(cfg *config, results map[string][]figures) string {
 	if c, u := rate["raw-contract"], rate["upstream"]; !math.IsNaN(c) && !math.IsNaN(u) && u > 0 && c > 0 {
 		s += fmt.Sprintf("; raw-contract/upstream %.2f× (the contract's bound)", c/u)
 	}
+	s += floorSummary(controllerCPU(cfg, results))
 	if m, b := rate["metabus"], rate["baseline"]; !math.IsNaN(m) && !math.IsNaN(b) && b > 0 && m > 0 {
 		s += fmt.Sprintf("; metabus/baseline %.2f×", m/b)
 	}

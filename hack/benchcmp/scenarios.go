@@ -76,7 +76,7 @@ subjects:
 // run is one contender in one round, on its own fresh control plane.
 type run struct {
 	cfg  *config
-	name string // raw, metabus, metabus-ssa, metabus-echo, metabus-identity, metabus-split, baseline, upstream
+	name string // raw, raw-contract, contract-floor, metabus, metabus-ssa, metabus-echo, metabus-identity, metabus-split, baseline, upstream
 	dir  string // its log directory
 	logf func(string, ...any)
 
@@ -163,14 +163,14 @@ func (r *run) do(ctx context.Context) error {
 				return err
 			}
 		}
-		if sc["B10"] && !isRaw(r.name) && r.name != "metabus-split" {
+		if sc["B10"] && !isRaw(r.name) && r.name != "metabus-split" && r.name != "contract-floor" {
 			if err := r.b10(ctx); err != nil {
 				return fmt.Errorf("B10: %w", err)
 			}
 		}
 	}
-	if isRaw(r.name) {
-		return nil
+	if isRaw(r.name) || r.name == "contract-floor" {
+		return nil // B1 only
 	}
 	if sc["B2"] {
 		if err := r.b2(ctx); err != nil {
@@ -255,6 +255,12 @@ func (r *run) startController(ctx context.Context) error {
 		r.ctrl = s
 	case "upstream":
 		p, err := startUpstream(ctx, r.cfg.upstreamBin, r.cl.env.Kubeconfig, logPath, r.cfg.flushArgs())
+		if err != nil {
+			return err
+		}
+		r.ctrl = p
+	case "contract-floor":
+		p, err := startFloor(ctx, r.cfg.floorctlBin, r.cl.env.Kubeconfig, logPath)
 		if err != nil {
 			return err
 		}

@@ -381,7 +381,7 @@ func formatYesNo(xs []float64) string {
 // duplicates while keeping the canonical order raw, metabus, baseline,
 // upstream.
 func parseContenders(list string) ([]string, error) {
-	known := []string{"raw", "raw-contract", "metabus", "metabus-ssa", "metabus-echo", "metabus-identity", "metabus-split", "baseline", "upstream"}
+	known := []string{"raw", "raw-contract", "contract-floor", "metabus", "metabus-ssa", "metabus-echo", "metabus-identity", "metabus-split", "baseline", "upstream"}
 	want := map[string]bool{}
 	for f := range strings.SplitSeq(list, ",") {
 		f = strings.TrimSpace(f)

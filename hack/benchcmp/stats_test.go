@@ -183,6 +183,9 @@ func TestParseContenders(t *testing.T) {
 	if got, err := parseContenders("metabus-ssa,metabus,raw"); err != nil || strings.Join(got, ",") != "raw,metabus,metabus-ssa" {
 		t.Errorf("got %v, %v: want the table's order", got, err)
 	}
+	if got, err := parseContenders("upstream,metabus,contract-floor"); err != nil || strings.Join(got, ",") != "contract-floor,metabus,upstream" {
+		t.Errorf("got %v, %v: want the floor after the harness's writers, before the controllers", got, err)
+	}
 	if _, err := parseContenders("raw,kind"); err == nil {
 		t.Error("unknown contender: no error")
 	}
