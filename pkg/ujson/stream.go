@@ -75,7 +75,7 @@ func (s *Stream) Next() (value []byte, ok bool) {
 	// decoder.
 	s.start = pos
 	depth := 0
-	inString, escaped := false, false
+	inString := false
 	for {
 		if pos == s.end {
 			if !s.fill(&pos) {
@@ -83,42 +83,75 @@ func (s *Stream) Next() (value []byte, ok bool) {
 			}
 			continue
 		}
-		c := s.buf[pos]
-		pos++
 		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			case c < 0x20:
-				// Malformed; and a stray quote must not make the
-				// rest of the stream one string.
-				return nil, false
+			// Up to the closing quote; an escape takes the byte after
+			// it (which may be in the next read).
+			for pos < s.end {
+				c := s.buf[pos]
+				if c == '"' {
+					inString = false
+					pos++
+					break
+				}
+				if c == '\\' {
+					if pos+1 == s.end {
+						break
+					}
+					pos += 2
+					continue
+				}
+				if c < 0x20 {
+					// Malformed; and a stray quote must not make
+					// the rest of the stream one string.
+					return nil, false
+				}
+				pos++
+			}
+			if inString {
+				if !s.fill(&pos) {
+					return nil, false
+				}
 			}
 			continue
 		}
-		switch c {
-		case '"':
+		c := s.buf[pos]
+		pos++
+		switch frameClass[c] {
+		case frameQuote:
 			inString = true
-		case '{', '[':
+		case frameOpen:
 			depth++
-		case '}', ']':
+		case frameClose:
 			if depth--; depth == 0 {
 				s.next = pos
 				return s.buf[s.start:pos], true
 			}
-		case ' ', '\t', '\n', '\r', ',', ':', '-', '+', '.',
-			'0', '1', '2', '3', '4', '5', '6', '7', '8', '9',
-			'a', 'e', 'E', 'f', 'l', 'n', 'r', 's', 't', 'u':
-			// Numbers and literals: the Reader checks them.
-		default:
+		case frameBad:
 			return nil, false
 		}
 	}
 }
+
+// Classes of the bytes outside strings, for Next: frameOther are the
+// bytes of whitespace, separators, numbers and literals (the Reader
+// checks them); anything else cannot be JSON.
+const (
+	frameBad = iota
+	frameOther
+	frameQuote
+	frameOpen
+	frameClose
+)
+
+var frameClass = func() (t [256]byte) {
+	for _, c := range []byte(" \t\n\r,:-+.0123456789aeEflnrstu") {
+		t[c] = frameOther
+	}
+	t['"'] = frameQuote
+	t['{'], t['['] = frameOpen, frameOpen
+	t['}'], t[']'] = frameClose, frameClose
+	return t
+}()
 
 // fill reads more of the stream after s.end, moving the current value to
 // the buffer's start (pos, an index into it, moves along) or growing the
