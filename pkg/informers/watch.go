@@ -30,7 +30,10 @@ import (
 // stream's JSON is scanned once to find the event's end and parsed once,
 // with the same number handling as the dynamic client (integers stay
 // int64, keys are matched case-sensitively).
-func watchJSON(ctx context.Context, rc rest.Interface, gvr schema.GroupVersionResource, opts metav1.ListOptions) (watch.Interface, error) {
+//
+// keys, if not nil, gives the strings of the objects' map keys
+// (ujson.Reader.Keys).
+func watchJSON(ctx context.Context, rc rest.Interface, gvr schema.GroupVersionResource, opts metav1.ListOptions, keys func([]byte) string) (watch.Interface, error) {
 	opts.Watch = true
 	body, err := rc.Get().AbsPath(resourcePath(gvr)...).
 		SpecificallyVersionedParams(&opts, metav1.ParameterCodec, schema.GroupVersion{Version: "v1"}).
@@ -39,7 +42,9 @@ func watchJSON(ctx context.Context, rc rest.Interface, gvr schema.GroupVersionRe
 	if err != nil {
 		return nil, err
 	}
-	return watch.NewStreamWatcherWithLogger(klog.FromContext(ctx), newEventDecoder(body),
+	d := newEventDecoder(body)
+	d.keys = keys
+	return watch.NewStreamWatcherWithLogger(klog.FromContext(ctx), d,
 		// 500, as client-go's own watches: the cause of a decoding error
 		// is unknown.
 		apierrors.NewClientErrorReporter(http.StatusInternalServerError, http.MethodGet, "ClientWatchDecoding")), nil
@@ -73,6 +78,8 @@ type eventDecoder struct {
 	slow sigsjson.Decoder
 	// fast counts the events parsed without it (for tests).
 	fast int
+	// keys is the Reader's Keys.
+	keys func([]byte) string
 }
 
 func newEventDecoder(body io.ReadCloser) *eventDecoder {
@@ -112,7 +119,7 @@ func (d *eventDecoder) Decode() (watch.EventType, runtime.Object, error) {
 func (d *eventDecoder) next() (wireEvent, error) {
 	if d.slow == nil {
 		if frame, ok := d.stream.Next(); ok {
-			if ev, ok := parseEvent(frame); ok {
+			if ev, ok := parseEvent(frame, d.keys); ok {
 				d.fast++
 				return ev, nil
 			}
@@ -127,9 +134,10 @@ func (d *eventDecoder) next() (wireEvent, error) {
 // parseEvent parses one event as the old decoder does into a wireEvent,
 // for the events the API server writes: each field once, "type" a string,
 // "object" an object, other fields skipped; false for anything else.
-func parseEvent(frame []byte) (wireEvent, bool) {
+func parseEvent(frame []byte, keys func([]byte) string) (wireEvent, bool) {
 	var ev wireEvent
 	r := ujson.NewReader(frame, true)
+	r.Keys = keys
 	sawType := false
 	ok := r.Object(func(key []byte) bool {
 		switch string(key) {

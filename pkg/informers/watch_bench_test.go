@@ -46,6 +46,7 @@ func BenchmarkEventDecoder(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(event)))
 			d := newEventDecoder(io.NopCloser(&repeatReader{event: event}))
+			d.keys = newInterner().key // as an informer's watch does
 			for b.Loop() {
 				if _, _, err := d.Decode(); err != nil {
 					b.Fatal(err)

@@ -130,7 +130,7 @@ func TestWatchJSONMatchesDynamicClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := metav1.ListOptions{ResourceVersion: list.GetResourceVersion(), FieldSelector: "metadata.namespace=" + ns}
-	mine, err := watchJSON(ctx, rc, leases, opts)
+	mine, err := watchJSON(ctx, rc, leases, opts, newInterner().key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestWatchJSONMatchesDynamicClient(t *testing.T) {
 	// A failed request is the same typed error the dynamic client gives
 	// (the reflector decides by its type whether to relist).
 	none := schema.GroupVersionResource{Group: "nope.example.com", Version: "v1", Resource: "things"}
-	if _, err := watchJSON(ctx, rc, none, metav1.ListOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := watchJSON(ctx, rc, none, metav1.ListOptions{}, nil); !apierrors.IsNotFound(err) {
 		_, theirErr := dyn.Resource(none).Watch(ctx, metav1.ListOptions{Watch: true})
 		t.Errorf("one-pass watch of an unknown resource: %v, want NotFound like the dynamic client's %v", err, theirErr)
 	}
@@ -276,6 +276,7 @@ func TestEventDecoderMatchesSigsJSON(t *testing.T) {
 		n = 1000
 	}
 	fast, events := 0, 0
+	in := newInterner() // as an informer's watches use it
 	for i := range n {
 		stream := randomStream(r)
 		end := io.EOF
@@ -285,6 +286,9 @@ func TestEventDecoderMatchesSigsJSON(t *testing.T) {
 		seed := r.Uint64()
 		want := oldDecodeAll(&chunkReader{data: []byte(stream), r: rand.New(rand.NewPCG(seed, 1)), err: end})
 		d := newEventDecoder(io.NopCloser(&chunkReader{data: []byte(stream), r: rand.New(rand.NewPCG(seed, 2)), err: end}))
+		if i%2 == 0 {
+			d.keys = in.key
+		}
 		got := drain(d)
 		if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b error) bool { return a == b })); diff != "" {
 			t.Fatalf("stream %d %q: events differ from sigs.k8s.io/json's (-want +got):\n%s", i, stream, diff)

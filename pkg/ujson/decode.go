@@ -76,6 +76,11 @@ type Reader struct {
 	// fits); false decodes them as encoding/json does into an any
 	// (float64 always).
 	PreserveInts bool
+	// Keys, if set, gives the string of a map key Map stores, for keys
+	// the Reader has no constant of: a caller that keeps the maps (an
+	// informer's cache) can hand out one shared copy per key instead of
+	// an allocation each (the bytes are valid only during the call).
+	Keys func(key []byte) string
 }
 
 // NewReader returns a Reader at the start of data.
@@ -188,117 +193,128 @@ func (r *Reader) Map() (map[string]any, bool) {
 	m := make(map[string]any)
 	ok := r.Object(func(key []byte) bool {
 		v, ok := r.Value()
-		m[keyString(key)] = v
+		m[r.keyString(key)] = v
 		return ok
 	})
 	return m, ok
 }
 
 // keyString is string(key), without an allocation for the keys most
-// Kubernetes objects repeat (a switch on string(b) compares in place): a
-// Pod has some 150 keys, most of them these.
-func keyString(key []byte) string {
-	switch string(key) {
-	case "apiVersion":
-		return "apiVersion"
-	case "kind":
-		return "kind"
-	case "metadata":
-		return "metadata"
-	case "name":
-		return "name"
-	case "namespace":
-		return "namespace"
-	case "uid":
-		return "uid"
-	case "resourceVersion":
-		return "resourceVersion"
-	case "generation":
-		return "generation"
-	case "generateName":
-		return "generateName"
-	case "creationTimestamp":
-		return "creationTimestamp"
-	case "deletionTimestamp":
-		return "deletionTimestamp"
-	case "labels":
-		return "labels"
-	case "annotations":
-		return "annotations"
-	case "finalizers":
-		return "finalizers"
-	case "ownerReferences":
-		return "ownerReferences"
-	case "controller":
-		return "controller"
-	case "blockOwnerDeletion":
-		return "blockOwnerDeletion"
-	case "managedFields":
-		return "managedFields"
-	case "manager":
-		return "manager"
-	case "operation":
-		return "operation"
-	case "time":
-		return "time"
-	case "fieldsType":
-		return "fieldsType"
-	case "fieldsV1":
-		return "fieldsV1"
-	case "subresource":
-		return "subresource"
-	case "f:metadata":
-		return "f:metadata"
-	case "f:spec":
-		return "f:spec"
-	case "f:status":
-		return "f:status"
-	case "f:data":
-		return "f:data"
-	case "f:labels":
-		return "f:labels"
-	case "f:annotations":
-		return "f:annotations"
-	case "f:ownerReferences":
-		return "f:ownerReferences"
-	case ".":
-		return "."
-	case "spec":
-		return "spec"
-	case "status":
-		return "status"
-	case "data":
-		return "data"
-	case "type":
-		return "type"
-	case "observedGeneration":
-		return "observedGeneration"
-	case "conditions":
-		return "conditions"
-	case "lastTransitionTime":
-		return "lastTransitionTime"
-	case "reason":
-		return "reason"
-	case "message":
-		return "message"
-	case "selector":
-		return "selector"
-	case "matchLabels":
-		return "matchLabels"
-	case "template":
-		return "template"
-	case "containers":
-		return "containers"
-	case "image":
-		return "image"
-	case "ports":
-		return "ports"
-	case "resources":
-		return "resources"
-	case "replicas":
-		return "replicas"
+// Kubernetes objects repeat (a switch on string(b) compares in place; a
+// Pod has some 150 keys, most of them these), else from r.Keys.
+func (r *Reader) keyString(key []byte) string {
+	if s, ok := knownKey(key); ok {
+		return s
+	}
+	if r.Keys != nil {
+		return r.Keys(key)
 	}
 	return string(key)
+}
+
+// knownKey returns the constant equal to key, if it has one.
+func knownKey(key []byte) (string, bool) {
+	switch string(key) {
+	case "apiVersion":
+		return "apiVersion", true
+	case "kind":
+		return "kind", true
+	case "metadata":
+		return "metadata", true
+	case "name":
+		return "name", true
+	case "namespace":
+		return "namespace", true
+	case "uid":
+		return "uid", true
+	case "resourceVersion":
+		return "resourceVersion", true
+	case "generation":
+		return "generation", true
+	case "generateName":
+		return "generateName", true
+	case "creationTimestamp":
+		return "creationTimestamp", true
+	case "deletionTimestamp":
+		return "deletionTimestamp", true
+	case "labels":
+		return "labels", true
+	case "annotations":
+		return "annotations", true
+	case "finalizers":
+		return "finalizers", true
+	case "ownerReferences":
+		return "ownerReferences", true
+	case "controller":
+		return "controller", true
+	case "blockOwnerDeletion":
+		return "blockOwnerDeletion", true
+	case "managedFields":
+		return "managedFields", true
+	case "manager":
+		return "manager", true
+	case "operation":
+		return "operation", true
+	case "time":
+		return "time", true
+	case "fieldsType":
+		return "fieldsType", true
+	case "fieldsV1":
+		return "fieldsV1", true
+	case "subresource":
+		return "subresource", true
+	case "f:metadata":
+		return "f:metadata", true
+	case "f:spec":
+		return "f:spec", true
+	case "f:status":
+		return "f:status", true
+	case "f:data":
+		return "f:data", true
+	case "f:labels":
+		return "f:labels", true
+	case "f:annotations":
+		return "f:annotations", true
+	case "f:ownerReferences":
+		return "f:ownerReferences", true
+	case ".":
+		return ".", true
+	case "spec":
+		return "spec", true
+	case "status":
+		return "status", true
+	case "data":
+		return "data", true
+	case "type":
+		return "type", true
+	case "observedGeneration":
+		return "observedGeneration", true
+	case "conditions":
+		return "conditions", true
+	case "lastTransitionTime":
+		return "lastTransitionTime", true
+	case "reason":
+		return "reason", true
+	case "message":
+		return "message", true
+	case "selector":
+		return "selector", true
+	case "matchLabels":
+		return "matchLabels", true
+	case "template":
+		return "template", true
+	case "containers":
+		return "containers", true
+	case "image":
+		return "image", true
+	case "ports":
+		return "ports", true
+	case "resources":
+		return "resources", true
+	case "replicas":
+		return "replicas", true
+	}
+	return "", false
 }
 
 // Object reads an object, calling field with each key (unescaped, valid
