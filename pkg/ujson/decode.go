@@ -321,19 +321,7 @@ func knownKey(key []byte) (string, bool) {
 // only during the call) and the Reader at its value, which field must read
 // (false stops the read).
 func (r *Reader) Object(field func(key []byte) bool) bool {
-	if r.Peek() != '{' {
-		return false
-	}
-	if r.depth++; r.depth > maxNesting {
-		return false
-	}
-	r.off++
-	if r.Peek() == '}' {
-		r.off++
-		r.depth--
-		return true
-	}
-	for {
+	return r.container('{', '}', func() bool {
 		if r.Peek() != '"' {
 			return false
 		}
@@ -342,33 +330,27 @@ func (r *Reader) Object(field func(key []byte) bool) bool {
 			return false
 		}
 		r.off++
-		if !field(key) {
-			return false
-		}
-		switch r.Peek() {
-		case ',':
-			r.off++
-		case '}':
-			r.off++
-			r.depth--
-			return true
-		default:
-			return false
-		}
-	}
+		return field(key)
+	})
 }
 
 // Array reads an array, calling elem with the Reader at each element,
 // which elem must read (false stops the read).
 func (r *Reader) Array(elem func() bool) bool {
-	if r.Peek() != '[' {
+	return r.container('[', ']', elem)
+}
+
+// container reads an object or an array: open, then elem's members
+// separated by commas, then close; each counts towards the nesting limit.
+func (r *Reader) container(open, close byte, elem func() bool) bool {
+	if r.Peek() != open {
 		return false
 	}
 	if r.depth++; r.depth > maxNesting {
 		return false
 	}
 	r.off++
-	if r.Peek() == ']' {
+	if r.Peek() == close {
 		r.off++
 		r.depth--
 		return true
@@ -380,7 +362,7 @@ func (r *Reader) Array(elem func() bool) bool {
 		switch r.Peek() {
 		case ',':
 			r.off++
-		case ']':
+		case close:
 			r.off++
 			r.depth--
 			return true
