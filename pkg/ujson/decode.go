@@ -451,23 +451,8 @@ func (r *Reader) unquoteSlow(start, i int) ([]byte, bool) {
 				return nil, false
 			}
 			switch e := s[i+1]; e {
-			case '"', '\\', '/':
-				b = append(b, e)
-				i += 2
-			case 'b':
-				b = append(b, '\b')
-				i += 2
-			case 'f':
-				b = append(b, '\f')
-				i += 2
-			case 'n':
-				b = append(b, '\n')
-				i += 2
-			case 'r':
-				b = append(b, '\r')
-				i += 2
-			case 't':
-				b = append(b, '\t')
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				b = append(b, unescape[e])
 				i += 2
 			case 'u':
 				rr := hex4(s[i:])
@@ -498,6 +483,9 @@ func (r *Reader) unquoteSlow(start, i int) ([]byte, bool) {
 	}
 	return nil, false
 }
+
+// unescape maps the letter of a one-letter escape to its byte.
+var unescape = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
 // hex4 decodes the \uXXXX at the start of s, or returns -1.
 func hex4(s []byte) rune {
