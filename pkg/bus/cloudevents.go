@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -135,12 +134,13 @@ func validExtensionName(n string) bool {
 }
 
 // DecodeEvent checks a binary-mode event's ce-type and decodes its JSON
-// body (subject names the message in errors).
+// body as json.Unmarshal does (subject names the message in errors); work
+// items and desired states without its reflection (decodeBody).
 func DecodeEvent(subject string, h Header, data []byte, wantType string, into any) error {
 	if got := h.Get("ce-type"); got != wantType {
 		return fmt.Errorf("message on %s has type %q, want %q", subject, got, wantType)
 	}
-	if err := json.Unmarshal(data, into); err != nil {
+	if err := decodeBody(data, into); err != nil {
 		return fmt.Errorf("decode %s on %s: %w", wantType, subject, err)
 	}
 	return nil

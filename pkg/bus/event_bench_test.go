@@ -47,6 +47,15 @@ func BenchmarkDesiredEvent(b *testing.B) {
 			}
 		}
 	})
+	b.Run("decode/json.Unmarshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var got DesiredState
+			if err := json.Unmarshal(ev.Data, &got); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("json.Marshal", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -69,6 +78,15 @@ func BenchmarkWorkItemEvent(b *testing.B) {
 		for b.Loop() {
 			var got WorkItem
 			if err := DecodeEvent(ev.Subject, ev.Header, ev.Data, TypeSyncRequested, &got); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("decode/json.Unmarshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var got WorkItem
+			if err := json.Unmarshal(ev.Data, &got); err != nil {
 				b.Fatal(err)
 			}
 		}

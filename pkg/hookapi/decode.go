@@ -7,6 +7,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	sigsjson "sigs.k8s.io/json"
+
+	"github.com/metabus/metabus/pkg/ujson"
 )
 
 // Decode decodes a hook response body into v (a pointer to one of the response types) the way
@@ -90,8 +92,10 @@ func decodeObjectList(data []byte, list string) ([]*unstructured.Unstructured, e
 	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
 		return nil, nil
 	}
-	var raw any
-	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(data, &raw); err != nil {
+	// ujson.Decode: sigs.k8s.io/json's PreserveInts result without its
+	// reflection (a hook's children are the bulk of every response).
+	raw, err := ujson.Decode(data)
+	if err != nil {
 		return nil, fmt.Errorf("hookapi: hook response %s: %w", list, err)
 	}
 	items, ok := raw.([]any)

@@ -175,14 +175,17 @@ func NewForConfig(cfg *rest.Config, resync time.Duration) (*Registry, error) {
 // client-go's informers for every built-in type). Lists go through the
 // dynamic client; watches too, unless the registry has a REST client for
 // one-pass watches.
-func (r *Registry) informerFor(gvr schema.GroupVersionResource) cache.SharedIndexInformer {
+//
+// in is the informer's interner: its transform interns cached objects, and
+// one-pass watches decode map keys through it.
+func (r *Registry) informerFor(gvr schema.GroupVersionResource, in *interner) cache.SharedIndexInformer {
 	res := r.client.Resource(gvr)
 	watchFunc := func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 		return res.Watch(ctx, o)
 	}
 	if r.rest != nil {
 		watchFunc = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return watchJSON(ctx, r.rest, gvr, o)
+			return watchJSON(ctx, r.rest, gvr, o, in.key)
 		}
 	}
 	lw := &cache.ListWatch{
@@ -212,8 +215,9 @@ func (r *Registry) Acquire(gvr schema.GroupVersionResource) *Handle {
 	defer r.mu.Unlock()
 	e, ok := r.entries[gvr]
 	if !ok {
-		inf := r.informerFor(gvr)
-		_ = inf.SetTransform(newInterner().transform)
+		in := newInterner()
+		inf := r.informerFor(gvr, in)
+		_ = inf.SetTransform(in.transform)
 		e = &entry{informer: inf, stop: make(chan struct{})}
 		e.cond = sync.NewCond(&e.mu)
 		// The one handler: it feeds the subscribers, then the freshness

@@ -50,6 +50,28 @@ func (in *interner) str(s string) string {
 	return c
 }
 
+// key is str(string(b)) for a decoder's map keys (ujson.Reader.Keys),
+// without allocating a key the table has: the watch decoder of the
+// informer hands out the shared copies directly, and object finds them
+// in place.
+func (in *interner) key(b []byte) string {
+	if len(b) > internMaxLen || len(b) == 0 {
+		return string(b)
+	}
+	in.mu.Lock()
+	c, ok := in.m[string(b)] // a lookup by string(b) does not allocate
+	if !ok && len(in.m) < internMaxEntries {
+		c = string(b)
+		in.m[c] = c
+		ok = true
+	}
+	in.mu.Unlock()
+	if !ok {
+		return string(b)
+	}
+	return c
+}
+
 // internedValue is whether the string value of key is worth interning:
 // few distinct values, repeated in every object.
 func internedValue(key string) bool {

@@ -3,6 +3,7 @@ package informers
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -130,5 +131,40 @@ func TestInternerBounded(t *testing.T) {
 	}
 	if _, ok := in.m["brandnewkey"]; ok {
 		t.Error("a full table took a new key")
+	}
+}
+
+// TestInternerKeys: a one-pass watch decoding through the interner gives
+// two events' objects the same copy of a key (one the decoder has no
+// constant for), and the transform's own lookups then find that copy; a
+// key longer than internMaxLen is the decoder's own.
+func TestInternerKeys(t *testing.T) {
+	long := strings.Repeat("k", internMaxLen+1)
+	in := newInterner()
+	event := func(name string) string {
+		return `{"type":"ADDED","object":` + fmt.Sprintf(internDoc, name, long) + "}\n"
+	}
+	d := newEventDecoder(io.NopCloser(strings.NewReader(event("a") + event("b"))))
+	d.keys = in.key
+	got := drain(d)
+	if len(got) != 3 || got[2].ErrVal != io.EOF {
+		t.Fatalf("decoded %+v, want two events and io.EOF", got)
+	}
+	a, b := got[0].Object["data"].(map[string]any), got[1].Object["data"].(map[string]any)
+	ka, _ := keyOf(a, "gen")
+	kb, _ := keyOf(b, "gen")
+	if !same(ka, kb) {
+		t.Errorf("the two objects hold their own copies of the key gen")
+	}
+	if c := in.str("gen"); !same(c, ka) {
+		t.Errorf("the interner's copy of gen is not the one the decoder handed out")
+	}
+	la, _ := keyOf(a, long)
+	lb, _ := keyOf(b, long)
+	if same(la, lb) {
+		t.Errorf("a key longer than %d was interned", internMaxLen)
+	}
+	if d.fast != 2 {
+		t.Errorf("the one-pass path decoded %d of the 2 events", d.fast)
 	}
 }

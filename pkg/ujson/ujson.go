@@ -1,6 +1,8 @@
 // Package ujson encodes unstructured Kubernetes objects (the map[string]any
-// trees of unstructured.Unstructured) to JSON: exactly the bytes
-// encoding/json's Marshal gives for them, without its reflection.
+// trees of unstructured.Unstructured) to JSON, and decodes them: exactly
+// the bytes encoding/json's Marshal gives for them, and the trees
+// sigs.k8s.io/json's decoder gives (decode.go, stream.go), without their
+// reflection.
 //
 // json.Marshal walks a map[string]any through package reflect, which
 // allocates a copy of every key and value it visits, and sorts the keys
