@@ -1245,6 +1245,8 @@ func (c *exampleCalls) keptAnswers(key string) []int {
 // deleted, the tombstone hook keeps its snapshot until the retention has
 // passed, and then lets it go.
 func TestMapSnapshotScheduleExample(t *testing.T) {
+	// Most of its half minute is the snapshot's retention.
+	waitsInParallel(t)
 	ctx := context.Background()
 	if err := env.Apply(ctx, mapExampleDir+"/manifests/crd.yaml"); err != nil {
 		t.Fatalf("install the example's CRDs: %v", err)

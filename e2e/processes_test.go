@@ -80,14 +80,18 @@ var (
 	serviceBinErr  error
 )
 
-// serviceBinaries builds the four service binaries once per test binary.
+// serviceBinaries builds the four service binaries and the all-in-one
+// cmd/metabus once per test binary, into one directory every test that
+// runs them as processes shares: each link costs seconds of CPU, and
+// building them again per test only measured the linker. TestMain removes
+// the directory.
 func serviceBinaries(t *testing.T) string {
 	t.Helper()
 	serviceBinOnce.Do(func() {
 		if serviceBinDir, serviceBinErr = os.MkdirTemp("", "e2e-services-"); serviceBinErr != nil {
 			return
 		}
-		build := exec.Command("go", "build", "-o", serviceBinDir+"/", "../cmd/watcher", "../cmd/dispatcher", "../cmd/applier", "../cmd/revisions")
+		build := exec.Command("go", "build", "-o", serviceBinDir+"/", "../cmd/metabus", "../cmd/watcher", "../cmd/dispatcher", "../cmd/applier", "../cmd/revisions")
 		build.Stderr = os.Stderr
 		start := time.Now()
 		serviceBinErr = build.Run()
