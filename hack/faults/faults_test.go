@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -32,6 +33,7 @@ func runShort(t *testing.T, cfg config) {
 	cfg.out = &lineWriter{t: t}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
+	cfg.binDir = sharedBinaries(t)
 	start := time.Now()
 	rep, err := run(ctx, cfg)
 	if err != nil {
@@ -66,6 +68,45 @@ func TestFaultsClusteredShort(t *testing.T) {
 	cfg.convergeTimeout = 3 * time.Minute
 	cfg.initialTimeout = 5 * time.Minute
 	runShort(t, cfg)
+}
+
+var (
+	binOnce sync.Once
+	binDir  string
+	binErr  error
+)
+
+// sharedBinaries builds the services and nats-server once for both tests
+// (the same binaries; the links cost each run seconds of CPU), into a
+// directory TestMain removes.
+func sharedBinaries(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		root, err := repoRoot()
+		if err != nil {
+			binErr = err
+			return
+		}
+		if binDir, binErr = os.MkdirTemp("", "faults-bin-"); binErr != nil {
+			return
+		}
+		start := time.Now()
+		if binErr = buildBinaries(context.Background(), root, binDir); binErr == nil {
+			t.Logf("built the services and nats-server in %s", since(start))
+		}
+	})
+	if binErr != nil {
+		t.Fatalf("build the services and nats-server: %v", binErr)
+	}
+	return binDir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
 }
 
 // lineWriter sends whole lines to t.Log.
