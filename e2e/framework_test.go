@@ -57,9 +57,11 @@ func run(m *testing.M) int {
 	defer cancel()
 	var err error
 	// Parent CRDs go in before kube-controller-manager starts: its garbage
-	// collector only rediscovers resource types every 30s.
+	// collector only rediscovers resource types every 30s. The MapController
+	// tests' too: installed later, the first of them waited up to those 30s
+	// for the collector (ensureMapCRDs still checks that it works for them).
 	env, err = kubeenv.Start(ctx, kubeenv.Options{
-		CRDs: []string{"../deploy/crds", "testdata/crds"},
+		CRDs: []string{"../deploy/crds", "testdata/crds", "testdata/mapcontroller/crds.yaml"},
 		Log:  func(f string, a ...any) { fmt.Fprintf(os.Stderr, "kubeenv: "+f+"\n", a...) },
 	})
 	if err != nil {

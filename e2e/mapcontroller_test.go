@@ -98,12 +98,11 @@ var mapCRDs struct {
 	err  error
 }
 
-// ensureMapCRDs installs testdata/mapcontroller/crds.yaml and waits until
-// the garbage collector works for them. TestMain's CRDs are installed
-// before kube-controller-manager starts; these come later, and its garbage
-// collector only looks for new types every 30s, so a parent deleted before
-// that would keep its outputs for reasons that have nothing to do with
-// metabus.
+// ensureMapCRDs installs testdata/mapcontroller/crds.yaml (TestMain has,
+// before kube-controller-manager started) and waits until the garbage
+// collector works for them: it only looks for new types every 30s, so a
+// parent deleted before that would keep its outputs for reasons that have
+// nothing to do with metabus.
 func ensureMapCRDs(t *testing.T) {
 	t.Helper()
 	mapCRDs.once.Do(func() { mapCRDs.err = installMapCRDs() })
