@@ -69,11 +69,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = env.Stop() }()
-	defer func() {
-		if serviceBinDir != "" {
-			_ = os.RemoveAll(serviceBinDir)
-		}
-	}()
+	defer serviceBins.Remove()
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS, cfg.Burst = 500, 1000
 	kube = kubernetes.NewForConfigOrDie(cfg)

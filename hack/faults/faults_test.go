@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/metabus/metabus/internal/testing/testbin"
 )
 
 // TestFaultsShort is the fault suite on a short budget, as part of `make
@@ -33,7 +35,7 @@ func runShort(t *testing.T, cfg config) {
 	cfg.out = &lineWriter{t: t}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cfg.binDir = sharedBinaries(t)
+	cfg.binDir = sharedBinaries.Dir(t)
 	start := time.Now()
 	rep, err := run(ctx, cfg)
 	if err != nil {
@@ -70,42 +72,19 @@ func TestFaultsClusteredShort(t *testing.T) {
 	runShort(t, cfg)
 }
 
-var (
-	binOnce sync.Once
-	binDir  string
-	binErr  error
-)
-
-// sharedBinaries builds the services and nats-server once for both tests
-// (the same binaries; the links cost each run seconds of CPU), into a
-// directory TestMain removes.
-func sharedBinaries(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		root, err := repoRoot()
-		if err != nil {
-			binErr = err
-			return
-		}
-		if binDir, binErr = os.MkdirTemp("", "faults-bin-"); binErr != nil {
-			return
-		}
-		start := time.Now()
-		if binErr = buildBinaries(context.Background(), root, binDir); binErr == nil {
-			t.Logf("built the services and nats-server in %s", since(start))
-		}
-	})
-	if binErr != nil {
-		t.Fatalf("build the services and nats-server: %v", binErr)
+// sharedBinaries are the services and nats-server, built once for both
+// tests (the same binaries).
+var sharedBinaries = testbin.Once{What: "the services and nats-server", Build: func(dir string) error {
+	root, err := repoRoot()
+	if err != nil {
+		return err
 	}
-	return binDir
-}
+	return buildBinaries(context.Background(), root, dir)
+}}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
+	sharedBinaries.Remove()
 	os.Exit(code)
 }
 
