@@ -28,6 +28,7 @@ func TestClusterR3(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the service binaries and runs three nats-servers")
 	}
+	waitsInParallel(t)
 	ctx := context.Background()
 	b := startClusterBed(t)
 	c, admin, js, url := b.c, b.admin, b.js, b.url
@@ -171,6 +172,7 @@ func TestClusterLostBusResync(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the service binaries and runs three nats-servers")
 	}
+	waitsInParallel(t)
 	ctx := context.Background()
 	b := startClusterBed(t)
 	c, js, url := b.c, b.js, b.url

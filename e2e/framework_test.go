@@ -57,9 +57,11 @@ func run(m *testing.M) int {
 	defer cancel()
 	var err error
 	// Parent CRDs go in before kube-controller-manager starts: its garbage
-	// collector only rediscovers resource types every 30s.
+	// collector only rediscovers resource types every 30s. The MapController
+	// tests' too: installed later, the first of them waited up to those 30s
+	// for the collector (ensureMapCRDs still checks that it works for them).
 	env, err = kubeenv.Start(ctx, kubeenv.Options{
-		CRDs: []string{"../deploy/crds", "testdata/crds"},
+		CRDs: []string{"../deploy/crds", "testdata/crds", "testdata/mapcontroller/crds.yaml"},
 		Log:  func(f string, a ...any) { fmt.Fprintf(os.Stderr, "kubeenv: "+f+"\n", a...) },
 	})
 	if err != nil {
@@ -67,6 +69,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = env.Stop() }()
+	defer serviceBins.Remove()
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS, cfg.Burst = 500, 1000
 	kube = kubernetes.NewForConfigOrDie(cfg)
@@ -184,6 +187,18 @@ func startMetabusDeps(tb testing.TB, cfg allinone.Config, trace obs.Tracer, wrap
 	}
 	tb.Cleanup(inst.stop)
 	return inst
+}
+
+// waitsInParallel marks a test that spends most of its time waiting (for
+// a redelivery, a retention, other processes) rather than on the CPU, and
+// changes no cluster-wide object (no ClusterRole narrowed, no shared
+// controller): it runs beside the other such tests (go test's -parallel,
+// 2 on 2 cores), after every serial test is done, so that no serial test's
+// RBAC change or quiet window sees it. Each has its own label, namespace
+// and NATS, as every test does.
+func waitsInParallel(t *testing.T) {
+	t.Helper()
+	t.Parallel()
 }
 
 // selectorOf is the value of the metabus.dev/e2e label of the controllers

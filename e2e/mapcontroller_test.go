@@ -98,12 +98,11 @@ var mapCRDs struct {
 	err  error
 }
 
-// ensureMapCRDs installs testdata/mapcontroller/crds.yaml and waits until
-// the garbage collector works for them. TestMain's CRDs are installed
-// before kube-controller-manager starts; these come later, and its garbage
-// collector only looks for new types every 30s, so a parent deleted before
-// that would keep its outputs for reasons that have nothing to do with
-// metabus.
+// ensureMapCRDs installs testdata/mapcontroller/crds.yaml (TestMain has,
+// before kube-controller-manager started) and waits until the garbage
+// collector works for them: it only looks for new types every 30s, so a
+// parent deleted before that would keep its outputs for reasons that have
+// nothing to do with metabus.
 func ensureMapCRDs(t *testing.T) {
 	t.Helper()
 	mapCRDs.once.Do(func() { mapCRDs.err = installMapCRDs() })
@@ -1245,6 +1244,8 @@ func (c *exampleCalls) keptAnswers(key string) []int {
 // deleted, the tombstone hook keeps its snapshot until the retention has
 // passed, and then lets it go.
 func TestMapSnapshotScheduleExample(t *testing.T) {
+	// Most of its half minute is the snapshot's retention.
+	waitsInParallel(t)
 	ctx := context.Background()
 	if err := env.Apply(ctx, mapExampleDir+"/manifests/crd.yaml"); err != nil {
 		t.Fatalf("install the example's CRDs: %v", err)

@@ -42,18 +42,13 @@ func TestMetrics(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binaries")
 	}
+	// Most of its time is other processes starting and being scraped.
+	waitsInParallel(t)
 	exported, err := monitoring.Exported()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+"/", "../cmd/metabus", "../cmd/watcher", "../cmd/dispatcher", "../cmd/applier", "../cmd/revisions")
-	build.Stderr = os.Stderr
-	start := time.Now()
-	if err := build.Run(); err != nil {
-		t.Fatalf("build the binaries: %v", err)
-	}
-	t.Logf("built the binaries in %s", time.Since(start).Round(time.Millisecond))
+	bin := serviceBinaries(t)
 
 	t.Run("all-in-one", func(t *testing.T) {
 		ns := newNamespace(t)

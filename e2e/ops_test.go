@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -146,6 +145,9 @@ func TestOps(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs metabus on the production NATS configuration")
 	}
+	// Most of its time is a poison item's deliveries running out, one
+	// AckWait after another.
+	waitsInParallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	s := &opsStack{nats: testnats.StartProduction(t, "../deploy/nats/nats-server.conf"), label: "ops", ctx: ctx}
@@ -492,12 +494,7 @@ func TestOps(t *testing.T) {
 	})
 
 	t.Run("the metabus binary", func(t *testing.T) {
-		bin := filepath.Join(t.TempDir(), "metabus")
-		build := exec.Command("go", "build", "-o", bin, "../cmd/metabus")
-		build.Stderr = os.Stderr
-		if err := build.Run(); err != nil {
-			t.Fatalf("build metabus: %v", err)
-		}
+		bin := filepath.Join(serviceBinaries(t), "metabus")
 		conn := []string{"--kubeconfig", env.Kubeconfig, "--nats-url", s.nats.URL, "--nats-nkey", s.nats.Seeds["operator"]}
 		run := func(args ...string) (string, int) {
 			cmd := exec.CommandContext(ctx, bin, append(args, conn...)...)

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/metabus/metabus/examples/helloworld"
+	"github.com/metabus/metabus/internal/testing/testbin"
 	"github.com/metabus/metabus/internal/testing/testnats"
 )
 
@@ -74,29 +74,18 @@ type serviceSpec struct {
 	args []string
 }
 
-var (
-	serviceBinOnce sync.Once
-	serviceBinDir  string
-	serviceBinErr  error
-)
+// serviceBins are the four service binaries and the all-in-one
+// cmd/metabus, built once for every test that runs them as processes.
+var serviceBins = testbin.Once{What: "the service binaries", Build: func(dir string) error {
+	build := exec.Command("go", "build", "-o", dir+"/", "../cmd/metabus", "../cmd/watcher", "../cmd/dispatcher", "../cmd/applier", "../cmd/revisions")
+	build.Stderr = os.Stderr
+	return build.Run()
+}}
 
-// serviceBinaries builds the four service binaries once per test binary.
+// serviceBinaries is the directory holding serviceBins.
 func serviceBinaries(t *testing.T) string {
 	t.Helper()
-	serviceBinOnce.Do(func() {
-		if serviceBinDir, serviceBinErr = os.MkdirTemp("", "e2e-services-"); serviceBinErr != nil {
-			return
-		}
-		build := exec.Command("go", "build", "-o", serviceBinDir+"/", "../cmd/watcher", "../cmd/dispatcher", "../cmd/applier", "../cmd/revisions")
-		build.Stderr = os.Stderr
-		start := time.Now()
-		serviceBinErr = build.Run()
-		t.Logf("built the service binaries in %s", time.Since(start).Round(time.Millisecond))
-	})
-	if serviceBinErr != nil {
-		t.Fatalf("build service binaries: %v", serviceBinErr)
-	}
-	return serviceBinDir
+	return serviceBins.Dir(t)
 }
 
 // startServices runs each service as its own process (the real binaries,

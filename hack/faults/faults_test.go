@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/metabus/metabus/internal/testing/testbin"
 )
 
 // TestFaultsShort is the fault suite on a short budget, as part of `make
@@ -32,6 +35,7 @@ func runShort(t *testing.T, cfg config) {
 	cfg.out = &lineWriter{t: t}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
+	cfg.binDir = sharedBinaries.Dir(t)
 	start := time.Now()
 	rep, err := run(ctx, cfg)
 	if err != nil {
@@ -66,6 +70,22 @@ func TestFaultsClusteredShort(t *testing.T) {
 	cfg.convergeTimeout = 3 * time.Minute
 	cfg.initialTimeout = 5 * time.Minute
 	runShort(t, cfg)
+}
+
+// sharedBinaries are the services and nats-server, built once for both
+// tests (the same binaries).
+var sharedBinaries = testbin.Once{What: "the services and nats-server", Build: func(dir string) error {
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	return buildBinaries(context.Background(), root, dir)
+}}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	sharedBinaries.Remove()
+	os.Exit(code)
 }
 
 // lineWriter sends whole lines to t.Log.

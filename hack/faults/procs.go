@@ -337,16 +337,16 @@ func repoRoot() (string, error) {
 
 // buildBinaries builds the four services and nats-server into dir.
 func buildBinaries(ctx context.Context, root, dir string) error {
-	for _, args := range [][]string{
-		{"build", "-o", dir + "/", "./cmd/watcher", "./cmd/dispatcher", "./cmd/applier", "./cmd/revisions"},
-		{"build", "-o", filepath.Join(dir, "nats-server"), "github.com/nats-io/nats-server/v2"},
-	} {
-		cmd := exec.CommandContext(ctx, "go", args...)
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
+	// One build: the five links run side by side. nats-server's binary is
+	// named after the path's element before its major version, /v2.
+	args := []string{"build", "-o", dir + "/", "./cmd/watcher", "./cmd/dispatcher", "./cmd/applier", "./cmd/revisions", "github.com/nats-io/nats-server/v2"}
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "nats-server")); err != nil {
+		return fmt.Errorf("go %s made no nats-server: %w", strings.Join(args, " "), err)
 	}
 	return nil
 }

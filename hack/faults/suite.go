@@ -46,6 +46,7 @@ type config struct {
 	convergeTimeout  time.Duration
 	initialTimeout   time.Duration
 	workDir          string // "" = a new temporary directory
+	binDir           string // "" = build the services and nats-server into workDir/bin
 	keep             bool   // keep workDir even when everything passed
 	strictStartup    bool   // an exit at startup during a NATS outage fails too
 	out              io.Writer
@@ -259,12 +260,15 @@ func (s *suite) do(ctx context.Context) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
-	bin := filepath.Join(s.dir, "bin")
+	bin := s.cfg.binDir
 	t := time.Now()
-	if err := buildBinaries(ctx, root, bin); err != nil {
-		return nil, err
+	if bin == "" {
+		bin = filepath.Join(s.dir, "bin")
+		if err := buildBinaries(ctx, root, bin); err != nil {
+			return nil, err
+		}
+		s.logf("built the services and nats-server in %s", since(t))
 	}
-	s.logf("built the services and nats-server in %s", since(t))
 
 	// Control plane, with kube-controller-manager (garbage collection) and
 	// the CRDs installed before it starts, so the collector knows Churns.

@@ -295,6 +295,7 @@ func TestOversizeDesiredState(t *testing.T) {
 // deleted from MC_WORK, which frees the parent's per-subject slot (a
 // WorkQueue message otherwise stays after MaxDeliver).
 func TestPoisonMessageDeadLettered(t *testing.T) {
+	t.Parallel() // waits out leases and AckWaits, on a server of its own
 	js := startBus(t, bus.Options{WorkAckWait: 200 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

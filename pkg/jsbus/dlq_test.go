@@ -117,6 +117,10 @@ func TestDeadLetterRetriesTransientErrors(t *testing.T) {
 	}
 	for i, tc := range cases {
 		t.Run(tc.reason, func(t *testing.T) {
+			// Each case has its own server and faults, and spends its
+			// seconds waiting for the worker's retries or for a dead
+			// letter that must not come.
+			t.Parallel()
 			raw := startBus(t, bus.Options{})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()

@@ -141,6 +141,7 @@ func TestHeadroomKeepsPartitionOpen(t *testing.T) {
 // that cannot be stored again is taken in hand over the headroom instead,
 // neither lost nor given back to the server.
 func TestPutOffLosesNothing(t *testing.T) {
+	t.Parallel() // waits out leases and AckWaits, on servers of its own
 	for _, tc := range []struct {
 		name    string
 		failing bool

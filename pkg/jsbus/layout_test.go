@@ -51,6 +51,7 @@ func layoutNames(prefix string, n int) []string {
 // consumers go only after their leases, and both replicas end up sharing
 // the new partitions.
 func TestRepartitionNeverOverlaps(t *testing.T) {
+	t.Parallel() // waits out leases and AckWaits, on a server of its own
 	o := bus.Options{OwnerLease: 2 * time.Second, WorkAckWait: 3 * time.Second}
 	connect := replicas(t, o)
 	x := newExclusive(t)

@@ -274,6 +274,7 @@ func TestKeyedSchedulesPerKey(t *testing.T) {
 // subject, parks the message under the key's own DLQ subject, reports the
 // key, and frees the key's per-subject slot.
 func TestKeyedPoisonMessageDeadLettered(t *testing.T) {
+	t.Parallel() // waits out leases and AckWaits, on a server of its own
 	js := startBus(t, bus.Options{WorkAckWait: 200 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -159,6 +159,7 @@ func publishMany(t *testing.T, js jetstream.JetStream, ctrl string, n int) []str
 // flows; no parent ever runs on both at once, none out of order, none is
 // lost.
 func TestReplicasSharePartitions(t *testing.T) {
+	t.Parallel() // waits out leases and AckWaits, on a server of its own
 	o := bus.Options{OwnerLease: 2 * time.Second, WorkAckWait: 3 * time.Second}
 	connect := replicas(t, o)
 	x := newExclusive(t)
@@ -236,6 +237,7 @@ func TestReplicasSharePartitions(t *testing.T) {
 // partitions over and gets the unacknowledged messages, never while the
 // first still runs them.
 func TestCrashedReplicaFencedBeforeTakeover(t *testing.T) {
+	t.Parallel() // waits out leases and AckWaits, on a server of its own
 	o := bus.Options{OwnerLease: 3 * time.Second, WorkAckWait: 2 * time.Second}
 	connect := replicas(t, o)
 	x := newExclusive(t)
@@ -483,6 +485,7 @@ func TestWeightsShareASaturatedReplica(t *testing.T) {
 // there finishes, even when that takes several leases; only then does the
 // newcomer run the parent's next message.
 func TestHandoverWaitsForRunningHandler(t *testing.T) {
+	t.Parallel() // waits out leases and AckWaits, on a server of its own
 	o := bus.Options{OwnerLease: time.Second, WorkAckWait: 10 * time.Second}
 	connect := replicas(t, o)
 	x := newExclusive(t)

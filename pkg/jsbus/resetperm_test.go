@@ -29,6 +29,7 @@ import (
 // lease holds, however long it takes, so that no handover counts a
 // delivery; without that distinction this handover would never end.
 func TestHandoverWithoutResetPermission(t *testing.T) {
+	t.Parallel() // waits out leases and AckWaits, on a server of its own
 	const ackWait = 20 * time.Second
 	s := testnats.Serve(t, &server.Options{
 		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),

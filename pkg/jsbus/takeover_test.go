@@ -141,6 +141,7 @@ func ackPending(t *testing.T, js jetstream.JetStream) int {
 // AckWait later. The replica that takes the partition over must never
 // apply D9 after D10.
 func TestOrderedTakeoverAfterCrash(t *testing.T) {
+	t.Parallel() // waits out leases and AckWaits, on a server of its own
 	const (
 		lease   = time.Second
 		ackWait = 3 * time.Second // > lease, so the takeover's wait ends between the two redeliveries
@@ -389,6 +390,9 @@ func TestGracefulHandoverNoStall(t *testing.T) {
 // and leaving again and again) is delivered as if it had never moved: no
 // delivery counts towards MaxDeliver, and nothing is dead-lettered.
 func TestHandoversSpendNoDeliveries(t *testing.T) {
+	// Its ~40 s are handovers and a drain waited for: beside the other
+	// waiting tests, on a server of its own.
+	t.Parallel()
 	const ackWait = 2 * time.Second
 	o := bus.Options{OwnerLease: time.Second, DesiredAckWait: ackWait, Partitions: 1}
 	connect := replicas(t, o)
