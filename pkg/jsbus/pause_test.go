@@ -25,9 +25,10 @@ import (
 const pauseChildEnv = "METABUS_BUS_PAUSE_CHILD_URL"
 
 // pauseWritesSubject is where the child reports each write: its parent's
-// UID and the time it checked its lease before writing (a write checked
-// before the freeze and sent after it is the window no lease check can
-// close; one checked after the resume must not happen).
+// UID and the time it checked its lease before writing, read right before
+// the check (a write checked before the freeze and sent after it is the
+// window no lease check can close; one checked after the resume must not
+// happen).
 const pauseWritesSubject = "test.pause.writes"
 
 // TestPauseBeyondLease (issue 24, defect 3): a replica whose process is
@@ -145,10 +146,16 @@ func TestPausedReplicaChild(t *testing.T) {
 		_ = Decode(m, bus.TypeSyncRequested, &it)
 		end := time.Now().Add(10 * time.Second)
 		for time.Now().Before(end) {
+			// The time is read before the lease check, so a write is
+			// reported no later than its check: a freeze (or, under load,
+			// a long wait for the CPU) between the check and the clock
+			// would otherwise report a write checked before the freeze as
+			// checked after it.
+			checked := time.Now()
 			if ctx.Err() != nil {
 				return outcome.Outcome{}
 			}
-			_ = nc.Publish(pauseWritesSubject, []byte(it.Parent.UID+" "+strconv.FormatInt(time.Now().UnixNano(), 10)))
+			_ = nc.Publish(pauseWritesSubject, []byte(it.Parent.UID+" "+strconv.FormatInt(checked.UnixNano(), 10)))
 			time.Sleep(time.Millisecond)
 		}
 		return outcome.Done()

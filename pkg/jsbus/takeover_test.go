@@ -500,6 +500,9 @@ func (w *writes) writer(replica string, d time.Duration) Handler {
 		_ = Decode(m, bus.TypeSyncRequested, &it)
 		end := time.Now().Add(d)
 		for time.Now().Before(end) {
+			// Read before the lease check, so a write is logged no later
+			// than its check (see TestPausedReplicaChild).
+			checked := time.Now()
 			if ctx.Err() != nil {
 				return outcome.Outcome{}
 			}
@@ -507,7 +510,7 @@ func (w *writes) writer(replica string, d time.Duration) Handler {
 			if w.log == nil {
 				w.log = map[string][]write{}
 			}
-			w.log[it.Parent.UID] = append(w.log[it.Parent.UID], write{replica, time.Now()})
+			w.log[it.Parent.UID] = append(w.log[it.Parent.UID], write{replica, checked})
 			w.mu.Unlock()
 			time.Sleep(10 * time.Millisecond)
 		}
