@@ -62,10 +62,13 @@ func (e Env) ConnectNATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, 
 	})
 }
 
-// How often, and how patiently, /readyz's API server check probes.
+// /readyz's API server check (obs.ProbeOnAsk): an answer at most
+// apiProbeMaxAge old, a probe bounded by apiProbeTimeout, a /readyz held
+// at most apiProbeWait for it (the deployed readiness probes allow 5 s).
 var (
-	apiProbeInterval = 3 * time.Second
-	apiProbeTimeout  = 3 * time.Second
+	apiProbeMaxAge  = time.Second
+	apiProbeWait    = 2 * time.Second
+	apiProbeTimeout = 3 * time.Second
 )
 
 // runService sets up logging, metrics and probes, logs the build and the
@@ -130,7 +133,7 @@ func runService(ctx context.Context, s Service, common *CommonFlags, flags *pfla
 		log.Error(s.Name+" cannot start", zap.Error(err))
 		return reportedError{err}
 	}
-	health.SetReady("kubernetes", obs.Poll(ctx, apiProbeInterval, apiProbeTimeout, probe))
+	health.SetReady("kubernetes", obs.ProbeOnAsk(ctx, apiProbeMaxAge, apiProbeWait, apiProbeTimeout, probe))
 
 	env := Env{Name: s.Name, Flags: common, REST: restCfg, Log: log, Registry: reg, Health: health, check: check, stage: s.Stage}
 	if err := s.Run(ctx, env); err != nil && ctx.Err() == nil {

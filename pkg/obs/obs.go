@@ -203,56 +203,76 @@ func (h *Health) SetReady(name string, check func() error) {
 	h.checks[name] = check
 }
 
-// Ready runs every check.
+// Ready runs every check, outside the lock: a check may wait on a probe
+// (ProbeOnAsk), and components report their state meanwhile.
 func (h *Health) Ready() error {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if len(h.checks) == 0 {
+		h.mu.Unlock()
 		return ErrNoChecks
 	}
-	var errs []error
+	names := make([]string, 0, len(h.checks))
+	checks := make([]func() error, 0, len(h.checks))
 	for name, c := range h.checks {
+		names = append(names, name)
+		checks = append(checks, c)
+	}
+	h.mu.Unlock()
+	var errs []error
+	for i, c := range checks {
 		if err := c(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			errs = append(errs, fmt.Errorf("%s: %w", names[i], err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// Poll runs probe every interval (each call bounded by timeout) until ctx
-// is done, and returns a readiness check reporting its latest result; until
-// the first probe returns, the check fails with "not checked yet". Probing
-// in the background keeps /readyz fast and bounds what a prober's request
-// rate costs the probed server.
-func Poll(ctx context.Context, interval, timeout time.Duration, probe func(context.Context) error) func() error {
+// ProbeOnAsk returns a readiness check that probes only when asked: a
+// check made more than maxAge after the last probe started starts another
+// (bounded by timeout; one at a time) and waits up to wait for it, then
+// reports the latest result. Until a probe has returned it fails with "not
+// checked yet". So a process nobody asks makes no probe requests, one
+// asked by a kubelet makes one per readiness probe, and an answer is
+// never held longer than wait by a slow probed server. It replaces a
+// background poll that woke the process and the probed server every few
+// seconds for an answer nobody read.
+func ProbeOnAsk(ctx context.Context, maxAge, wait, timeout time.Duration, probe func(context.Context) error) func() error {
 	var (
-		mu   sync.Mutex
-		last = errors.New("not checked yet")
+		mu      sync.Mutex
+		last    = errors.New("not checked yet")
+		started time.Time     // of the last probe
+		running chan struct{} // closed when the running probe returns
 	)
-	run := func() {
+	run := func(done chan struct{}) {
 		pctx, cancel := context.WithTimeout(ctx, timeout)
 		err := probe(pctx)
 		cancel()
-		if ctx.Err() != nil {
-			return
-		}
 		mu.Lock()
-		last = err
-		mu.Unlock()
-	}
-	go func() {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			run()
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		if ctx.Err() == nil {
+			last = err
 		}
-	}()
+		running = nil
+		mu.Unlock()
+		close(done)
+	}
 	return func() error {
+		mu.Lock()
+		done := running
+		if done == nil && (started.IsZero() || time.Since(started) > maxAge) && ctx.Err() == nil {
+			done = make(chan struct{})
+			running, started = done, time.Now()
+			go run(done)
+		}
+		mu.Unlock()
+		if done != nil {
+			t := time.NewTimer(wait)
+			select {
+			case <-done:
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		return last

@@ -539,25 +539,57 @@ func TestHealthIsLive(t *testing.T) {
 	}
 }
 
-// TestPoll: the check reports the probe's latest result, fails before the
-// first one, and follows the probe when it turns.
-func TestPoll(t *testing.T) {
+// TestProbeOnAsk: nothing is probed until the check is asked; an ask
+// waits for a quick probe and reports it; asks within maxAge reuse it; a
+// slow probe is not waited for beyond wait, and asks while it runs start
+// no other; the check follows the probe when it turns.
+func TestProbeOnAsk(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var down atomic.Bool
-	down.Store(true)
-	block := make(chan struct{})
-	check := Poll(ctx, 10*time.Millisecond, time.Second, func(ctx context.Context) error {
-		<-block
+	var probes atomic.Int64
+	block := make(chan struct{}, 1)
+	slow := atomic.Bool{}
+	check := ProbeOnAsk(ctx, 50*time.Millisecond, 200*time.Millisecond, time.Minute, func(ctx context.Context) error {
+		probes.Add(1)
+		if slow.Load() {
+			<-block
+		}
 		if down.Load() {
 			return errors.New("refused")
 		}
 		return nil
 	})
-	if err := check(); err == nil || !strings.Contains(err.Error(), "not checked yet") {
-		t.Fatalf("before the first probe: %v, want not checked yet", err)
+	time.Sleep(100 * time.Millisecond)
+	if n := probes.Load(); n != 0 {
+		t.Fatalf("%d probes before anyone asked, want 0", n)
 	}
-	close(block)
+	if err := check(); err != nil {
+		t.Fatalf("first ask: %v, want the quick probe's nil", err)
+	}
+	if err := check(); err != nil || probes.Load() != 1 {
+		t.Fatalf("second ask within maxAge: %v after %d probes, want nil after 1", err, probes.Load())
+	}
+
+	// A slow probe: the ask returns after wait with the last result, and
+	// asks meanwhile start no second probe.
+	time.Sleep(60 * time.Millisecond)
+	slow.Store(true)
+	down.Store(true)
+	begin := time.Now()
+	if err := check(); err != nil {
+		t.Fatalf("ask during a slow probe: %v, want the last result (nil)", err)
+	}
+	if waited := time.Since(begin); waited < 150*time.Millisecond || waited > 5*time.Second {
+		t.Errorf("ask during a slow probe waited %v, want about 200ms", waited)
+	}
+	time.Sleep(60 * time.Millisecond)
+	_ = check()
+	if n := probes.Load(); n != 2 {
+		t.Errorf("%d probes, want 2: asks during a running probe start none", n)
+	}
+	block <- struct{}{} // the slow probe returns "refused"
+	slow.Store(false)
 	waitFor := func(what string, ok func(error) bool) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
@@ -571,6 +603,29 @@ func TestPoll(t *testing.T) {
 	waitFor("down", func(err error) bool { return err != nil && err.Error() == "refused" })
 	down.Store(false)
 	waitFor("up", func(err error) bool { return err == nil })
-	down.Store(true)
-	waitFor("down again", func(err error) bool { return err != nil })
+
+	// Once ctx is done, no probe starts.
+	cancel()
+	n := probes.Load()
+	time.Sleep(60 * time.Millisecond)
+	_ = check()
+	if got := probes.Load(); got != n {
+		t.Errorf("a probe started after ctx was done (%d, then %d)", n, got)
+	}
+}
+
+// TestProbeOnAskFirst: before a probe has returned the check fails with
+// "not checked yet".
+func TestProbeOnAskFirst(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	block := make(chan struct{})
+	defer close(block)
+	check := ProbeOnAsk(ctx, time.Second, 10*time.Millisecond, time.Minute, func(ctx context.Context) error {
+		<-block
+		return nil
+	})
+	if err := check(); err == nil || !strings.Contains(err.Error(), "not checked yet") {
+		t.Fatalf("before the first probe returned: %v, want not checked yet", err)
+	}
 }
