@@ -465,7 +465,7 @@ func TestServicesUnderProductionNATSPermissions(t *testing.T) {
 		{user: "applier", what: "delete stream MC_WORK", subject: "$JS.API.STREAM.DELETE.MC_WORK", do: func(ctx context.Context, c *permConn) error {
 			return c.js.DeleteStream(ctx, bus.WorkStream)
 		}},
-		{user: "dispatcher", what: "pull from MC_DESIRED", subject: "$JS.API.CONSUMER.MSG.NEXT.MC_DESIRED.desired-64-p00", do: func(ctx context.Context, c *permConn) error {
+		{user: "dispatcher", what: "pull from MC_DESIRED", subject: "$JS.API.CONSUMER.MSG.NEXT.MC_DESIRED." + bus.PartitionConsumerName(bus.DesiredConsumerPrefix, bus.DefaultPartitions, 0), do: func(ctx context.Context, c *permConn) error {
 			cons, err := c.js.Consumer(ctx, bus.DesiredStream, bus.PartitionConsumerName(bus.DesiredConsumerPrefix, bus.DefaultPartitions, 0))
 			if err != nil {
 				return err

@@ -175,7 +175,7 @@ type config struct {
 	splitPprof bool
 	// splitPartitions, if set, is the split watcher's --partitions: the
 	// partition count of MC_WORK and MC_DESIRED, so of each stage
-	// replica's consumers and leases (0: the default, 64).
+	// replica's consumers and leases (0: a new install's default, bus.DefaultPartitions).
 	splitPartitions int
 	// floorctlBin is the contract-floor contender's binary, built by
 	// setup.
@@ -206,7 +206,7 @@ func main() {
 	flag.StringVar(&cfg.baselineBin, "baseline", "", "another all-in-one metabus build to run as contender \"baseline\" (B1-B6), e.g. the build before a change")
 	flag.StringVar(&metabusArgs, "metabus-args", "", "extra flags for the all-in-one metabus, e.g. \"--client-go-qps=1000\" (not for metabus-split's stages)")
 	flag.StringVar(&cfg.binDir, "bin-dir", "", "metabus-split: the directory of bin/watcher, bin/dispatcher, bin/applier, bin/revisions (default: -metabus's directory)")
-	flag.IntVar(&cfg.splitPartitions, "split-partitions", 0, "metabus-split: the watcher's --partitions (0: its default, 64 on a new install)")
+	flag.IntVar(&cfg.splitPartitions, "split-partitions", 0, "metabus-split: the watcher's --partitions (0: its default, "+strconv.Itoa(bus.DefaultPartitions)+" on a new install)")
 	flag.BoolVar(&cfg.splitPprof, "split-pprof", false, "metabus-split: serve /debug/pprof from each process on a loopback port named in the log")
 	flag.DurationVar(&cfg.lateIdle, "late-idle", time.Minute, "B1: measure idle CPU again (20s) this long after B1 has settled, with its parents present (0: skip)")
 	flag.StringVar(&cfg.upstreamBin, "upstream", os.Getenv("MC_BIN"), "upstream metacontroller binary (default $MC_BIN)")

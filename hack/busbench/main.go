@@ -1,5 +1,5 @@
 // Command busbench measures the bus alone, without Kubernetes: how the
-// consumer topology of MC_WORK and MC_DESIRED (64 partitions by default, -partitions; each consumed
+// consumer topology of MC_WORK and MC_DESIRED (bus.DefaultPartitions by default, -partitions; each consumed
 // by the one replica holding its lease in MC_OWNERS, parents serialized in
 // the owner, --workers per controller and --max-in-flight per replica;
 // pkg/jsbus/owned.go) scales with replicas, workers and controllers, and what

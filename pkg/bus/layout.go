@@ -10,8 +10,8 @@ import (
 // Partition layout: MC_WORK and MC_DESIRED store every message under one of
 // Slots slots (subjects.go); a partition is the set of slots s with
 // s mod N == p (N a power of two), consumed by the durable consumer
-// <prefix><N>-pNN through wildcard filters on the slot tokens (one for the
-// default 64, at most 8 for any N but 1), and owned by one replica at a time through
+// <prefix><N>-pNN through wildcard filters on the slot tokens (one for 64,
+// four for the default 16, at most 8 for any N but 1), and owned by one replica at a time through
 // the lease lease.<stage>.<N>-pNN (owners.go). N, the partition count, is a
 // setting stored in the stream's metadata (PartitionsMetadata).
 //
@@ -41,8 +41,17 @@ import (
 // A cut-over pauses consumption for about one lease tick plus the time the
 // slowest running handler takes to finish.
 
-// DefaultPartitions is the partition count of a new installation.
-const DefaultPartitions = 64
+// DefaultPartitions is the partition count of a new installation: at most
+// this many replicas of a stage get work, and the count can be raised live
+// (--partitions). Every partition costs each stage replica, even at rest, a
+// consumer with its pull request and idle heartbeats and a lease renewal
+// every Lease/5, and costs the server a consumer (a raft group of its own
+// with replicated streams) and those renewals' writes: at rest, the
+// partitions were most of a dispatcher's or an applier's CPU at 64 (see
+// docs/performance.md, "Partitions at rest"). 16 still gives every replica
+// of a stage of 1, 2, 4, 8 or 16 replicas an equal share. Installations
+// made with 64 keep it (PartitionsOf).
+const DefaultPartitions = 16
 
 // EmbeddedPartitions is the partition count of an embedded server's new
 // streams (the all-in-one process, `make run`, the tests), unless a count is
@@ -60,8 +69,8 @@ const EmbeddedPartitions = 8
 // slot hash mod 64 (<root>.<slot mod 64>.<ctrl>.<uid>). The filters of a
 // partition count that divides 64 match those subjects too, in the
 // partition of the parent's slot, so an upgrade keeping 64 partitions
-// (the default) serializes old and new messages of a parent in the same
-// partition. Raise the count above 64 only after the upgrade's cut-over
+// (what a stream without the setting has, PartitionsOf) serializes old and
+// new messages of a parent in the same partition. Raise the count above 64 only after the upgrade's cut-over
 // has delivered the old messages: its filters name whole slots.
 const LegacyPartitions = 64
 
@@ -143,11 +152,12 @@ func ParsePartitionConsumer(prefix, name string) (suffix string, n int, ok bool)
 }
 
 // PartitionsOf reads the partition count from stream metadata; a stream
-// without it predates the setting and has the default.
+// without it predates the setting and has the count of those releases,
+// LegacyPartitions (not DefaultPartitions, which only new streams get).
 func PartitionsOf(md map[string]string) (int, error) {
 	v, ok := md[PartitionsMetadata]
 	if !ok {
-		return DefaultPartitions, nil
+		return LegacyPartitions, nil
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil {

@@ -124,6 +124,37 @@ func TestParsePartitionConsumer(t *testing.T) {
 	}
 }
 
+// TestPartitionsOf: a stream's partition count comes from its metadata; a
+// stream without the key was made before the setting existed, with the 64
+// partitions of those releases, and keeps them: the count of a new
+// installation (DefaultPartitions) must never be read into an old one.
+func TestPartitionsOf(t *testing.T) {
+	type out struct {
+		N   int
+		Err bool
+	}
+	for _, tc := range []struct {
+		reason string
+		md     map[string]string
+		want   out
+	}{
+		{reason: "set by Ensure", md: map[string]string{PartitionsMetadata: "16"}, want: out{N: 16}},
+		{reason: "an installation made with 64", md: map[string]string{PartitionsMetadata: "64"}, want: out{N: 64}},
+		{reason: "a stream from before the setting has the legacy count", md: nil, want: out{N: LegacyPartitions}},
+		{reason: "other metadata only", md: map[string]string{"_nats.req.level": "1"}, want: out{N: LegacyPartitions}},
+		{reason: "not a number", md: map[string]string{PartitionsMetadata: "many"}, want: out{Err: true}},
+		{reason: "not a power of two", md: map[string]string{PartitionsMetadata: "12"}, want: out{Err: true}},
+		{reason: "beyond the slots", md: map[string]string{PartitionsMetadata: "2048"}, want: out{Err: true}},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			n, err := PartitionsOf(tc.md)
+			if diff := cmp.Diff(tc.want, out{N: n, Err: err != nil}); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestParseWeight(t *testing.T) {
 	cases := []struct {
 		reason, in string
@@ -365,6 +396,9 @@ func TestParseKeyedSubjects(t *testing.T) {
 // key always lands in the same slot (its items never run at once and its
 // desired states stay in order).
 func TestMapKeysSpreadOverPartitions(t *testing.T) {
+	// The most partitions an installation has unless it asks for more
+	// (LegacyPartitions; new ones get fewer): the spread is the slots'.
+	const spreadPartitions = LegacyPartitions
 	cases := []struct {
 		reason   string
 		ctrlID   string
@@ -387,10 +421,10 @@ func TestMapKeysSpreadOverPartitions(t *testing.T) {
 				if slot < 0 || slot >= Slots {
 					t.Fatalf("key %d: slot %d out of range", i, slot)
 				}
-				parts[PartitionOf(slot, DefaultPartitions)] = true
+				parts[PartitionOf(slot, spreadPartitions)] = true
 			}
 			if len(parts) < tc.minParts {
-				t.Errorf("%d keys of one parent in %d of %d partitions, want at least %d", tc.keys, len(parts), DefaultPartitions, tc.minParts)
+				t.Errorf("%d keys of one parent in %d of %d partitions, want at least %d", tc.keys, len(parts), spreadPartitions, tc.minParts)
 			}
 		})
 	}

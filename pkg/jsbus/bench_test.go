@@ -206,7 +206,7 @@ func BenchmarkPublishWork(b *testing.B) {
 }
 
 // BenchmarkWorkRoundTrip measures publish → Consume handler →
-// ack through MC_WORK's 64 partition consumers (MaxAckPending 1 each) with
+// ack through MC_WORK's partition consumers (MaxAckPending 1 each) with
 // the dispatcher's default 16 workers. The handler decodes the item as the
 // dispatcher does.
 //

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -61,8 +62,8 @@ func TestStreamsAsDesigned(t *testing.T) {
 		!c.DiscardNewPerSubject || c.Duplicates != 2*time.Minute || c.MaxMsgs > 0 || c.MaxBytes > 0 {
 		t.Errorf("MC_WORK config = %+v", c)
 	}
-	if c.Metadata[bus.PartitionsMetadata] != "64" {
-		t.Errorf("MC_WORK metadata %v, want %s=64", c.Metadata, bus.PartitionsMetadata)
+	if want := strconv.Itoa(bus.DefaultPartitions); c.Metadata[bus.PartitionsMetadata] != want {
+		t.Errorf("MC_WORK metadata %v, want %s=%s", c.Metadata, bus.PartitionsMetadata, want)
 	}
 	if c.SubjectTransform == nil || c.SubjectTransform.Destination != "mc.work.{{partition(64,1,2)}}.{{partition(1024,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}" {
 		t.Errorf("MC_WORK transform = %+v", c.SubjectTransform)

@@ -789,8 +789,8 @@ func (o *owner) deleteLease(p ownership.Partition, rev uint64) {
 
 // renew renews the leases at once: pipelined asynchronous compare-and-set
 // writes (what KeyValue.Update sends), then their acknowledgements
-// awaited. Renewals are nearly all an idle process does (64 partitions per
-// stage every Lease/5), and a goroutine, a timer and a request round trip
+// awaited. Renewals are nearly all an idle process does (one per
+// partition per stage every Lease/5), and a goroutine, a timer and a request round trip
 // for each made an idle all-in-one spend several times the CPU of the
 // writes themselves.
 func (o *owner) renew(ls []ownership.Lease) {

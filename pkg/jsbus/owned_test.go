@@ -225,7 +225,7 @@ func TestReplicasSharePartitions(t *testing.T) {
 		}
 		owners[string(e.Value())]++
 	}
-	if owners["a"] < 16 || owners["b"] < 16 {
+	if owners["a"] < bus.DefaultPartitions/4 || owners["b"] < bus.DefaultPartitions/4 {
 		t.Errorf("partitions per replica %v, want both to hold a fair share of %d", owners, bus.DefaultPartitions)
 	}
 	cancel()

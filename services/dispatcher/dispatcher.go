@@ -132,7 +132,7 @@ const DefaultMergeWait = 2 * time.Second
 // DefaultHeadroom is Config.Headroom's default: a quarter of an MC_WORK
 // partition's MaxAckPending. It applies only above HeadroomBusy, so a
 // controller alone in a partition holds up to half its window before
-// anything of it is put off (with 64 partitions, some 32,000 changes at
+// anything of it is put off (with 16 partitions, some 8,000 changes at
 // once), and while the partition is that busy every controller holding
 // fewer than this many items is still taken.
 const DefaultHeadroom = bus.WorkMaxAckPending / 4

@@ -50,7 +50,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"(CreateError Event). Repeatable (default "+strings.Join(related.DefaultControllerPolicy, ",")+", as upstream; *,-core/secrets refuses Secrets)",
 		related.AppendEntries(related.ControllerSetting, &c.ControllerResources))
 	c.registerReadFlags(fs)
-	fs.IntVar(&c.Bus.Partitions, "partitions", 0, "change the partition count of MC_WORK and MC_DESIRED to this (a power of two, 1-1024; the replicas of each stage that get work are at most this many); 0 keeps the current count (64 on a new install); the change is a live cut-over, see docs/architecture.md, \"The bus\"")
+	fs.IntVar(&c.Bus.Partitions, "partitions", 0, "change the partition count of MC_WORK and MC_DESIRED to this (a power of two, 1-1024; the replicas of each stage that get work are at most this many); 0 keeps the current count ("+strconv.Itoa(bus.DefaultPartitions)+" on a new install; an existing one keeps its own); the change is a live cut-over, see docs/architecture.md, \"The bus\"")
 }
 
 // maxWeightFlag is --max-controller-weight: 1 to bus.MaxWeight, shown
