@@ -10,10 +10,11 @@ import (
 // Partition layout: MC_WORK and MC_DESIRED store every message under one of
 // Slots slots (subjects.go); a partition is the set of slots s with
 // s mod N == p (N a power of two), consumed by the durable consumer
-// <prefix><N>-pNN through wildcard filters on the slot tokens (one for 64,
-// four for the default 16, at most 8 for any N but 1), and owned by one replica at a time through
-// the lease lease.<stage>.<N>-pNN (owners.go). N, the partition count, is a
-// setting stored in the stream's metadata (PartitionsMetadata).
+// <prefix><N>-pNN through wildcard filters on the slot tokens (64/N for N
+// up to 64: one for 64, four for the default 16; 1024/N above), and owned
+// by one replica at a time through the lease lease.<stage>.<N>-pNN
+// (owners.go). N, the partition count, is a setting stored in the stream's
+// metadata (PartitionsMetadata).
 //
 // Changing N moves no message, but for a while the old and the new
 // partitions of a parent differ, so the cut-over must never let an old and
@@ -70,8 +71,9 @@ const EmbeddedPartitions = 8
 // partition count that divides 64 match those subjects too, in the
 // partition of the parent's slot, so an upgrade keeping 64 partitions
 // (what a stream without the setting has, PartitionsOf) serializes old and
-// new messages of a parent in the same partition. Raise the count above 64 only after the upgrade's cut-over
-// has delivered the old messages: its filters name whole slots.
+// new messages of a parent in the same partition. Raise the count above 64
+// only after the upgrade's cut-over has delivered the old messages: its
+// filters name whole slots.
 const LegacyPartitions = 64
 
 // PartitionsMetadata is the stream metadata key holding the partition
