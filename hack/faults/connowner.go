@@ -34,22 +34,24 @@ func connOwner(addr string, pids map[int]*proc) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	inode := ""
+	// Several lines may have that local address: a connection closed earlier
+	// from the same port to another peer lingers in TIME_WAIT with no owner
+	// (inode 0), and may be listed before the live one. Every live socket
+	// with the address is a candidate.
+	targets := map[string]bool{}
 	for _, line := range strings.Split(string(data), "\n")[1:] {
 		f := strings.Fields(line)
-		if len(f) > 9 && f[1] == want {
-			inode = f[9]
-			break
+		if len(f) > 9 && f[1] == want && f[9] != "0" {
+			targets["socket:["+f[9]+"]"] = true
 		}
 	}
-	if inode == "" || inode == "0" {
+	if len(targets) == 0 {
 		return 0, fmt.Errorf("no socket bound to %s", addr)
 	}
-	target := "socket:[" + inode + "]"
 	for pid := range pids {
 		fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
 		for _, fd := range fds {
-			if link, err := os.Readlink(fd); err == nil && link == target {
+			if link, err := os.Readlink(fd); err == nil && targets[link] {
 				return pid, nil
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net"
 	"os"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -81,6 +82,55 @@ func TestConnOwner(t *testing.T) {
 	}
 	defer c.Close()
 	// The listener's peer sees the dialer's local address as remote.
+	pid, err := connOwner(c.LocalAddr().String(), map[int]*proc{os.Getpid(): nil, 1: nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pid != os.Getpid() {
+		t.Fatalf("owner %d, want this process %d", pid, os.Getpid())
+	}
+}
+
+// TestConnOwnerPortReused: a port that closed a connection to one peer (its
+// end lingering in TIME_WAIT, owned by no process) and then connected to
+// another is still found, whichever of the two lines /proc/net/tcp lists
+// first.
+func TestConnOwnerPortReused(t *testing.T) {
+	listen := func() net.Listener {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	first, second := listen(), listen()
+	reuse := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	old, err := reuse.Dial("tcp", first.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := first.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The dialer closes first, so its end (this port) goes to TIME_WAIT.
+	old.Close()
+	peer.Close()
+	reuse.LocalAddr = old.LocalAddr()
+	c, err := reuse.Dial("tcp", second.Addr().String())
+	if err != nil {
+		t.Skipf("the kernel would not bind %s again: %v", old.LocalAddr(), err)
+	}
+	defer c.Close()
 	pid, err := connOwner(c.LocalAddr().String(), map[int]*proc{os.Getpid(): nil, 1: nil})
 	if err != nil {
 		t.Fatal(err)
