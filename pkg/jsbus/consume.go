@@ -172,11 +172,11 @@ type consumeWatch struct {
 func newConsumeWatch() *consumeWatch { return &consumeWatch{dead: make(chan error, 1)} }
 
 // handler is a ConsumeErrHandler: it passes errors on (not missed
-// heartbeats, which the client recovers from) and stops the consume on a
-// terminal one.
+// heartbeats or leader moves, which the client recovers from) and stops
+// the consume on a terminal one.
 func (w *consumeWatch) handler(onError func(error)) jetstream.ConsumeErrHandler {
 	return func(cc jetstream.ConsumeContext, err error) {
-		if errors.Is(err, jetstream.ErrNoHeartbeat) {
+		if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, jetstream.ErrConsumerLeadershipChanged) {
 			return
 		}
 		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||

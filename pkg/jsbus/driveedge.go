@@ -32,6 +32,8 @@ func errKind(err error) drivecore.Err {
 		return drivecore.ErrAlreadyAcked
 	case errors.Is(err, jetstream.ErrNoHeartbeat):
 		return drivecore.ErrNoHeartbeat
+	case errors.Is(err, jetstream.ErrConsumerLeadershipChanged):
+		return drivecore.ErrLeaderMoved
 	case errors.As(err, &apiErr) && apiErr.Code < 500:
 		return drivecore.ErrRefused
 	case errors.Is(err, nats.ErrNoResponders):

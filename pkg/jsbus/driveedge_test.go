@@ -33,6 +33,7 @@ func TestErrKind(t *testing.T) {
 		{"a raw conditional publish refused is a key that exists", &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}, drivecore.ErrExists},
 		{"acked already", jetstream.ErrMsgAlreadyAckd, drivecore.ErrAlreadyAcked},
 		{"a missed idle heartbeat", jetstream.ErrNoHeartbeat, drivecore.ErrNoHeartbeat},
+		{"a leader move (409 Leadership Change)", jetstream.ErrConsumerLeadershipChanged, drivecore.ErrLeaderMoved},
 		{"another 4xx: refused", &jetstream.APIError{Code: 400, ErrorCode: 10999}, drivecore.ErrRefused},
 		{"a 5xx is not a refusal", &jetstream.APIError{Code: 503, ErrorCode: 10008}, drivecore.ErrOther},
 		{"no responders", nats.ErrNoResponders, drivecore.ErrNoResponders},

@@ -85,6 +85,10 @@ type ConsumeConfig struct {
 	// each claim) are answered with it instead of a stream info request
 	// each.
 	FixedLayout bool
+
+	// pullHeartbeat overrides the partition consumers' idle heartbeat
+	// (tests), with an expiry twice as long.
+	pullHeartbeat time.Duration
 }
 
 // Consume runs h for the messages of the partitions this replica owns until
@@ -193,7 +197,7 @@ func newOwner(js ownerJS, kv leaseKV, store msgStore, clk clock, c ConsumeConfig
 // The partition consumers' pull expiry and idle heartbeat (see consume).
 const (
 	pullExpiry    = 30 * time.Second
-	pullHeartbeat = 2500 * time.Millisecond
+	pullHeartbeat = 10 * time.Second
 )
 
 // testOwner (tests) is given each Consume's owner before it runs.
@@ -910,17 +914,28 @@ func (o *owner) consume(dp *dpart, epoch uint64) {
 		return
 	}
 	var once sync.Once
+	hb, expiry := pullHeartbeat, pullExpiry
+	if o.c.pullHeartbeat > 0 {
+		hb, expiry = o.c.pullHeartbeat, 2*o.c.pullHeartbeat
+	}
 	cc, err := cons.Consume(func(m jetstream.Msg) { o.receive(dp, epoch, m) },
 		jetstream.PullMaxMessages(256),
-		// The idle heartbeat bounds how long a partition can sit idle
-		// when the server loses a pull request (a consumer leader move):
-		// the client pulls again after two missed ones, within 5 s. The
-		// expiry only paces the renewal of a pull request while nothing
-		// arrives (a 408 from the server, a new pull from the client),
-		// so it is long: an idle partition costs 14 messages in 30 s,
-		// not 24 (a 5 s expiry with its default 2.5 s heartbeat).
-		jetstream.PullExpiry(pullExpiry),
-		jetstream.PullHeartbeat(pullHeartbeat),
+		// A consumer leader move voids the pull requests the old leader
+		// held, and the new leader says so to each of them (a 409
+		// Leadership Change); the client pulls again at once
+		// (TestLeaderMoveRepulls). A restarted server is pulled from again
+		// on the reconnect. The idle heartbeat is the bound for any other
+		// pull request lost unannounced: the client pulls again after two
+		// missed ones, within 20 s. It is not shorter because every
+		// heartbeat of every partition wakes both ends: at 2.5 s they were
+		// most of a stage replica's CPU at rest, and, their timers spread
+		// over a burst's pulls, kept it higher after a burst
+		// (docs/performance.md, "Heartbeats at rest"). The expiry only
+		// paces the renewal of a pull request while nothing arrives (a
+		// 408 from the server, a new pull from the client): an idle
+		// partition costs 4 messages in 30 s.
+		jetstream.PullExpiry(expiry),
+		jetstream.PullHeartbeat(hb),
 		jetstream.ConsumeErrHandler(func(cc jetstream.ConsumeContext, err error) {
 			ends, report := drivecore.ConsumeFailure(errKind(err))
 			if report {

@@ -35,6 +35,10 @@ const (
 	// ErrNoHeartbeat: a pull's idle heartbeat was missed (the client
 	// pulls again by itself).
 	ErrNoHeartbeat
+	// ErrLeaderMoved: the consumer's leader moved, and the new one said
+	// the pull requests it inherited are void (the client pulls again by
+	// itself).
+	ErrLeaderMoved
 	// ErrRefused: an API error below 500: the server means it.
 	ErrRefused
 	// ErrNoResponders: nobody serves the API subject.
@@ -46,7 +50,7 @@ const (
 )
 
 var errNames = [...]string{"none", "not found", "deleted", "exists", "already acked",
-	"no heartbeat", "refused", "no responders", "timeout", "other"}
+	"no heartbeat", "leader moved", "refused", "no responders", "timeout", "other"}
 
 func (e Err) String() string {
 	if e < 0 || int(e) >= len(errNames) {
@@ -193,11 +197,11 @@ func ResetProbed(info Err) Reset {
 // ConsumeFailure says what a consumption's error means: whether it ends
 // the consumption (the core starts another) and whether OnError hears of
 // it. A consumer not found or deleted is expected (a cut-over's old
-// consumers go away) and ends it silently; a missed idle heartbeat is the
-// client's to recover from.
+// consumers go away) and ends it silently; a missed idle heartbeat and a
+// leader move are the client's to recover from.
 func ConsumeFailure(e Err) (ends, report bool) {
 	switch {
-	case e == ErrNoHeartbeat:
+	case e == ErrNoHeartbeat, e == ErrLeaderMoved:
 		return false, false
 	case e.Gone():
 		return true, false

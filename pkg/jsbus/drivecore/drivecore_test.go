@@ -124,6 +124,7 @@ func TestConsumeFailures(t *testing.T) {
 		want   got
 	}{
 		{"a missed idle heartbeat: the client pulls again", ErrNoHeartbeat, got{false, false, true}},
+		{"a leader move voided the pull: the client pulls again", ErrLeaderMoved, got{false, false, true}},
 		{"consumer gone (a cut-over): ends, silently", ErrNotFound, got{true, false, false}},
 		{"consumer deleted: ends, silently", ErrDeleted, got{true, false, false}},
 		{"anything else is reported; the client goes on", ErrOther, got{false, true, true}},
