@@ -243,7 +243,7 @@ func TestOps(t *testing.T) {
 					t.Fatal(err)
 				}
 				var item bus.WorkItem
-				if err := json.Unmarshal(m.Data(), &item); err != nil {
+				if err := jsbus.Decode(m, bus.TypeSyncRequested, &item); err != nil {
 					t.Fatalf("work item %d: %v", seq, err)
 				}
 				if held == 0 && item.Parent.UID == string(poison.GetUID()) {
