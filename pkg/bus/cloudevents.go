@@ -137,7 +137,16 @@ func validExtensionName(n string) bool {
 // body as json.Unmarshal does (subject names the message in errors); work
 // items and desired states without its reflection (decodeBody).
 func DecodeEvent(subject string, h Header, data []byte, wantType string, into any) error {
-	if got := h.Get("ce-type"); got != wantType {
+	return DecodeTyped(subject, h.Get(TypeHeader), data, wantType, into)
+}
+
+// TypeHeader is the header of a binary-mode event's type.
+const TypeHeader = "ce-type"
+
+// DecodeTyped is DecodeEvent for a message whose ce-type header reads
+// got.
+func DecodeTyped(subject, got string, data []byte, wantType string, into any) error {
+	if got != wantType {
 		return fmt.Errorf("message on %s has type %q, want %q", subject, got, wantType)
 	}
 	if err := decodeBody(data, into); err != nil {

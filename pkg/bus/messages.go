@@ -229,8 +229,15 @@ func ParseWeight(v string) (int, error) {
 
 // WeightOf reads the weight a consumer schedules a message with, from its
 // headers.
-func WeightOf(h Header) int {
-	w, err := strconv.Atoi(h.Get("ce-" + ExtWeight))
+func WeightOf(h Header) int { return HeaderWeight(h.Get(WeightHeader)) }
+
+// WeightHeader is the header that carries a message's weight.
+const WeightHeader = "ce-" + ExtWeight
+
+// HeaderWeight is the weight WeightHeader's value v gives: 1 if v is not a
+// positive integer, at most MaxWeight.
+func HeaderWeight(v string) int {
+	w, err := strconv.Atoi(v)
 	if err != nil || w < 1 {
 		return 1
 	}

@@ -32,5 +32,5 @@ func ToEvent(ctx context.Context, m jetstream.Msg) (*event.Event, error) {
 // Decode checks a binary-mode message's ce-type and decodes its JSON body
 // (bus.DecodeEvent).
 func Decode(m jetstream.Msg, wantType string, into any) error {
-	return bus.DecodeEvent(m.Subject(), bus.Header(m.Headers()), m.Data(), wantType, into)
+	return bus.DecodeTyped(m.Subject(), headerValue(m, bus.TypeHeader), m.Data(), wantType, into)
 }

@@ -973,7 +973,7 @@ func (o *owner) receive(dp *dpart, epoch uint64, m jetstream.Msg) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if w := bus.WeightOf(bus.Header(m.Headers())); w > 1 {
+	if w := bus.HeaderWeight(headerValue(m, bus.WeightHeader)); w > 1 {
 		o.weights[ctrlID] = w
 	} else {
 		delete(o.weights, ctrlID)

@@ -124,7 +124,7 @@ func (a ownerAPI) Consumer(ctx context.Context, stream, name string) (partConsum
 	if err != nil {
 		return nil, err
 	}
-	return c, nil
+	return copyingConsumer{Consumer: c, nc: a.js.Conn()}, nil
 }
 
 func (a ownerAPI) ResetConsumer(ctx context.Context, stream, name string) (*jetstream.ConsumerResetResponse, error) {
