@@ -97,7 +97,7 @@ func NewEvent(subject, ceType, id string, ctrl ControllerRef, parent ObjectRef, 
 	}
 	set("ce-specversion", ceSpecVersion)
 	set("ce-id", id)
-	set("ce-type", ceType)
+	set(TypeHeader, ceType)
 	set("ce-source", ControllerSource(ctrl))
 	set("ce-subject", ObjectPath(parent))
 	set("ce-time", time.Now().UTC().Format(time.RFC3339Nano))
@@ -108,7 +108,7 @@ func NewEvent(subject, ceType, id string, ctrl ControllerRef, parent ObjectRef, 
 		set("ce-"+ExtParentRV, parent.ResourceVersion)
 	}
 	if ctrl.Weight > 1 {
-		set("ce-"+ExtWeight, strconv.Itoa(ctrl.Weight))
+		set(WeightHeader, strconv.Itoa(ctrl.Weight))
 	}
 	for k, v := range ext {
 		if !validExtensionName(k) {

@@ -227,11 +227,8 @@ func ParseWeight(v string) (int, error) {
 	return w, nil
 }
 
-// WeightOf reads the weight a consumer schedules a message with, from its
-// headers.
-func WeightOf(h Header) int { return HeaderWeight(h.Get(WeightHeader)) }
-
-// WeightHeader is the header that carries a message's weight.
+// WeightHeader is the header that carries the weight a consumer schedules
+// a message with.
 const WeightHeader = "ce-" + ExtWeight
 
 // HeaderWeight is the weight WeightHeader's value v gives: 1 if v is not a

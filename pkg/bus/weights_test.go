@@ -89,3 +89,25 @@ func TestParseWeightedControllers(t *testing.T) {
 		})
 	}
 }
+
+func TestHeaderWeight(t *testing.T) {
+	cases := []struct {
+		reason, in string
+		want       int
+	}{
+		{reason: "no header is 1", in: "", want: 1},
+		{reason: "a weight", in: "7", want: 7},
+		{reason: "the largest", in: "100", want: MaxWeight},
+		{reason: "above MaxWeight is MaxWeight", in: "1000", want: MaxWeight},
+		{reason: "zero is 1", in: "0", want: 1},
+		{reason: "negative is 1", in: "-3", want: 1},
+		{reason: "not a number is 1", in: "heavy", want: 1},
+	}
+	for _, c := range cases {
+		t.Run(c.reason, func(t *testing.T) {
+			if got := HeaderWeight(c.in); got != c.want {
+				t.Errorf("%s: HeaderWeight(%q) = %d, want %d", c.reason, c.in, got, c.want)
+			}
+		})
+	}
+}

@@ -151,11 +151,12 @@ var (
 func (m *msgCopy) Ack() error { return m.settle(context.Background(), ackBody, false) }
 
 // DoubleAck acknowledges the message and waits for the server to confirm
-// it (within 5 s if ctx has no deadline, the client's default timeout).
+// it (within apiTimeout if ctx has no deadline, as the client's default
+// timeout bounds it).
 func (m *msgCopy) DoubleAck(ctx context.Context) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		ctx, cancel = context.WithTimeout(ctx, apiTimeout)
 		defer cancel()
 	}
 	return m.settle(ctx, ackBody, true)

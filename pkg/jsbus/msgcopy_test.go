@@ -210,17 +210,14 @@ func TestMsgCopySettles(t *testing.T) {
 // TestMsgCopyNotJetStream: a message without JetStream metadata is
 // passed on as it is, for the owner to report.
 func TestMsgCopyNotJetStream(t *testing.T) {
-	m := fakeMsg{subject: "x", reply: "not-an-ack-subject"}
+	m := fakeMsg{}
 	if got := copyMsg(nil, m); got != jetstream.Msg(m) {
 		t.Errorf("copyMsg = %#v, want the message itself", got)
 	}
 }
 
-// fakeMsg is a delivery with an arbitrary reply subject.
-type fakeMsg struct {
-	jetstream.Msg
-	subject, reply string
-}
+// fakeMsg is a message whose reply subject holds no JetStream metadata.
+type fakeMsg struct{ jetstream.Msg }
 
 func (m fakeMsg) Metadata() (*jetstream.MsgMetadata, error) {
 	return nil, jetstream.ErrNotJSMessage

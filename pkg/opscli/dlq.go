@@ -120,7 +120,7 @@ func dlqEntry(m storedMsg) DLQEntry {
 		return ""
 	}
 	e := DLQEntry{Seq: m.Seq, Time: m.Time, Reason: h("Metabus-Dead-Reason"), OriginalSubject: h("Metabus-Original-Subject"),
-		Type: h("ce-type"), Redacted: h("Metabus-Redacted"), Body: json.RawMessage(m.Data)}
+		Type: h(bus.TypeHeader), Redacted: h("Metabus-Redacted"), Body: json.RawMessage(m.Data)}
 	e.Deliveries, _ = strconv.Atoi(h("Metabus-Deliveries"))
 	// mc.dlq.<stage>.<ctrl>.<parent token>
 	if parts := strings.Split(m.Subject, "."); len(parts) == 5 {
